@@ -1,0 +1,38 @@
+"""Builds ssm_plugins._C: C++ CPU kernels always, CUDA kernels when nvcc and a CUDA build of torch exist.
+
+Layout of ssm_plugins/csrc: one ``<op>.cpp`` per op (schema, CPU kernel, CUDA glue under WITH_CUDA)
+and one ``cuda/<op>.cu`` per op with the kernels and plain launchers. The .cu files include no torch
+headers, which keeps each of them to seconds of nvcc time.
+"""
+import glob
+import os
+
+from setuptools import setup
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CSRC = os.path.join("ssm_plugins", "csrc")
+
+
+def want_cuda() -> bool:
+    if os.environ.get("SSM_PLUGINS_CUDA", "auto") == "0":
+        return False
+    nvcc = CUDA_HOME and os.path.exists(os.path.join(CUDA_HOME, "bin", "nvcc"))
+    return bool(torch.version.cuda and nvcc)
+
+
+def extension():
+    cpp = sorted(glob.glob(os.path.join(CSRC, "*.cpp")))
+    cxx = ["-O3", "-fopenmp", "-g0"]
+    kwargs = dict(name="ssm_plugins._C", sources=cpp, include_dirs=[os.path.join(HERE, CSRC)],
+                  extra_link_args=["-fopenmp"])
+    if want_cuda():
+        cu = sorted(glob.glob(os.path.join(CSRC, "cuda", "*.cu")))
+        nvcc = ["-O3", "-lineinfo", "--expt-relaxed-constexpr", "-std=c++17"]
+        return CUDAExtension(sources=cpp + cu, define_macros=[("WITH_CUDA", None)],
+                             extra_compile_args={"cxx": cxx, "nvcc": nvcc}, **kwargs)
+    return CppExtension(extra_compile_args={"cxx": cxx}, **kwargs)
+
+
+setup(ext_modules=[extension()], cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)})

@@ -1,0 +1,79 @@
+"""Which implementation runs an op: the compiled kernel (CPU or CUDA) or the pure-PyTorch reference.
+
+The compiled kernels are used whenever the extension is importable and has a kernel for the input's
+device. The reference runs only when the extension is missing (one warning, naming why) or when forced
+with ``SSM_PLUGINS_BACKEND=reference`` (for debugging).
+"""
+from __future__ import annotations
+
+import os
+import warnings
+
+import torch
+
+_BACKEND_ENV = "SSM_PLUGINS_BACKEND"
+_CHOICES = ("auto", "reference")
+
+try:
+    from ssm_plugins import _C  # noqa: F401  (importing registers torch.ops.ssm_plugins.*)
+
+    _EXTENSION_ERROR: str | None = None
+except ImportError as exc:  # a source checkout without a build, or a broken build
+    _EXTENSION_ERROR = f"{type(exc).__name__}: {exc}"
+
+_warned = False
+
+
+def _forced_reference() -> bool:
+    choice = os.environ.get(_BACKEND_ENV, "auto").lower()
+    if choice not in _CHOICES:
+        raise ValueError(f"{_BACKEND_ENV} must be one of {_CHOICES}, got {choice!r}")
+    return choice == "reference"
+
+
+def _warn_missing_once() -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        warnings.warn(
+            "ssm_plugins: the compiled extension ssm_plugins._C is not available "
+            f"({_EXTENSION_ERROR}); using the slow pure-PyTorch reference kernels. "
+            "Rebuild with `pip install --no-build-isolation -e .` (see README).",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+def has_kernel(op: str, device_type: str) -> bool:
+    """True if ``torch.ops.ssm_plugins.<op>`` has a compiled kernel for ``device_type`` ('cpu'/'cuda')."""
+    if _EXTENSION_ERROR is not None:
+        return False
+    key = {"cpu": "CPU", "cuda": "CUDA"}.get(device_type)
+    return key is not None and torch._C._dispatch_has_kernel_for_dispatch_key(f"ssm_plugins::{op}", key)
+
+
+def use_kernel(op: str, tensor: torch.Tensor) -> bool:
+    """Decide, per call, whether ``op`` runs compiled for ``tensor``'s device (else the reference)."""
+    if _forced_reference():
+        return False
+    if _EXTENSION_ERROR is not None:
+        _warn_missing_once()
+        return False
+    return has_kernel(op, tensor.device.type)
+
+
+def backend_info() -> dict:
+    """What is available: extension status, compiled ops and the devices each has kernels for."""
+    ops = {}
+    if _EXTENSION_ERROR is None:
+        for name in sorted(torch._C._dispatch_get_all_op_names()):
+            if name.startswith("ssm_plugins::"):
+                op = name.split("::", 1)[1]
+                ops[op] = [d for d in ("cpu", "cuda") if has_kernel(op, d)]
+    return {
+        "extension": _EXTENSION_ERROR is None,
+        "extension_error": _EXTENSION_ERROR,
+        "forced_reference": _forced_reference(),
+        "ops": ops,
+        "cuda_device": torch.cuda.is_available(),
+    }

@@ -1,0 +1,5 @@
+"""Pure-PyTorch oracles, written to read like the specs' equations. Slow; used by the tests, as the
+fallback when the compiled extension is missing, and with ``SSM_PLUGINS_BACKEND=reference``."""
+from .selective_scan import selective_scan
+
+__all__ = ["selective_scan"]

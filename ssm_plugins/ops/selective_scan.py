@@ -1,0 +1,106 @@
+"""Selective scan (S6) with mamba_ssm's ``selective_scan_fn`` semantics, backed by ssm_plugins._C."""
+from __future__ import annotations
+
+import torch
+from torch.utils.flop_counter import register_flop_formula
+
+from . import _backend, _validate, reference
+
+_OP = "selective_scan_fwd"
+
+
+def _normalise(u, delta, A, B, C, D, z, delta_bias):
+    """Validate user input (ValueError naming the argument) and bring it to the raw op's contract."""
+    u = _validate.tensor("u", u, 3, "(batch, dim, L)")
+    batch, dim, length = u.shape
+    delta = _validate.tensor("delta", delta, 3, "(batch, dim, L)")
+    if delta.shape != u.shape:
+        raise ValueError(f"delta must have u's shape {tuple(u.shape)}, got {tuple(delta.shape)}")
+    A = _validate.tensor("A", A, 2, "(dim, N)")
+    _validate.size("A", A, 0, dim, "(dim, N)")
+    n_state = A.shape[1]
+    what = "(batch, N, L) or (batch, groups, N, L)"
+    B = _validate.tensor("B", B, (3, 4), what)
+    C = _validate.tensor("C", C, (3, 4), what)
+    for name, t in (("B", B), ("C", C)):
+        if t.shape[0] != batch or t.shape[-2] != n_state or t.shape[-1] != length:
+            raise ValueError(f"{name} must have shape {what} with batch={batch}, N={n_state}, L={length}, "
+                             f"got {tuple(t.shape)}")
+        if t.dim() == 4 and (t.shape[1] == 0 or dim % t.shape[1] != 0):
+            raise ValueError(f"{name}: groups ({t.shape[1]}) must divide dim ({dim})")
+    B4 = B if B.dim() == 4 else B.unsqueeze(1)
+    C4 = C if C.dim() == 4 else C.unsqueeze(1)
+    if B4.shape[1] != C4.shape[1]:
+        raise ValueError(f"B and C must have the same number of groups, got {B4.shape[1]} and {C4.shape[1]}")
+    for name, t in (("D", D), ("delta_bias", delta_bias)):
+        if t is not None:
+            _validate.tensor(name, t, 1, "(dim,)")
+            _validate.size(name, t, 0, dim, "(dim,)")
+    if z is not None:
+        z = _validate.tensor("z", z, 3, "(batch, dim, L)")
+        if z.shape != u.shape:
+            raise ValueError(f"z must have u's shape {tuple(u.shape)}, got {tuple(z.shape)}")
+    _validate.same_device(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=delta_bias)
+    acc = _validate.compute_dtype(u.dtype)
+    cast = (lambda t: None if t is None else t.to(acc))
+    return (u, delta.to(u.dtype), A.to(acc), B4.to(acc), C4.to(acc), cast(D),
+            None if z is None else z.to(u.dtype), cast(delta_bias))
+
+
+def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+                   return_last_state=False):
+    """The S6 scan (mambamixer.md §1.1), same contract as ``mamba_ssm.selective_scan_fn``.
+
+    Args:
+        u, delta, z: (batch, dim, L). A: (dim, N), real. B, C: (batch, N, L) or (batch, groups, N, L).
+        D, delta_bias: (dim,). delta_softplus: apply softplus to delta + delta_bias.
+    Returns:
+        out (batch, dim, L) in u's dtype, and the last state (batch, dim, N) in the accumulation dtype
+        (float32; float64 for float64 input) when ``return_last_state``.
+    """
+    args = _normalise(u, delta, A, B, C, D, z, delta_bias)
+    if _backend.use_kernel(_OP, args[0]):
+        out, last_state = torch.ops.ssm_plugins.selective_scan_fwd(*args, bool(delta_softplus))
+    else:
+        out, last_state = reference.selective_scan(*args, delta_softplus=delta_softplus, return_last_state=True)
+    return (out, last_state) if return_last_state else out
+
+
+# ---- autograd, fake (meta) kernel and FLOP count for the compiled op --------------------------------
+# Registered only when the op exists (the extension may be missing).
+if hasattr(torch.ops.ssm_plugins, _OP):
+
+    @torch.library.register_fake(f"ssm_plugins::{_OP}")
+    def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
+        return torch.empty_like(u), u.new_empty((u.shape[0], u.shape[1], A.shape[1]), dtype=A.dtype)
+
+    def _setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*[t for t in inputs[:8] if t is not None])
+        ctx.present = [t is not None for t in inputs[:8]]
+        ctx.delta_softplus = inputs[8]
+
+    def _backward(ctx, grad_out, grad_last_state):
+        # Gradient by differentiating the reference scan: exact, O(L) Python steps. The fused backward
+        # kernel replaces this (issue: kernels).
+        saved = iter(ctx.saved_tensors)
+        inputs = [next(saved) if p else None for p in ctx.present]
+        with torch.enable_grad():
+            leaves = [t.detach().requires_grad_(t.is_floating_point()) if t is not None else None for t in inputs]
+            out, last = reference.selective_scan(*leaves, delta_softplus=ctx.delta_softplus, return_last_state=True)
+            wrt = [t for t in leaves if t is not None]
+            outs, grads = [out], [grad_out]
+            if grad_last_state is not None:
+                outs.append(last)
+                grads.append(grad_last_state)
+            got = iter(torch.autograd.grad(outs, wrt, grads, allow_unused=True))
+        return (*[next(got) if t is not None else None for t in leaves], None)
+
+    torch.library.register_autograd(f"ssm_plugins::{_OP}", _backward, setup_context=_setup_context)
+
+    @register_flop_formula(getattr(torch.ops.ssm_plugins, _OP))
+    def _fwd_flops(u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_shape=None, **kwargs):
+        # mamba_ssm's count: 9 flops per (batch, dim, L, N) step, plus the D skip and the z gate.
+        batch, dim, length = u
+        flops = 9 * batch * dim * length * A[1]
+        flops += batch * dim * length * ((D is not None) + (z is not None))
+        return flops

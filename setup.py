@@ -25,14 +25,13 @@ def want_cuda() -> bool:
 def extension():
     cpp = sorted(glob.glob(os.path.join(CSRC, "*.cpp")))
     cxx = ["-O3", "-fopenmp", "-g0"]
-    kwargs = dict(name="ssm_plugins._C", sources=cpp, include_dirs=[os.path.join(HERE, CSRC)],
-                  extra_link_args=["-fopenmp"])
+    kwargs = dict(name="ssm_plugins._C", include_dirs=[os.path.join(HERE, CSRC)], extra_link_args=["-fopenmp"])
     if want_cuda():
         cu = sorted(glob.glob(os.path.join(CSRC, "cuda", "*.cu")))
         nvcc = ["-O3", "-lineinfo", "--expt-relaxed-constexpr", "-std=c++17"]
         return CUDAExtension(sources=cpp + cu, define_macros=[("WITH_CUDA", None)],
                              extra_compile_args={"cxx": cxx, "nvcc": nvcc}, **kwargs)
-    return CppExtension(extra_compile_args={"cxx": cxx}, **kwargs)
+    return CppExtension(sources=cpp, extra_compile_args={"cxx": cxx}, **kwargs)
 
 
 setup(ext_modules=[extension()], cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)})

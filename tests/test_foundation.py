@@ -1,0 +1,129 @@
+"""The installed stack, the compiled extension and the weight of ``import ssm_plugins``."""
+import importlib.metadata
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOLBOXES = ("mmdet", "mmseg", "mmcv", "mmengine", "speechbrain")
+
+
+def _pins():
+    pins = {}
+    for line in (ROOT / "requirements" / "stack.txt").read_text().splitlines():
+        m = re.match(r"^([A-Za-z0-9_.\-]+)==(\S+)", line.strip())
+        if m:
+            pins[m.group(1)] = m.group(2)
+    return pins
+
+
+def test_installed_versions_are_the_pinned_stack():
+    wrong = {}
+    for name, version in _pins().items():
+        got = importlib.metadata.version(name)
+        if got.split("+")[0] != version:
+            wrong[name] = (version, got)
+    assert not wrong, f"installed versions differ from requirements/stack.txt: {wrong}"
+
+
+def test_stack_imports_together():
+    code = ("import torch, torchvision, torchaudio, timm, mmengine, mmcv, mmdet, mmseg, speechbrain, soundfile; "
+            "import mmcv.ops; from mmdet.registry import MODELS; from mmseg.registry import MODELS as M2; "
+            "from speechbrain.lobes.models.dual_path import Dual_Path_Model; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+def test_mmcv_nms_runs_on_cpu():
+    from mmcv.ops import nms
+
+    boxes = torch.tensor([[0, 0, 10, 10], [1, 1, 11, 11], [50, 50, 60, 60], [0, 0, 10, 9]], dtype=torch.float32)
+    scores = torch.tensor([0.9, 0.8, 0.7, 0.95])
+    dets, keep = nms(boxes, scores, iou_threshold=0.5)
+    assert keep.tolist() == [3, 2]  # 0 and 1 overlap box 3 (IoU > 0.5)
+    assert torch.allclose(dets[:, 4], torch.tensor([0.95, 0.7]))
+
+
+def test_mmcv_roi_align_matches_torchvision_on_cpu():
+    from mmcv.ops import RoIAlign
+    from torchvision.ops import roi_align
+
+    torch.manual_seed(0)
+    feats = torch.randn(2, 3, 17, 13)
+    rois = torch.tensor([[0, 1.5, 2.0, 9.0, 11.5], [1, 0.0, 0.0, 12.0, 16.0], [1, 4.2, 3.3, 7.7, 8.1]])
+    ours = RoIAlign((5, 4), spatial_scale=0.5, sampling_ratio=2, aligned=True)(feats, rois)
+    ref = roi_align(feats, rois, (5, 4), spatial_scale=0.5, sampling_ratio=2, aligned=True)
+    assert ours.shape == (3, 3, 5, 4)
+    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_extension_loads_with_cpu_kernels():
+    from ssm_plugins.ops import backend_info
+
+    info = backend_info()
+    assert info["extension"], info["extension_error"]
+    assert "cpu" in info["ops"]["selective_scan_fwd"]
+
+
+@pytest.mark.skipif(torch.version.cuda is None or shutil.which("nvcc") is None,
+                    reason="the CUDA sources are compiled only with nvcc and a CUDA build of torch")
+def test_extension_has_compiled_cuda_kernels():
+    # No GPU is needed to see that the CUDA kernels were compiled and registered for the CUDA key.
+    from ssm_plugins.ops import backend_info
+
+    assert "cuda" in backend_info()["ops"]["selective_scan_fwd"]
+
+
+def test_compiled_selective_scan_equals_reference():
+    from ssm_plugins.ops import reference, selective_scan
+
+    g = torch.Generator().manual_seed(0)
+    b, d, L, n = 2, 5, 19, 3
+    u, dt, z = (torch.randn(b, d, L, generator=g) for _ in range(3))
+    A = -torch.rand(d, n, generator=g)
+    B, C = torch.randn(b, n, L, generator=g), torch.randn(b, n, L, generator=g)
+    D, bias = torch.randn(d, generator=g), torch.randn(d, generator=g)
+    ours = selective_scan(u, dt, A, B, C, D, z, bias, delta_softplus=True, return_last_state=True)
+    ref = reference.selective_scan(u, dt, A, B, C, D, z, bias, delta_softplus=True, return_last_state=True)
+    torch.testing.assert_close(ours[0], ref[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ours[1], ref[1], rtol=1e-5, atol=1e-5)
+
+
+def _python(code, **env):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **env}, cwd=ROOT)
+
+
+def test_import_is_light_and_fast():
+    code = ("import sys, time; t = time.perf_counter(); import ssm_plugins; t = time.perf_counter() - t; "
+            f"print(t); print(sorted(m for m in {TOOLBOXES!r} if m in sys.modules))")
+    # best of three: the first run warms the file cache, and a busy machine only ever adds time
+    runs = [_python(code) for _ in range(3)]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr[-3000:]
+    seconds = min(float(r.stdout.strip().splitlines()[-2]) for r in runs)
+    loaded = runs[-1].stdout.strip().splitlines()[-1]
+    assert loaded == "[]", f"import ssm_plugins pulled in toolboxes: {loaded}"
+    assert seconds < 2.0, f"import ssm_plugins took {seconds:.2f} s"
+
+
+def test_missing_extension_warns_once_and_uses_reference():
+    code = (
+        "import sys, warnings, torch\n"
+        "sys.modules['ssm_plugins._C'] = None  # makes 'from ssm_plugins import _C' raise ImportError\n"
+        "from ssm_plugins.ops import selective_scan, backend_info\n"
+        "u = torch.randn(1, 2, 5); A = -torch.ones(2, 3); B = torch.randn(1, 3, 5)\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    y1 = selective_scan(u, u.abs(), A, B, B); y2 = selective_scan(u, u.abs(), A, B, B)\n"
+        "msgs = [str(x.message) for x in w if 'ssm_plugins._C' in str(x.message)]\n"
+        "print(len(msgs), backend_info()['extension'], bool(torch.isfinite(y1).all()))\n"
+    )
+    out = _python(code)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["1", "False", "True"]

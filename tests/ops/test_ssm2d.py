@@ -1,0 +1,222 @@
+"""2-D SSM kernel and FFT convolution: spec 2d-ssm.md §1.4 test vector, Appendix A NumPy reference, the
+Roesser recurrence run directly, dense convolution, gradcheck, bad input, FLOP counts."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from ssm_plugins import ops
+from ssm_plugins.ops import _backend, reference
+from ssm_plugins.ops import ssm2d as ssm2d_mod
+
+needs_kernel = pytest.mark.skipif(not _backend.has_kernel("ssm2d_kernel_fwd", "cpu"),
+                                  reason="ssm_plugins._C not built")
+
+
+# ---- spec Appendix A, transcribed (ground truth: verified against the official SymPy tables) -----------
+
+def halve_h(i, j): return (i == 0 and j == 1) or (i >= 1 and j >= 2)
+def halve_v(i, j): return (j == 0 and i == 1) or (j >= 1 and i >= 2)
+
+
+def np_ssm2d_kernel(A1, A2, A3, A4, B1, B2, C1, C2, L1, L2):
+    N = A1.shape[0]
+    dt = np.result_type(A1, B1, C1)
+    XH = np.zeros((L1, L2, N), dt); XV = np.zeros((L1, L2, N), dt)
+    for i in range(L1):
+        for j in range(L2):
+            if i == 0 and j == 0:
+                XH[0, 0], XV[0, 0] = B1, B2
+                continue
+            if j >= 1:
+                XH[i, j] = (0.5 if halve_h(i, j) else 1.0) * (A1 * XH[i, j-1] + A2 * XV[i, j-1])
+            if i >= 1:
+                XV[i, j] = (0.5 if halve_v(i, j) else 1.0) * (A3 * XH[i-1, j] + A4 * XV[i-1, j])
+    K = (XH @ C1 + XV @ C2) / np.sqrt(N)
+    K[0, 1:] *= 2; K[1:, 0] *= 2
+    return K.real
+
+
+def np_causal_conv_fft(x, K):
+    L1, L2 = x.shape[-2:]
+    s = (2 * L1, 2 * L2)
+    return np.fft.irfft2(np.fft.rfft2(x, s=s) * np.fft.rfft2(K, s=s), s=s)[..., :L1, :L2]
+
+
+def np_ssm2d_layer(x, kernels, D, n_ssm, dirs):
+    flips = [(), (-2,), (-1,), (-2, -1)] if dirs == 4 else [(), (-2, -1)]
+    C = x.shape[0]
+    y = D[:, None, None] * x
+    for d, f in enumerate(flips):
+        Kc = kernels[d][np.arange(C) % n_ssm]
+        xf = np.flip(x, f) if f else x
+        yf = np.stack([np_causal_conv_fft(xf[c], Kc[c]) for c in range(C)])
+        y = y + (np.flip(yf, f) if f else yf)
+    return y
+
+
+def np_kernels(A, B, C, height, width):
+    """Appendix A per kernel set: A (4, S, N), B, C (2, S, N) numpy (constrained) -> (S, H, W)."""
+    return np.stack([np_ssm2d_kernel(*A[:, s], *B[:, s], *C[:, s], height, width) for s in range(A.shape[1])])
+
+
+# ---- the plain (un-normalised) Roesser recurrence of §1.2, run directly on an input --------------------
+
+def roesser(u, A1, A2, A3, A4, B1, B2, C1, C2):
+    """y[i,j] = C1 x^h[i,j] + C2 x^v[i,j] with x^h[i,j] = A1 x^h[i,j-1] + A2 x^v[i,j-1] + B1 u[i,j] and
+    x^v[i,j] = A3 x^h[i-1,j] + A4 x^v[i-1,j] + B2 u[i,j], zero boundary; diagonal A, scalars per state n."""
+    L1, L2 = u.shape
+    N = A1.shape[0]
+    xh = np.zeros((L1 + 1, L2 + 1, N)); xv = np.zeros((L1 + 1, L2 + 1, N))  # row/col 0 = boundary
+    y = np.zeros((L1, L2))
+    for i in range(L1):
+        for j in range(L2):
+            xh[i + 1, j + 1] = A1 * xh[i + 1, j] + A2 * xv[i + 1, j] + B1 * u[i, j]
+            xv[i + 1, j + 1] = A3 * xh[i, j + 1] + A4 * xv[i, j + 1] + B2 * u[i, j]
+            y[i, j] = C1 @ xh[i + 1, j + 1] + C2 @ xv[i + 1, j + 1]
+    return y
+
+
+def dense_conv2d(x, kernel, origin=(0, 0)):
+    """y[..., i, j] = Σ_{a,b} kernel[..., a, b] x[..., i + o1 - a, j + o2 - b], by the definition."""
+    H, W = x.shape[-2:]
+    kh, kw = kernel.shape[-2:]
+    batch = np.broadcast_shapes(x.shape[:-2], kernel.shape[:-2])
+    y = np.zeros((*batch, H, W))
+    for i in range(H):
+        for j in range(W):
+            for a in range(kh):
+                for b in range(kw):
+                    p, q = i + origin[0] - a, j + origin[1] - b
+                    if 0 <= p < H and 0 <= q < W:
+                        y[..., i, j] += kernel[..., a, b] * x[..., p, q]
+    return y
+
+
+# ---- helpers --------------------------------------------------------------------------------------------
+
+BACKENDS = ["kernel", "reference"]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request, monkeypatch):
+    if request.param == "reference":
+        monkeypatch.setenv("SSM_PLUGINS_BACKEND", "reference")
+    elif not _backend.has_kernel("ssm2d_kernel_fwd", "cpu"):
+        pytest.skip("ssm_plugins._C not built")
+    return request.param
+
+
+def random_constrained(S, N, is_complex, seed=0):
+    """Constrained parameters as numpy: A (4, S, N) with |A| < 1, B (2, S, N), C (2, S, N)."""
+    rng = np.random.default_rng(seed)
+    sig = lambda z: 1 / (1 + np.exp(-z))
+    A = sig(rng.normal(0, 0.2, (4, S, N)))
+    B = sig(rng.normal(0, 0.2, (2, S, N)))
+    C = rng.normal(0, 1, (2, S, N))
+    if is_complex:
+        A = A * np.exp(2j * np.pi * rng.uniform(0, 1, (4, S, N)))
+        B = B + 1j * sig(rng.normal(0, 0.2, (2, S, N)))
+        C = C + 1j * rng.normal(0, 1, (2, S, N))
+    return A, B, C
+
+
+def kernel_from_numpy(A, B, C, height, width, dtype=torch.float64, directions=2):
+    cplx = torch.complex128 if dtype == torch.float64 else torch.complex64
+    to = lambda a: torch.from_numpy(a).to(cplx if np.iscomplexobj(a) else dtype)
+    out = ops.ssm2d_kernel(to(A), to(B), to(C), height, width, directions=directions, parameterisation=None)
+    return out.reshape(-1, height, width)
+
+
+# ---- kernel values --------------------------------------------------------------------------------------
+
+TEST_VECTOR_4x4 = [
+    [0.400000, 0.740000, 0.666000, 0.599400],
+    [-0.230000, 0.059500, 0.029550, 0.015795],
+    [-0.161000, 0.052450, 0.026805, 0.014045],
+    [-0.112700, 0.040495, 0.021310, 0.011289],
+]
+
+
+def test_spec_test_vector(backend):
+    """§1.4 test vector (N = 1, real, no sigmoid) on 4x4, and the 3x5 continuation (prefix consistency)."""
+    one = lambda v: torch.tensor([[v, v]], dtype=torch.float64).T  # (S=2, N=1): two identical sets
+    A = torch.stack([one(v) for v in (0.9, 0.5, 0.3, 0.7)])
+    B = torch.stack([one(v) for v in (0.6, 0.4)])
+    C = torch.stack([one(v) for v in (1.0, -0.5)])
+    K = ops.ssm2d_kernel(A, B, C, 4, 4, directions=2, parameterisation=None)
+    assert K.shape == (2, 1, 4, 4) and K.dtype == torch.float64
+    torch.testing.assert_close(K[0, 0], torch.tensor(TEST_VECTOR_4x4, dtype=torch.float64), atol=1e-6, rtol=0)
+    K35 = ops.ssm2d_kernel(A, B, C, 3, 5, directions=2, parameterisation=None)[1, 0]
+    torch.testing.assert_close(K35[:, :4], K[1, 0, :3], atol=1e-12, rtol=0)
+    torch.testing.assert_close(K35[:, 4], torch.tensor([0.539460, 0.009355, 0.007699], dtype=torch.float64),
+                               atol=1e-6, rtol=0)
+
+
+GRIDS = [(5, 7), (7, 4), (1, 6), (6, 1), (1, 1), (3, 3), (2, 9)]
+
+
+@pytest.mark.parametrize("is_complex", [False, True], ids=["real", "complex"])
+@pytest.mark.parametrize("grid", GRIDS, ids=lambda g: f"{g[0]}x{g[1]}")
+def test_appendix_a_vs_oracle_vs_kernel(grid, is_complex):
+    """Appendix A NumPy reference == our oracle == the compiled kernel (N = 9: two CPU chunks)."""
+    H, W = grid
+    A, B, C = random_constrained(4, 9, is_complex, seed=H * 10 + W)
+    expected = torch.from_numpy(np_kernels(A, B, C, H, W))
+    to = lambda a: torch.from_numpy(a)
+    oracle = reference.ssm2d_kernel(to(A), to(B), to(C), H, W)
+    torch.testing.assert_close(oracle, expected, atol=1e-12, rtol=1e-10)
+    if _backend.has_kernel("ssm2d_kernel_fwd", "cpu"):
+        torch.testing.assert_close(kernel_from_numpy(A, B, C, H, W), expected, atol=1e-12, rtol=1e-10)
+        got32 = kernel_from_numpy(A, B, C, H, W, dtype=torch.float32)
+        assert got32.dtype == torch.float32
+        torch.testing.assert_close(got32.double(), expected, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("N", [1, 16])
+def test_first_row_and_column_are_the_plain_roesser_impulse_response(backend, N):
+    """§1.4 consequence: edge relaxation undoes the single halving, so the first row and column equal the
+    un-normalised recurrence (run directly on a delta), up to the 1/sqrt(N) scale."""
+    A, B, C = random_constrained(2, N, False, seed=N)
+    H, W = 6, 5
+    K = kernel_from_numpy(A, B, C, H, W)[0].numpy()
+    delta = np.zeros((H, W)); delta[0, 0] = 1
+    plain = roesser(delta, *A[:, 0], *B[:, 0], *C[:, 0]) / np.sqrt(N)
+    np.testing.assert_allclose(K[0], plain[0], atol=1e-12)
+    np.testing.assert_allclose(K[:, 0], plain[:, 0], atol=1e-12)
+    assert not np.allclose(K[1:, 1:], plain[1:, 1:])  # the interior is normalised
+
+
+def test_roesser_oracle_gives_the_pascal_kernel_of_eq_28():
+    one = lambda v: np.array([float(v)])
+    delta = np.zeros((5, 5)); delta[0, 0] = 1
+    K = roesser(delta, *map(one, [1, 1, 1, 0, 1, 0, 1, 0]))
+    pascal = [[1, 1, 1, 1, 1], [0, 1, 2, 3, 4], [0, 0, 1, 3, 6], [0, 0, 0, 1, 4], [0, 0, 0, 0, 1]]
+    np.testing.assert_array_equal(K, np.array(pascal, dtype=float))
+
+
+def test_causal_convolution_with_the_impulse_response_is_the_recurrence(backend):
+    """§1.2: running the (plain) Roesser recurrence on an input equals the causal convolution with its
+    impulse response, which is what fft_conv2d with origin (0, 0) computes."""
+    A, B, C = random_constrained(1, 3, False, seed=3)
+    params = (*A[:, 0], *B[:, 0], *C[:, 0])
+    H, W = 5, 8
+    u = np.random.default_rng(1).normal(size=(H, W))
+    delta = np.zeros((H, W)); delta[0, 0] = 1
+    impulse = roesser(delta, *params)
+    y = ops.fft_conv2d(torch.from_numpy(u), torch.from_numpy(impulse))
+    np.testing.assert_allclose(y.numpy(), roesser(u, *params), atol=1e-10)
+
+
+def test_states_and_kernel_bounded_for_unit_parameters(backend):
+    """§1.3: with A = B = 1 every normalised state is <= 1, so K / e stays in [0, 1] on a large grid."""
+    A = torch.ones(4, 2, 1, dtype=torch.float64)
+    C = torch.zeros(2, 2, 1, dtype=torch.float64)
+    C[0] = 1  # K reads x^h only
+    K = ops.ssm2d_kernel(A, A[:2], C, 40, 33, directions=2, parameterisation=None)[0, 0]
+    scaled = K / reference.ssm2d.edge_factors(40, 33)
+    assert scaled.min() >= 0 and scaled.max() <= 1 + 1e-12

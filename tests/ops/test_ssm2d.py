@@ -220,3 +220,271 @@ def test_states_and_kernel_bounded_for_unit_parameters(backend):
     K = ops.ssm2d_kernel(A, A[:2], C, 40, 33, directions=2, parameterisation=None)[0, 0]
     scaled = K / reference.ssm2d.edge_factors(40, 33)
     assert scaled.min() >= 0 and scaled.max() <= 1 + 1e-12
+
+
+# ---- parameterisations and directions -------------------------------------------------------------------
+
+def stored_params(S, N, parameterisation, seed=0):
+    """Stored (unconstrained) parameters, initialised as §1.7."""
+    g = torch.Generator().manual_seed(seed)
+    normal = lambda *shape, std=1.0: torch.randn(*shape, generator=g, dtype=torch.float64) * std
+    if parameterisation == "real":
+        return normal(4, S, N, std=0.2), normal(2, S, N, std=0.2), normal(2, S, N)
+    A = 0.5 + 2.5 * torch.rand(4, S, N, 2, generator=g, dtype=torch.float64)
+    return A, normal(2, S, N, 2, std=0.2), normal(2, S, N, 2)
+
+
+def constrain_numpy(A, B, C, parameterisation):
+    """§1.6 written out in NumPy."""
+    A, B, C = A.numpy(), B.numpy(), C.numpy()
+    sig = lambda z: 1 / (1 + np.exp(-z))
+    if parameterisation == "real":
+        return sig(A), sig(B), C
+    polar = lambda r, angle_logit: r * np.exp(2j * np.pi * sig(angle_logit))
+    Ac = polar(sig(A[..., 0]), A[..., 1])
+    if parameterisation == "complex":
+        return Ac, sig(B[..., 0]) + 1j * sig(B[..., 1]), C[..., 0] + 1j * C[..., 1]
+    return Ac, polar(sig(B[..., 0]), B[..., 1]), polar(C[..., 0], C[..., 1])
+
+
+@pytest.mark.parametrize("parameterisation", ["real", "complex", "complex_polar"])
+@pytest.mark.parametrize("directions", [2, 4])
+def test_parameterisations_and_direction_layout(backend, parameterisation, directions):
+    n_ssm, N, H, W = 3, 5, 4, 6
+    A, B, C = stored_params(directions * n_ssm, N, parameterisation)
+    K = ops.ssm2d_kernel(A, B, C, H, W, directions=directions, parameterisation=parameterisation)
+    assert K.shape == (directions, n_ssm, H, W) and K.dtype == torch.float64
+    expected = np_kernels(*constrain_numpy(A, B, C, parameterisation), H, W)
+    np.testing.assert_allclose(K.reshape(-1, H, W).numpy(), expected, atol=1e-12)
+
+
+@pytest.mark.parametrize("directions", [2, 4])
+@pytest.mark.parametrize("grid", [(5, 7), (4, 4), (1, 5)], ids=lambda g: f"{g[0]}x{g[1]}")
+def test_fused_kernel_equals_appendix_a_layer(backend, directions, grid):
+    """§1.8: one convolution with the fused (2H-1, 2W-1) kernel == Appendix A's per-direction layer."""
+    n_ssm, N, C = 2, 4, 5
+    H, W = grid
+    A, B, Cp = stored_params(directions * n_ssm, N, "real", seed=7)
+    kernels = ops.ssm2d_kernel(A, B, Cp, H, W, directions=directions)
+    fused = ops.ssm2d_kernel(A, B, Cp, H, W, directions=directions, fused=True)
+    assert fused.shape == (n_ssm, 2 * H - 1, 2 * W - 1)
+    torch.testing.assert_close(fused, ops.fuse_directions(kernels))
+    rng = np.random.default_rng(0)
+    x, D = rng.normal(size=(C, H, W)), rng.normal(size=C)
+    expected = np_ssm2d_layer(x, kernels.numpy(), D, n_ssm, directions)
+    y = ops.fft_conv2d(torch.from_numpy(x), fused[torch.arange(C) % n_ssm], origin=(H - 1, W - 1))
+    y = y + torch.from_numpy(D)[:, None, None] * torch.from_numpy(x)
+    np.testing.assert_allclose(y.numpy(), expected, atol=1e-10)
+
+
+# ---- fft_conv2d -----------------------------------------------------------------------------------------
+
+CONV_CASES = [  # x shape, kernel shape, origin
+    ((5, 7), (5, 7), (0, 0)),
+    ((2, 3, 4, 9), (3, 4, 9), (0, 0)),        # per-channel kernels broadcast over the batch
+    ((3, 5, 3), (5, 3), (2, 1)),
+    ((4, 6), (7, 11), (3, 5)),                # kernel larger than the input
+    ((4, 6), (7, 11), (6, 10)),
+    ((1, 1), (1, 1), (0, 0)),
+    ((1, 8), (1, 3), (0, 1)),
+    ((2, 5, 5), (1, 9, 9), (4, 4)),           # fused-kernel shape
+]
+
+
+@pytest.mark.parametrize("x_shape,k_shape,origin", CONV_CASES, ids=str)
+def test_fft_conv2d_equals_dense_convolution(backend, x_shape, k_shape, origin):
+    rng = np.random.default_rng(len(x_shape) + k_shape[-1])
+    x, kernel = rng.normal(size=x_shape), rng.normal(size=k_shape)
+    y = ops.fft_conv2d(torch.from_numpy(x), torch.from_numpy(kernel), origin=origin)
+    np.testing.assert_allclose(y.numpy(), dense_conv2d(x, kernel, origin), atol=1e-10)
+    y32 = ops.fft_conv2d(torch.from_numpy(x).float(), torch.from_numpy(kernel).float(), origin=origin)
+    assert y32.dtype == torch.float32
+    np.testing.assert_allclose(y32.numpy(), dense_conv2d(x, kernel, origin), atol=1e-4)
+
+
+def test_fft_conv2d_matches_appendix_a_causal_conv():
+    x, K = np.random.default_rng(2).normal(size=(2, 2, 7, 5))
+    y = ops.fft_conv2d(torch.from_numpy(x), torch.from_numpy(K))
+    np.testing.assert_allclose(y.numpy(), np_causal_conv_fft(x, K), atol=1e-12)
+
+
+def test_non_contiguous_inputs(backend):
+    A, B, C = stored_params(4, 3, "complex")
+    want = ops.ssm2d_kernel(A, B, C, 5, 3, directions=2, parameterisation="complex")
+    nc = lambda t: t.transpose(1, 2).contiguous().transpose(1, 2)  # same values, transposed strides
+    got = ops.ssm2d_kernel(nc(A), nc(B), nc(C), 5, 3, directions=2, parameterisation="complex")
+    torch.testing.assert_close(got, want)
+    x = torch.randn(3, 8, 10, dtype=torch.float64)[:, ::2, ::2]
+    kernel = torch.randn(5, 4, dtype=torch.float64).T
+    np.testing.assert_allclose(ops.fft_conv2d(x, kernel).numpy(), dense_conv2d(x.numpy(), kernel.numpy()),
+                               atol=1e-10)
+
+
+# ---- gradients ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("parameterisation", ["real", "complex", "complex_polar"])
+def test_kernel_gradcheck(backend, parameterisation):
+    A, B, C = (t.requires_grad_() for t in stored_params(2, 3, parameterisation, seed=5))
+    fn = lambda A, B, C: ops.ssm2d_kernel(A, B, C, 4, 5, directions=2, parameterisation=parameterisation)
+    assert torch.autograd.gradcheck(fn, (A, B, C))
+
+
+def test_kernel_gradcheck_constrained_complex(backend):
+    """parameterisation=None takes complex tensors directly; gradcheck uses PyTorch's conjugate convention."""
+    A, B, C = (torch.from_numpy(t).requires_grad_() for t in random_constrained(2, 2, True, seed=4))
+    fn = lambda A, B, C: ops.ssm2d_kernel(A, B, C, 3, 4, directions=2, parameterisation=None)
+    assert torch.autograd.gradcheck(fn, (A, B, C))
+
+
+@needs_kernel
+@pytest.mark.parametrize("parameterisation", ["real", "complex"])
+def test_compiled_backward_matches_oracle_autograd(monkeypatch, parameterisation):
+    """The compiled adjoint recurrence vs autograd through the oracle: N = 19 (three CPU chunks), 9x6."""
+    A, B, C = stored_params(4, 19, parameterisation, seed=9)
+    weight = torch.randn(2, 2, 9, 6, dtype=torch.float64)
+
+    def grads():
+        leaves = [t.clone().requires_grad_() for t in (A, B, C)]
+        K = ops.ssm2d_kernel(*leaves, 9, 6, directions=2, parameterisation=parameterisation)
+        return torch.autograd.grad((K * weight).sum(), leaves)
+
+    compiled = grads()
+    monkeypatch.setenv("SSM_PLUGINS_BACKEND", "reference")
+    for got, want in zip(compiled, grads()):
+        torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-8)
+
+
+@pytest.mark.parametrize("x_shape,k_shape,origin", [((2, 3, 4, 5), (3, 4, 5), (0, 0)),
+                                                    ((3, 4), (5, 6), (2, 4))], ids=str)
+def test_fft_conv2d_gradcheck(backend, x_shape, k_shape, origin):
+    x = torch.randn(x_shape, dtype=torch.float64, requires_grad=True)
+    kernel = torch.randn(k_shape, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, k: ops.fft_conv2d(x, k, origin=origin), (x, kernel))
+
+
+@needs_kernel
+def test_opcheck_registrations():
+    """Schema, fake (meta) kernels and autograd registration of the raw ops."""
+    A, B, C = (torch.from_numpy(t).requires_grad_() for t in random_constrained(2, 3, False))
+    torch.library.opcheck(torch.ops.ssm_plugins.ssm2d_kernel_fwd.default, (A, B, C, 3, 4))
+    x = torch.randn(2, 3, 4, 5, requires_grad=True)
+    kernel = torch.randn(3, 4, 5, requires_grad=True)
+    torch.library.opcheck(torch.ops.ssm_plugins.fft_conv2d.default, (x, kernel, 1, 2))
+
+
+# ---- precision ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_parameters_compute_in_float32(backend, dtype):
+    A, B, C = stored_params(4, 4, "real")
+    want = ops.ssm2d_kernel(*(t.to(dtype).float() for t in (A, B, C)), 6, 7)
+    got = ops.ssm2d_kernel(*(t.to(dtype) for t in (A, B, C)), 6, 7)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want)
+
+
+def test_bf16_large_grid_finite():
+    """128 x 128 = 16384 tokens: kernel from bf16 parameters and bf16 convolution stay finite."""
+    A, B, C = (t.to(torch.bfloat16) for t in stored_params(2, 4, "real"))
+    K = ops.ssm2d_kernel(A, B, C, 128, 128, directions=2, fused=True)
+    assert torch.isfinite(K).all()
+    x = torch.randn(1, 1, 128, 128, dtype=torch.bfloat16)
+    y = ops.fft_conv2d(x, K, origin=(127, 127))
+    assert y.dtype == torch.bfloat16 and torch.isfinite(y).all()
+
+
+# ---- bad input ------------------------------------------------------------------------------------------
+
+def _good():
+    return stored_params(4, 3, "real")
+
+
+@pytest.mark.parametrize("change,name", [
+    (lambda a: dict(a, A=a["A"][:3]), "A"),
+    (lambda a: dict(a, A=a["A"][:, :3]), "A"),                     # S not a multiple of directions
+    (lambda a: dict(a, A=a["A"].long()), "A"),
+    (lambda a: dict(a, B=a["B"][:, :, :2]), "B"),
+    (lambda a: dict(a, C=a["C"][None]), "C"),
+    (lambda a: dict(a, height=0), "height"),
+    (lambda a: dict(a, width=2.5), "width"),
+    (lambda a: dict(a, directions=3), "directions"),
+    (lambda a: dict(a, parameterisation="polar"), "parameterisation"),
+    (lambda a: dict(a, parameterisation="complex"), "A"),          # complex needs (4, S, N, 2)
+])
+def test_kernel_bad_input(change, name):
+    A, B, C = _good()
+    args = change(dict(A=A, B=B, C=C, height=3, width=4, directions=4, parameterisation="real"))
+    with pytest.raises(ValueError, match=name):
+        ops.ssm2d_kernel(args.pop("A"), args.pop("B"), args.pop("C"), args.pop("height"), args.pop("width"),
+                         **args)
+
+
+@pytest.mark.parametrize("x,kernel,origin,name", [
+    (torch.randn(5), torch.randn(3, 3), (0, 0), "x"),
+    (torch.randn(4, 4).int(), torch.randn(3, 3), (0, 0), "x"),
+    (torch.randn(4, 4), torch.randn(3), (0, 0), "kernel"),
+    (torch.randn(2, 4, 4), torch.randn(3, 3, 3), (0, 0), "kernel"),
+    (torch.randn(4, 4), torch.randn(3, 3), (3, 0), "origin"),
+    (torch.randn(4, 4), torch.randn(3, 3), (0,), "origin"),
+    (torch.randn(4, 0), torch.randn(3, 3), (0, 0), "x"),
+])
+def test_fft_conv2d_bad_input(x, kernel, origin, name):
+    with pytest.raises(ValueError, match=name):
+        ops.fft_conv2d(x, kernel, origin=origin)
+
+
+# ---- FLOP counts ----------------------------------------------------------------------------------------
+
+@needs_kernel
+@pytest.mark.parametrize("parameterisation", ["real", "complex"])
+def test_flop_counter_counts_the_kernel(parameterisation):
+    S, N, H, W = 4, 3, 5, 6
+    A, B, C = (t.requires_grad_() for t in stored_params(S, N, parameterisation))
+    per_cell = 12 if parameterisation == "real" else 48  # documented in ssm2d._kernel_flops
+    with FlopCounterMode(display=False) as counter:
+        K = ops.ssm2d_kernel(A, B, C, H, W, directions=2, parameterisation=parameterisation)
+    counts = counter.get_flop_counts()["Global"]
+    assert counts[torch.ops.ssm_plugins.ssm2d_kernel_fwd] == per_cell * S * N * H * W > 0
+    with FlopCounterMode(display=False) as counter:
+        K.sum().backward()
+    assert counter.get_flop_counts()["Global"][torch.ops.ssm_plugins.ssm2d_kernel_bwd] == 3 * per_cell * S * N * H * W
+
+
+def test_flop_counter_counts_fft_conv2d():
+    x = torch.randn(2, 3, 14, 14, requires_grad=True)
+    kernel = torch.randn(3, 14, 14, requires_grad=True)
+    with FlopCounterMode(display=False) as counter:
+        y = ops.fft_conv2d(x, kernel)
+        y.sum().backward()
+    counts = counter.get_flop_counts()["Global"]
+    # FFT grid 27 x 27 (= 3^3, already fast): rfft2 of 6 + 3 planes, 6 flops per product, irfft2 of 6.
+    n = 27 * 27
+    rfft = lambda planes: int(round(2.5 * planes * n * math.log2(n)))
+    frequencies = 27 * 14
+    assert counts[torch.ops.ssm_plugins.fft_conv2d] == rfft(6) + rfft(3) + 6 * 6 * frequencies + rfft(6) > 0
+    assert counts[torch.ops.ssm_plugins.fft_conv2d_bwd] == rfft(6) + 2 * rfft(6) + 2 * rfft(3) + 12 * 6 * frequencies
+    assert counts[torch.ops.ssm_plugins.fft_conv2d] == ssm2d_mod._fft_conv2d_flops(x.shape, kernel.shape, (0, 0))
+
+
+# ---- CUDA -----------------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("parameterisation", ["real", "complex"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cuda_matches_cpu(parameterisation, dtype):
+    if not _backend.has_kernel("ssm2d_kernel_fwd", "cuda"):
+        pytest.skip("extension built without CUDA")
+    A, B, C = (t.to(dtype) for t in stored_params(8, 16, parameterisation, seed=11))
+    weight = torch.randn(4, 2, 14, 9, dtype=dtype)
+    results = {}
+    for device in ("cpu", "cuda"):
+        leaves = [t.to(device).requires_grad_() for t in (A, B, C)]
+        K = ops.ssm2d_kernel(*leaves, 14, 9, directions=4, parameterisation=parameterisation)
+        grads = torch.autograd.grad((K * weight.to(device)).sum(), leaves)
+        x = torch.randn(2, 3, 14, 9, dtype=dtype, generator=torch.Generator().manual_seed(0)).to(device)
+        y = ops.fft_conv2d(x, K[0, :1].expand(3, -1, -1))
+        results[device] = [t.cpu() for t in (K, *grads, y)]
+    tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=1e-10, rtol=1e-10)
+    for got, want in zip(results["cuda"], results["cpu"]):
+        torch.testing.assert_close(got, want, **tol)

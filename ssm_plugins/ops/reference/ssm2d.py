@@ -74,13 +74,13 @@ def fft_conv2d(x: torch.Tensor, kernel: torch.Tensor, origin: tuple[int, int] = 
     """y[..., i, j] = Σ_{a,b} kernel[..., a, b] · x[..., i + o1 - a, j + o2 - b], x zero outside its grid.
 
     With origin (0, 0) this is the causal convolution of §1.8, computed as there: rfft2 of both operands
-    zero-padded to (2H, 2W) (at least the kernel's size), product, irfft2, crop. Accumulates in float32
-    (float64 if either input is float64); returns x's dtype.
+    zero-padded to the full linear-convolution size (H + kh - 1, W + kw - 1), so nothing wraps around;
+    product, irfft2, crop. Accumulates in float32 (float64 if either input is float64); returns x's dtype.
     """
     height, width = x.shape[-2:]
     kh, kw = kernel.shape[-2:]
     acc = torch.float64 if torch.float64 in (x.dtype, kernel.dtype) else torch.float32
-    size = (max(2 * height, kh + height), max(2 * width, kw + width))
+    size = (height + kh - 1, width + kw - 1)
     spectrum = torch.fft.rfft2(x.to(acc), s=size) * torch.fft.rfft2(kernel.to(acc), s=size)
     full = torch.fft.irfft2(spectrum, s=size)
     o1, o2 = origin

@@ -100,8 +100,9 @@ def ssm2d_kernel(A, B, C, height, width, *, directions=4, parameterisation="real
     if directions not in DIRECTION_FLIPS:
         raise ValueError(f"directions must be 2 or 4, got {directions!r}")
     for name, value in (("height", height), ("width", width)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if isinstance(value, bool) or not hasattr(value, "__index__") or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
+    height, width = int(height), int(width)
     what = _check_param("A", A, 4, parameterisation)
     n_sets, n_state = A.shape[1], A.shape[2]
     if n_sets == 0 or n_state == 0 or n_sets % directions != 0:

@@ -59,6 +59,10 @@ def fuse_directions(kernels: torch.Tensor) -> torch.Tensor:
     Kfull[a, b] (stored at [a + H - 1, b + W - 1]) sums K_d over the directions whose flips map it there, so
     ``fft_conv2d(x, Kfull, origin=(H-1, W-1))`` equals the sum over d of F_d(K_d (*) F_d(x)).
     """
+    kernels = _validate.tensor("kernels", kernels, 4, "(directions, n_ssm, H, W)")
+    if kernels.shape[0] not in DIRECTION_FLIPS:
+        raise ValueError(f"kernels must have shape (directions, n_ssm, H, W) with directions 2 or 4, "
+                         f"got {tuple(kernels.shape)}")
     dirs, _, height, width = kernels.shape
     fused = 0
     for kernel, flips in zip(kernels, DIRECTION_FLIPS[dirs]):

@@ -420,6 +420,13 @@ def test_kernel_bad_input(change, name):
                          **args)
 
 
+def test_fuse_directions_bad_input():
+    with pytest.raises(ValueError, match="kernels"):
+        ops.fuse_directions(torch.zeros(3, 2, 4, 4))
+    with pytest.raises(ValueError, match="kernels"):
+        ops.fuse_directions(torch.zeros(2, 4, 4))
+
+
 @pytest.mark.parametrize("x,kernel,origin,name", [
     (torch.randn(5), torch.randn(3, 3), (0, 0), "x"),
     (torch.randn(4, 4).int(), torch.randn(3, 3), (0, 0), "x"),

@@ -177,6 +177,54 @@ def test_appendix_a_vs_oracle_vs_kernel(grid, is_complex):
         torch.testing.assert_close(got32.double(), expected, atol=1e-5, rtol=1e-4)
 
 
+def coefficient_table(height, width):
+    """The paper's generalised Pascal table (§1.5), built without SymPy by running the normalised recurrence
+    on dictionaries {(z1, z2, z3, z4, b): c}: x^h[i][j] = Σ c A1^z1 A2^z2 A3^z3 A4^z4 B_b (same for x^v)."""
+    def merged(*terms):
+        out = {}
+        for scale, table, k in terms:
+            for key, c in table.items():
+                z = list(key)
+                z[k] += 1
+                out[tuple(z)] = out.get(tuple(z), 0.0) + scale * c
+        return out
+    XH = [[{} for _ in range(width)] for _ in range(height)]
+    XV = [[{} for _ in range(width)] for _ in range(height)]
+    XH[0][0], XV[0][0] = {(0, 0, 0, 0, 0): 1.0}, {(0, 0, 0, 0, 1): 1.0}
+    for i in range(height):
+        for j in range(width):
+            if (i, j) == (0, 0):
+                continue
+            if j >= 1:
+                f = 0.5 if halve_h(i, j) else 1.0
+                XH[i][j] = merged((f, XH[i][j - 1], 0), (f, XV[i][j - 1], 1))
+            if i >= 1:
+                f = 0.5 if halve_v(i, j) else 1.0
+                XV[i][j] = merged((f, XH[i - 1][j], 2), (f, XV[i - 1][j], 3))
+    return XH, XV
+
+
+def test_coefficient_table_method_gives_the_same_kernel():
+    """Paper §3.3 / App. B (Vandermonde powers times table coefficients) == the compiled recurrence; every
+    coefficient is in (0, 1] and a cell has at most 2 L_max - 2 terms (§1.3)."""
+    H, W, N = 6, 8, 4
+    A, B, C = random_constrained(2, N, True, seed=6)
+    XH, XV = coefficient_table(H, W)
+    terms = [len(t) for row in XH + XV for t in row]
+    coefficients = [c for row in XH + XV for t in row for c in t.values()]
+    assert max(terms) <= 2 * max(H, W) - 2 and 0 < min(coefficients) and max(coefficients) <= 1
+    K = np.zeros((2, H, W))
+    edge = reference.ssm2d.edge_factors(H, W).numpy()
+    for s in range(2):
+        def value(table):
+            return sum(c * np.prod([A[k, s] ** z[k] for k in range(4)], axis=0) * B[z[4], s]
+                       for z, c in table.items()) if table else np.zeros(N)
+        for i in range(H):
+            for j in range(W):
+                K[s, i, j] = (C[0, s] @ value(XH[i][j]) + C[1, s] @ value(XV[i][j])).real * edge[i, j] / np.sqrt(N)
+    np.testing.assert_allclose(kernel_from_numpy(A, B, C, H, W).numpy(), K, atol=1e-12)
+
+
 @pytest.mark.parametrize("N", [1, 16])
 def test_first_row_and_column_are_the_plain_roesser_impulse_response(backend, N):
     """§1.4 consequence: edge relaxation undoes the single halving, so the first row and column equal the

@@ -128,7 +128,7 @@ def ssm2d_kernel(A, B, C, height, width, *, directions=4, parameterisation="real
         A, B, C = _constrain(A.to(acc), B.to(acc), C.to(acc), parameterisation)
 
     if _backend.use_kernel(_KERNEL_OP, A):
-        raw = [torch.view_as_real(t) if t.is_complex() else t for t in (A, B, C)]
+        raw = [torch.view_as_real(t.resolve_conj()) if t.is_complex() else t for t in (A, B, C)]
         kernels = torch.ops.ssm_plugins.ssm2d_kernel_fwd(*raw, height, width)
     else:
         kernels = reference.ssm2d_kernel(A, B, C, height, width)

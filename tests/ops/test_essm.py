@@ -199,6 +199,23 @@ def test_dt_scale_multiplies_the_step():
     assert torch.allclose(scaled, essm_conv(u, lambda_re, lambda_im, log_dt + math.log(2.0), B, C, D))
 
 
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_dt_scale_2_on_half_rate_input_reproduces_the_full_rate_output(bidirectional):
+    """§7.7 / A20: zero-shot resampling. Smooth input, small Δ; without the rescale the output is far off."""
+    lambda_re, lambda_im, _, B, C, D = make_params(2, 3, 2)
+    log_dt = math.log(1e-3) + math.log(10) * torch.rand(2, 3, generator=torch.Generator().manual_seed(2),
+                                                      dtype=torch.float64)
+    time = torch.arange(4000, dtype=torch.float64)
+    u = torch.stack([torch.sin(2 * math.pi * time / 400 + phase) for phase in range(4)])[None]
+    kw = dict(bidirectional=bidirectional)
+    full = essm_conv(u, lambda_re, lambda_im, log_dt, B, C, D, **kw)[..., ::2]
+    half = essm_conv(u[..., ::2], lambda_re, lambda_im, log_dt, B, C, D, dt_scale=2.0, **kw)
+    unscaled = essm_conv(u[..., ::2], lambda_re, lambda_im, log_dt, B, C, D, **kw)
+    scale = full.abs().max()
+    assert (half - full).abs().max() < 0.02 * scale
+    assert (unscaled - full).abs().max() > 0.2 * scale
+
+
 @pytest.mark.parametrize("heads, width, modes", [(4, 128, 128), (16, 128, 128), (64, 128, 128),
                                                  (64, 256, 512), (32, 128, 128)])
 def test_parameter_count_formula(heads, width, modes):

@@ -57,7 +57,7 @@ def run(quick: bool) -> list[tuple]:
         for backward in (False, True):
             params = _params(backward)
             case = f"L={length} B={batch} H={WIDTH} N={MODES} S={HEADS} {'fwd+bwd' if backward else 'fwd'}"
-            repeat = 1 if quick else 3
+            repeat = 3
             ours = _timer(essm_conv, u, params, backward, 2 * repeat + 1)
             baselines = [
                 ("sequential recurrence (§1.10)", reference.essm_recurrent, {}),

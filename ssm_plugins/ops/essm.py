@@ -38,7 +38,7 @@ def fft_size(length: int) -> int:
 
 
 def _normalise(u, lambda_re, lambda_im, log_dt, B, C, D, dt_scale, discretization, gbt_alpha, n_fft):
-    """Validate user input (ValueError naming the argument); return (u, params in acc dtype, heads, n_fft)."""
+    """Validate user input (ValueError naming the argument); return (u, params in the accumulation dtype, n_fft)."""
     u = _validate.tensor("u", u, 3, "(batch, H, L)")
     batch, width, length = u.shape
     if length < 1:

@@ -58,7 +58,7 @@ def run(quick: bool) -> list[tuple]:
             params = _params(backward)
             case = f"L={length} B={batch} H={WIDTH} N={MODES} S={HEADS} {'fwd+bwd' if backward else 'fwd'}"
             repeat = 3
-            ours = _timer(essm_conv, u, params, backward, 2 * repeat + 1)
+            ours = _timer(essm_conv, u, params, backward, 5 * repeat)
             baselines = [
                 ("sequential recurrence (§1.10)", reference.essm_recurrent, {}),
                 ("direct O(L²) conv", direct_conv, {}),
@@ -67,7 +67,7 @@ def run(quick: bool) -> list[tuple]:
             for name, fn, kwargs in baselines:
                 base = _timer(fn, u, params, backward, repeat, **kwargs)
                 rows.append(("essm_conv causal", case, name, base, ours, base / ours))
-            ours_bi = _timer(essm_conv, u, params, backward, 2 * repeat + 1, bidirectional=True)
+            ours_bi = _timer(essm_conv, u, params, backward, 5 * repeat, bidirectional=True)
             base = _timer(direct_conv, u, params, backward, repeat, bidirectional=True)
             rows.append(("essm_conv bidirectional", case, "direct O(L²) conv", base, ours_bi, base / ours_bi))
     return rows

@@ -7,6 +7,7 @@ from torch.utils.flop_counter import register_flop_formula
 from . import _backend, _validate, reference
 
 _OP = "selective_scan_fwd"
+_BWD = "selective_scan_bwd"
 
 
 def _normalise(u, delta, A, B, C, D, z, delta_bias):
@@ -66,34 +67,34 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
     return (out, last_state) if return_last_state else out
 
 
-# ---- autograd, fake (meta) kernel and FLOP count for the compiled op --------------------------------
-# Registered only when the op exists (the extension may be missing).
-if hasattr(torch.ops.ssm_plugins, _OP):
+# ---- autograd, fake (meta) kernels and FLOP counts for the compiled ops ----------------------------
+# Registered only when the ops exist (the extension may be missing).
+if hasattr(torch.ops.ssm_plugins, _OP) and hasattr(torch.ops.ssm_plugins, _BWD):
 
     @torch.library.register_fake(f"ssm_plugins::{_OP}")
     def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
         return torch.empty_like(u), u.new_empty((u.shape[0], u.shape[1], A.shape[1]), dtype=A.dtype)
 
+    @torch.library.register_fake(f"ssm_plugins::{_BWD}")
+    def _bwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, grad_out, grad_last_state):
+        like = (lambda t: None if t is None else torch.empty_like(t))
+        return (torch.empty_like(u), torch.empty_like(delta), torch.empty_like(A), torch.empty_like(B),
+                torch.empty_like(C), like(D), like(z), like(delta_bias))
+
     def _setup_context(ctx, inputs, output):
         ctx.save_for_backward(*[t for t in inputs[:8] if t is not None])
         ctx.present = [t is not None for t in inputs[:8]]
         ctx.delta_softplus = inputs[8]
+        ctx.set_materialize_grads(False)  # an unused last_state needs no zero gradient
 
     def _backward(ctx, grad_out, grad_last_state):
-        # Gradient by differentiating the reference scan: exact, O(L) Python steps. The fused backward
-        # kernel replaces this (issue: kernels).
         saved = iter(ctx.saved_tensors)
-        inputs = [next(saved) if p else None for p in ctx.present]
-        with torch.enable_grad():
-            leaves = [t.detach().requires_grad_(t.is_floating_point()) if t is not None else None for t in inputs]
-            out, last = reference.selective_scan(*leaves, delta_softplus=ctx.delta_softplus, return_last_state=True)
-            wrt = [t for t in leaves if t is not None]
-            outs, grads = [out], [grad_out]
-            if grad_last_state is not None:
-                outs.append(last)
-                grads.append(grad_last_state)
-            got = iter(torch.autograd.grad(outs, wrt, grads, allow_unused=True))
-        return (*[next(got) if t is not None else None for t in leaves], None)
+        u, delta, A, B, C, D, z, delta_bias = [next(saved) if p else None for p in ctx.present]
+        if grad_out is None:  # only last_state was used
+            grad_out = torch.zeros_like(u)
+        grads = torch.ops.ssm_plugins.selective_scan_bwd(u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus,
+                                                         grad_out, grad_last_state)
+        return (*grads, None)
 
     torch.library.register_autograd(f"ssm_plugins::{_OP}", _backward, setup_context=_setup_context)
 
@@ -103,4 +104,15 @@ if hasattr(torch.ops.ssm_plugins, _OP):
         batch, dim, length = u
         flops = 9 * batch * dim * length * A[1]
         flops += batch * dim * length * ((D is not None) + (z is not None))
+        return flops
+
+    @register_flop_formula(getattr(torch.ops.ssm_plugins, _BWD))
+    def _bwd_flops(u, delta, A, B, C, D, z, delta_bias, delta_softplus, grad_out, grad_last_state,
+                   out_shape=None, **kwargs):
+        # Per (batch, dim, L, N) step: the forward recomputed with grad C (9, as counted for the forward)
+        # and the reverse recurrence (13: grad h, grad A, grad dt, grad u, grad B, carry); per
+        # (batch, dim, L): 2 for the D skip and 4 for the z gate.
+        batch, dim, length = u
+        flops = 22 * batch * dim * length * A[1]
+        flops += batch * dim * length * (2 * (D is not None) + 4 * (z is not None))
         return flops

@@ -10,7 +10,11 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
     """h_t = exp(Δ_t A) h_{t-1} + Δ_t B_t u_t;  y_t = C_t·h_t + D u_t;  out = y · silu(z).
 
     u, delta, z: (batch, dim, L); A: (dim, N); B, C: (batch, N, L) or (batch, groups, N, L);
-    D, delta_bias: (dim,). Accumulates in float32 (float64 for float64 input); returns u's dtype.
+    D, delta_bias: (dim,). Accumulates in float32 (float64 for float64 input); returns u's dtype,
+    and with ``return_last_state`` also h_L, (batch, dim, N) in the accumulation dtype.
+
+    Differentiable by autograd in time and memory linear in L (the steps are taken with ``unbind``,
+    whose backward is one ``stack``, not L scatters into full-size zeros).
     """
     acc = torch.float64 if u.dtype == torch.float64 else torch.float32
     batch, dim, length = u.shape
@@ -22,19 +26,21 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
         dt = F.softplus(dt)
     Bm = B.to(acc) if B.dim() == 4 else B.to(acc)[:, None]  # (batch, groups, N, L)
     Cm = C.to(acc) if C.dim() == 4 else C.to(acc)[:, None]
-    Bm = Bm.repeat_interleave(dim // Bm.shape[1], dim=1)  # (batch, dim, N, L)
-    Cm = Cm.repeat_interleave(dim // Cm.shape[1], dim=1)
+    groups, n_state = Bm.shape[1], A.shape[1]
+    # The channels of a group share its B_t and C_t: work on (batch, groups, dim // groups, ...).
     dA = torch.exp(dt[..., None] * A.to(acc)[:, None, :])  # (batch, dim, L, N)
-    dBx = (dt * x)[..., None] * Bm.transpose(-1, -2)  # (batch, dim, L, N)
-    h = x.new_zeros(batch, dim, A.shape[1])
+    dA = dA.view(batch, groups, dim // groups, length, n_state)
+    dBx = (dt * x).view(batch, groups, dim // groups, length, 1) * Bm.transpose(-1, -2)[:, :, None]
+    Ct = Cm[:, :, None]  # (batch, groups, 1, N, L)
+    h = x.new_zeros(batch, groups, dim // groups, n_state)
     ys = []
-    for t in range(length):
-        h = dA[:, :, t] * h + dBx[:, :, t]
-        ys.append((h * Cm[..., t]).sum(-1))
-    y = torch.stack(ys, dim=-1) if ys else x.new_zeros(batch, dim, 0)
+    for dA_t, dBx_t, C_t in zip(dA.unbind(3), dBx.unbind(3), Ct.unbind(4)):
+        h = dA_t * h + dBx_t
+        ys.append((h * C_t).sum(-1))
+    y = torch.stack(ys, dim=-1).view(batch, dim, length) if ys else x.new_zeros(batch, dim, 0)
     if D is not None:
         y = y + D.to(acc)[:, None] * x
     if z is not None:
         y = y * F.silu(z.to(acc))
     out = y.to(u.dtype)
-    return (out, h) if return_last_state else out
+    return (out, h.reshape(batch, dim, n_state)) if return_last_state else out

@@ -1,0 +1,346 @@
+"""ssm_plugins.ops.selective_scan: compiled kernels (forward and backward) against the reference scan,
+the reference against the dense matrix of mambamixer.md §1.1, gradcheck, fake kernels, FLOP counts,
+bad input, and the reference fallback."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from ssm_plugins import ops
+from ssm_plugins.ops import _backend, reference, selective_scan
+
+HAS_KERNEL = _backend.has_kernel("selective_scan_fwd", "cpu") and _backend.has_kernel("selective_scan_bwd", "cpu")
+needs_kernel = pytest.mark.skipif(not HAS_KERNEL, reason="ssm_plugins._C has no CPU selective_scan kernels")
+ISAS = ("generic", "avx2", "avx512")  # SSM_PLUGINS_CPU_ISA; a CPU without one runs its best instead
+
+
+def make(batch=2, dim=4, length=9, n_state=3, groups=None, dtype=torch.float32, D=True, z=True, bias=True,
+         seed=0, requires_grad=False):
+    """Inputs in the public API's layout; B and C are (batch, N, L) when groups is None."""
+    g = torch.Generator().manual_seed(seed)
+    acc = torch.float64 if dtype == torch.float64 else torch.float32
+    rnd = lambda *shape, dt=acc: torch.randn(*shape, generator=g, dtype=torch.float64).to(dt)
+    bc_shape = (batch, n_state, length) if groups is None else (batch, groups, n_state, length)
+    kw = dict(u=rnd(batch, dim, length, dt=dtype), delta=(0.5 * rnd(batch, dim, length)).to(dtype),
+              A=-(0.5 + torch.rand(dim, n_state, generator=g, dtype=torch.float64)).to(acc),
+              B=rnd(*bc_shape), C=rnd(*bc_shape),
+              D=rnd(dim) if D else None, z=rnd(batch, dim, length, dt=dtype) if z else None,
+              delta_bias=0.3 * rnd(dim) if bias else None)
+    if requires_grad:
+        for t in kw.values():
+            if t is not None:
+                t.requires_grad_(True)
+    return kw
+
+
+def rel_err(a, b):
+    a, b = a.detach().double(), b.detach().double()
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item() if b.numel() else 0.0
+
+
+def grads(fn, kw, delta_softplus, seed=1):
+    """Gradients of <out, g> + <last_state, g_last> with respect to every tensor input."""
+    leaves = {k: v.detach().clone().requires_grad_(True) for k, v in kw.items() if v is not None}
+    full = {k: leaves.get(k) for k in kw}
+    out, last = fn(**full, delta_softplus=delta_softplus, return_last_state=True)
+    gen = torch.Generator().manual_seed(seed)
+    g_out = torch.randn(out.shape, generator=gen).to(out.dtype)
+    g_last = torch.randn(last.shape, generator=gen).to(last.dtype)
+    got = torch.autograd.grad([out, last], list(leaves.values()), [g_out, g_last])
+    return out, last, dict(zip(leaves, got))
+
+
+# ---- forward -----------------------------------------------------------------------------------------
+
+CASES = [  # batch, dim, L, N, groups
+    (2, 4, 9, 3, None),
+    (1, 6, 33, 16, 2),   # one full float vector of states, groups
+    (2, 3, 17, 20, 3),   # N not a multiple of the vector width, one channel per group
+    (1, 2, 1, 1, None),  # single step, single state
+]
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("options", [(True, True, True, True), (False, False, False, False),
+                                     (True, False, True, False), (False, True, False, True)])
+def test_forward_matches_reference(dtype, case, options):
+    batch, dim, length, n_state, groups = case
+    use_D, use_z, use_bias, softplus = options
+    kw = make(batch, dim, length, n_state, groups, dtype, D=use_D, z=use_z, bias=use_bias)
+    out, last = selective_scan(**kw, delta_softplus=softplus, return_last_state=True)
+    ref_out, ref_last = reference.selective_scan(**kw, delta_softplus=softplus, return_last_state=True)
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    assert out.dtype == dtype and out.shape == (batch, dim, length)
+    assert last.dtype == ref_last.dtype and last.shape == (batch, dim, n_state)
+    assert rel_err(out, ref_out) < tol
+    assert rel_err(last, ref_last) < tol
+    assert isinstance(selective_scan(**kw, delta_softplus=softplus), torch.Tensor)
+
+
+@needs_kernel
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("n_state", [16, 32, 40])  # one, two and five float vectors (NV = 1, 2, runtime)
+def test_every_instruction_set(monkeypatch, isa, n_state):
+    monkeypatch.setenv("SSM_PLUGINS_CPU_ISA", isa)
+    kw = make(2, 4, 37, n_state, 2, torch.float32, requires_grad=False)
+    out, last, got = grads(selective_scan, kw, True)
+    ref_out, ref_last, want = grads(reference.selective_scan, kw, True)
+    assert rel_err(out, ref_out) < 1e-5 and rel_err(last, ref_last) < 1e-5
+    for name in want:
+        assert rel_err(got[name], want[name]) < 5e-5, name
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_forward(dtype):
+    kw = make(2, 8, 64, 16, None, dtype)
+    out, last = selective_scan(**kw, delta_softplus=True, return_last_state=True)
+    ref_out, ref_last = reference.selective_scan(**kw, delta_softplus=True, return_last_state=True)
+    assert out.dtype == dtype and last.dtype == torch.float32
+    assert rel_err(out, ref_out) < 1e-2
+    assert rel_err(last, ref_last) < 1e-5  # both accumulate in float32 from the same inputs
+
+
+def test_bf16_long_sequence_is_finite():
+    """bf16 in and out at L = 16384 (small dim): the float32 state neither overflows nor drifts."""
+    kw = make(1, 4, 16384, 16, None, torch.bfloat16, seed=3)
+    out, last = selective_scan(**kw, delta_softplus=True, return_last_state=True)
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out).all() and torch.isfinite(last).all()
+    fp32 = {k: None if v is None else v.float() for k, v in kw.items()}
+    ref_out = reference.selective_scan(**fp32, delta_softplus=True)
+    assert rel_err(out, ref_out) < 1e-2
+
+
+@needs_kernel
+def test_noncontiguous_inputs():
+    kw = make(2, 5, 12, 4, None, requires_grad=False)
+    strided = dict(kw, u=torch.stack([kw["u"], kw["u"]], dim=-1)[..., 0],  # stride 2 along L
+                   z=kw["z"].transpose(1, 2).contiguous().transpose(1, 2),
+                   A=kw["A"].t().contiguous().t(), B=kw["B"].transpose(1, 2).contiguous().transpose(1, 2))
+    assert not any(strided[k].is_contiguous() for k in ("u", "z", "A", "B"))
+    out, last, got = grads(selective_scan, strided, True)
+    ref_out, ref_last, want = grads(reference.selective_scan, kw, True)
+    assert rel_err(out, ref_out) < 1e-5 and rel_err(last, ref_last) < 1e-5
+    for name in want:
+        assert rel_err(got[name], want[name]) < 5e-5, name
+
+
+@needs_kernel
+def test_empty_shapes():
+    for batch, dim, length in [(0, 3, 5), (2, 3, 0)]:
+        kw = make(batch, dim, length, 4, None, requires_grad=True)
+        out, last = selective_scan(**kw, delta_softplus=True, return_last_state=True)
+        assert out.shape == (batch, dim, length) and last.shape == (batch, dim, 4)
+        assert (last == 0).all()
+        (out.sum() + last.sum()).backward()
+        assert kw["A"].grad.shape == kw["A"].shape and (kw["A"].grad == 0).all()
+
+
+# ---- the reference against the definition -------------------------------------------------------------
+
+def test_reference_matches_dense_matrix_view():
+    """mambamixer.md §1.1: for one channel y = M x with M_{t,k} = C_t^T (prod_{j=k+1..t} Abar_j) Bbar_k."""
+    torch.manual_seed(0)
+    length, n_state, dim, channel = 12, 4, 3, 1
+    kw = make(1, dim, length, n_state, None, torch.float64, D=True, z=False, bias=True)
+    out = reference.selective_scan(**kw, delta_softplus=True)
+
+    dt = F.softplus(kw["delta"][0, channel] + kw["delta_bias"][channel])  # (L,)
+    Abar = torch.exp(dt[:, None] * kw["A"][channel][None, :])           # (L, N), diagonal per step
+    Bbar = dt[:, None] * kw["B"][0].T                                     # (L, N)
+    Ct = kw["C"][0].T                                                     # (L, N)
+    M = torch.zeros(length, length, dtype=torch.float64)
+    for t in range(length):
+        for k in range(t + 1):
+            prod = torch.ones(n_state, dtype=torch.float64)
+            for j in range(k + 1, t + 1):
+                prod = prod * Abar[j]
+            M[t, k] = (Ct[t] * prod * Bbar[k]).sum()
+    x = kw["u"][0, channel]
+    y = M @ x + kw["D"][channel] * x
+    torch.testing.assert_close(out[0, channel], y, rtol=1e-12, atol=1e-12)
+    if HAS_KERNEL:
+        torch.testing.assert_close(selective_scan(**kw, delta_softplus=True)[0, channel], y, rtol=1e-12, atol=1e-12)
+
+
+# ---- backward --------------------------------------------------------------------------------------------
+
+@needs_kernel
+def test_gradcheck_compiled_path():
+    """fp64 gradcheck through selective_scan_bwd: D, z, delta_bias, softplus, groups > 1, both outputs."""
+    kw = make(2, 4, 7, 3, 2, torch.float64, requires_grad=True)
+    names = list(kw)
+
+    def fn(*tensors):
+        out, last = selective_scan(**dict(zip(names, tensors)), delta_softplus=True, return_last_state=True)
+        assert "selective_scan_fwd" in type(out.grad_fn).__name__  # the compiled op's autograd, not the reference
+        return out, last
+
+    assert torch.autograd.gradcheck(fn, tuple(kw.values()), eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+@needs_kernel
+def test_gradcheck_compiled_path_minimal():
+    """No optional inputs, no softplus, B and C without a group axis."""
+    kw = make(1, 3, 6, 2, None, torch.float64, D=False, z=False, bias=False, requires_grad=True)
+    kw = {k: v for k, v in kw.items() if v is not None}
+    names = list(kw)
+    fn = lambda *tensors: selective_scan(**dict(zip(names, tensors)))
+    assert torch.autograd.gradcheck(fn, tuple(kw.values()), eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("case,options", [
+    ((2, 4, 37, 5, 2), (True, True, True, True)),
+    ((2, 4, 37, 5, None), (False, False, False, False)),
+    ((1, 6, 50, 16, 3), (True, False, True, True)),
+    ((1, 2, 700, 40, None), (True, True, True, True)),   # long rows: the chunked (checkpointed) backward
+    ((2, 2, 2500, 16, 1), (True, True, False, True)),
+])
+def test_backward_matches_reference(dtype, case, options):
+    batch, dim, length, n_state, groups = case
+    use_D, use_z, use_bias, softplus = options
+    kw = make(batch, dim, length, n_state, groups, dtype, D=use_D, z=use_z, bias=use_bias)
+    out, last, got = grads(selective_scan, kw, softplus)
+    ref_out, ref_last, want = grads(reference.selective_scan, kw, softplus)
+    tol = 1e-11 if dtype == torch.float64 else 5e-5
+    assert set(got) == set(want)
+    for name in want:
+        assert got[name].shape == kw[name].shape and got[name].dtype == kw[name].dtype
+        assert rel_err(got[name], want[name]) < tol, name
+
+
+@needs_kernel
+def test_backward_low_precision():
+    kw = make(2, 4, 40, 16, None, torch.bfloat16)
+    _, _, got = grads(selective_scan, kw, True)
+    _, _, want = grads(reference.selective_scan, kw, True)
+    for name in want:
+        assert got[name].dtype == kw[name].dtype
+        assert rel_err(got[name], want[name]) < 2e-2, name
+
+
+@needs_kernel
+def test_backward_through_one_output_only():
+    kw = make(2, 3, 10, 4, None, torch.float64, requires_grad=True)
+    for pick in (0, 1):
+        for t in kw.values():
+            t.grad = None
+        selective_scan(**kw, delta_softplus=True, return_last_state=True)[pick].sum().backward()
+        got = {k: v.grad.clone() for k, v in kw.items()}
+        for t in kw.values():
+            t.grad = None
+        reference.selective_scan(**kw, delta_softplus=True, return_last_state=True)[pick].sum().backward()
+        for k, v in kw.items():  # the reference leaves z without a gradient when only last_state is used
+            want = v.grad if v.grad is not None else torch.zeros_like(v)
+            assert (got[k] == want).all() if not want.any() else rel_err(got[k], want) < 1e-11, (pick, k)
+
+
+@needs_kernel
+def test_backward_op_contract():
+    """The raw op: optional gradients are None when the input is absent; grad_last_state may be None."""
+    kw = make(2, 4, 8, 3, None, torch.float32, D=False, z=False, bias=False)
+    args = (kw["u"], kw["delta"], kw["A"], kw["B"][:, None], kw["C"][:, None], None, None, None, False)
+    out, last = torch.ops.ssm_plugins.selective_scan_fwd(*args)
+    g = torch.randn_like(out)
+    res = torch.ops.ssm_plugins.selective_scan_bwd(*args, g, None)
+    assert len(res) == 8 and res[5] is None and res[6] is None and res[7] is None
+    res0 = torch.ops.ssm_plugins.selective_scan_bwd(*args, g, torch.zeros_like(last))
+    for a, b in zip(res[:5], res0[:5]):
+        torch.testing.assert_close(a, b)
+
+
+@needs_kernel
+def test_opcheck():
+    """Schemas, fake (meta) kernels and the autograd registration agree with the real kernels."""
+    kw = make(2, 4, 6, 3, None, torch.float32, requires_grad=True)
+    args = (kw["u"], kw["delta"], kw["A"], kw["B"][:, None], kw["C"][:, None], kw["D"], kw["z"], kw["delta_bias"], True)
+    torch.library.opcheck(torch.ops.ssm_plugins.selective_scan_fwd, args)
+    plain = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args)
+    out, last = torch.ops.ssm_plugins.selective_scan_fwd(*plain)
+    torch.library.opcheck(torch.ops.ssm_plugins.selective_scan_bwd,
+                          (*plain, torch.randn_like(out), torch.randn_like(last)))
+
+
+@needs_kernel
+def test_flop_counts():
+    batch, dim, length, n_state = 2, 4, 8, 3
+    kw = make(batch, dim, length, n_state, None, torch.float32, requires_grad=True)
+    with FlopCounterMode(display=False) as counter:
+        selective_scan(**kw, delta_softplus=True).sum().backward()
+    counts = counter.get_flop_counts()["Global"]
+    steps = batch * dim * length
+    assert counts[torch.ops.ssm_plugins.selective_scan_fwd] == 9 * steps * n_state + 2 * steps
+    assert counts[torch.ops.ssm_plugins.selective_scan_bwd] == 22 * steps * n_state + 6 * steps
+
+
+# ---- backend choice and bad input ---------------------------------------------------------------------
+
+@needs_kernel
+def test_reference_backend_gives_the_same_numbers(monkeypatch):
+    kw = make(2, 4, 21, 5, 2, torch.float64, requires_grad=False)
+    out, last, got = grads(selective_scan, kw, True)
+    monkeypatch.setenv("SSM_PLUGINS_BACKEND", "reference")
+    assert ops.backend_info()["forced_reference"]
+    probe = selective_scan(**make(1, 2, 3, 2, None, torch.float64, requires_grad=True), delta_softplus=True)
+    assert "selective_scan_fwd" not in type(probe.grad_fn).__name__  # the reference ran
+    ref_out, ref_last, want = grads(selective_scan, kw, True)
+    assert rel_err(out, ref_out) < 1e-12 and rel_err(last, ref_last) < 1e-12
+    for name in want:
+        assert rel_err(got[name], want[name]) < 1e-11, name
+
+
+def test_backend_env_is_checked(monkeypatch):
+    monkeypatch.setenv("SSM_PLUGINS_BACKEND", "fast")
+    with pytest.raises(ValueError, match="SSM_PLUGINS_BACKEND"):
+        selective_scan(**make())
+
+
+def test_backend_info_lists_the_ops():
+    info = ops.backend_info()
+    if info["extension"]:
+        assert info["ops"]["selective_scan_fwd"][0] == "cpu"
+        assert info["ops"]["selective_scan_bwd"][0] == "cpu"
+
+
+@pytest.mark.parametrize("change,name", [
+    (dict(u=torch.randn(2, 4)), "u"),
+    (dict(u=torch.randint(0, 3, (2, 4, 9))), "u"),
+    (dict(delta=torch.randn(2, 4, 8)), "delta"),
+    (dict(A=torch.randn(4)), "A"),
+    (dict(A=torch.randn(5, 3)), "A"),
+    (dict(B=torch.randn(2, 4, 9)), "B"),
+    (dict(C=torch.randn(2, 3, 8)), "C"),
+    (dict(B=torch.randn(2, 3, 3, 9), C=torch.randn(2, 3, 3, 9)), "groups"),
+    (dict(B=torch.randn(2, 2, 3, 9)), "groups"),
+    (dict(D=torch.randn(5)), "D"),
+    (dict(delta_bias=torch.randn(4, 1)), "delta_bias"),
+    (dict(z=torch.randn(2, 4, 8)), "z"),
+    (dict(z="not a tensor"), "z"),
+])
+def test_bad_input_names_the_argument(change, name):
+    kw = dict(make(), **change)
+    with pytest.raises(ValueError, match=name):
+        selective_scan(**kw)
+
+
+# ---- CUDA (a machine with a GPU) ------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_cuda_matches_cpu(dtype):
+    assert _backend.has_kernel("selective_scan_bwd", "cuda")
+    kw = make(2, 6, 150, 16, 2, dtype)  # L > one backward chunk
+    cpu_out, cpu_last, cpu_grads = grads(selective_scan, kw, True)
+    cuda_kw = {k: None if v is None else v.cuda() for k, v in kw.items()}
+    out, last, got = grads(selective_scan, cuda_kw, True)
+    tol = {torch.float64: 1e-11, torch.float32: 1e-5, torch.bfloat16: 2e-2}[dtype]
+    assert rel_err(out.cpu(), cpu_out) < tol and rel_err(last.cpu(), cpu_last) < max(tol, 1e-5)
+    for name in cpu_grads:
+        assert rel_err(got[name].cpu(), cpu_grads[name]) < max(tol, 5e-5), name

@@ -217,7 +217,7 @@ class AlignedBuffer {
 // recomputes one chunk at a time (one more exp per step, but a working set that stays in cache).
 
 constexpr int64_t kChunk = 64;             // a multiple of both vector widths
-constexpr int64_t kKeepAllBytes = 256 << 10;  // states of a row up to this size are all kept
+constexpr int64_t kKeepAllBytes = 512 << 10;  // states of a row up to this size are all kept
 
 template <typename acc_t>
 int64_t bwd_chunk(int64_t L, int64_t Npad) {
@@ -583,22 +583,31 @@ inline void store_row(scalar_t* dst, const acc_t* src, int64_t L) {
   for (int64_t t = 0; t < L; ++t) dst[t] = static_cast<scalar_t>(src[t]);
 }
 
-// Rows per grab: about 32k state updates, so small problems stay on one thread.
+// Rows per grab: about 32k state updates.
 int64_t row_grab(const ScanShape& s) { return std::max<int64_t>(1, 32768 / (s.L * std::max<int64_t>(s.N, 1) + 1)); }
 
-// Runs per_thread(take) on the pool's threads; take(begin, end) hands out [0, n) in grabs of `grab`
-// items, first come first served, and returns false when none is left. Dynamic on purpose: a thread
-// that the OS deschedules (a busy machine) takes fewer grabs, where a static split would make the
-// whole call wait for it.
+// Threads for a call of `updates` state updates (batch * dim * L * N, times ~2.5 for the backward): each
+// gets at least kMinUpdatesPerThread (a few ms of work). A thread costs a wake-up, which on a loaded
+// machine can be a whole scheduler slice; a small call is faster on the calling thread alone.
+constexpr int64_t kMinUpdatesPerThread = int64_t(8) << 20;
+
+int64_t threads_for(int64_t updates) {
+  return std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), updates / kMinUpdatesPerThread));
+}
+
+// Runs per_thread(take) on up to `threads` threads; take(begin, end) hands out [0, n) in grabs of
+// `grab` items, first come first served, and returns false when none is left. Dynamic on purpose: a
+// thread that the OS deschedules (a busy machine) takes fewer grabs, where a static split would make
+// the whole call wait for it.
 template <typename F>
-void dynamic_for(int64_t n, int64_t grab, const F& per_thread) {
+void dynamic_for(int64_t n, int64_t grab, int64_t threads, const F& per_thread) {
   std::atomic<int64_t> next{0};
   auto take = [&](int64_t& begin, int64_t& end) {
     begin = next.fetch_add(grab);
     end = std::min(begin + grab, n);
     return begin < n;
   };
-  const int64_t threads = std::min<int64_t>(at::get_num_threads(), (n + grab - 1) / grab);
+  threads = std::min<int64_t>(threads, (n + grab - 1) / grab);
   if (threads <= 1) {
     per_thread(take);
     return;
@@ -638,7 +647,8 @@ void fwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tensor& d
   const acc_t *D_p = opt_ptr<acc_t>(D), *bias_p = opt_ptr<acc_t>(delta_bias);
   scalar_t* out_p = out.data_ptr<scalar_t>();
   acc_t* last_p = last_state.data_ptr<acc_t>();
-  dynamic_for(s.batch * s.dim, row_grab(s), [&](auto take) {
+  const int64_t updates = s.batch * s.dim * s.L * s.N;
+  dynamic_for(s.batch * s.dim, row_grab(s), threads_for(updates), [&](auto take) {
     AlignedBuffer<acc_t> buf(4 * Lpad + Npad), ring(W * W), scratch(2 * nv * W);
     FwdRow<acc_t> r;
     acc_t* x = buf.data();
@@ -731,6 +741,7 @@ BwdResult bwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tens
 
   // Task = (batch, group, chunk of the group's channels): enough tasks to balance the threads.
   const int64_t chunks = std::min<int64_t>(per_group, (8 * at::get_num_threads() + bg_count - 1) / bg_count);
+  // (8 tasks per thread balance a dynamic schedule; each task adds its L * N grad B and C once.)
   const int64_t tasks = bg_count * chunks;
   const int64_t grab = std::max<int64_t>(1, row_grab(s) / std::max<int64_t>(1, per_group / chunks));
 
@@ -741,7 +752,8 @@ BwdResult bwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tens
   const acc_t* gl_p = opt_ptr<acc_t>(grad_last);
   scalar_t *du_p = du.data_ptr<scalar_t>(), *ddelta_p = ddelta.data_ptr<scalar_t>();
   scalar_t* dz_p = opt_ptr<scalar_t>(dz);
-  dynamic_for(tasks, grab, [&](auto take) {
+  const int64_t updates = s.batch * s.dim * s.L * s.N * 5 / 2;
+  dynamic_for(tasks, grab, threads_for(updates), [&](auto take) {
     const int64_t chunk = bwd_chunk<acc_t>(s.L, Npad);
     AlignedBuffer<acc_t> buf(8 * Lpad), rings(2 * W * W), states(chunk * 2 * Npad),
         ckpt((s.L + chunk - 1) / chunk * Npad), scratch(4 * nv * W), glast(Npad), dBC(2 * bc_size);

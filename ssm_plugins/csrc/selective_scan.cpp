@@ -14,21 +14,25 @@
 // (the last three None when the input was absent), each in its input's dtype.
 //
 // CPU design. Each (batch, channel) row is sequential in L and independent of the others, so rows are
-// spread over threads. Per row, the inputs are first converted to the accumulation type in
-// thread-local buffers; the core then works on SIMD vectors spanning the state axis N (GCC vector
-// extensions, compiled for AVX-512, AVX2 and baseline x86-64 and picked at run time), with B and C
-// transposed to (L, N) and N padded to a whole number of vectors (the padding lanes have A = B = C = 0,
-// so their state stays 0). float uses a polynomial exp/log1p that vectorises; double calls libm.
-// The backward re-runs the forward recurrence of a row into a buffer of (exp(dt A), h) per step, then
-// runs the reverse recurrence. Gradients shared across rows are summed without races: A, D and
-// delta_bias per (batch, channel) then over batch; B and C per (batch, group, channel chunk) task,
-// then over the chunks.
+// handed out to threads dynamically (a busy machine may deschedule one). Per row, the inputs are first
+// converted to the accumulation type in thread-local buffers; the core then works on SIMD vectors
+// spanning the state axis N (GCC vector extensions, compiled for AVX-512, AVX2 and baseline x86-64 and
+// picked at run time), with B and C transposed to (L, N) and N padded to a whole number of vectors
+// (the padding lanes have A = B = C = 0, so their state stays 0). Sums over N are reduced W steps at a
+// time. float uses a polynomial exp/log1p that vectorises; double (the gradcheck precision) calls libm.
+// The backward re-runs the forward recurrence of a row, keeping (exp(dt A), h) of every step, or for a
+// long row a checkpoint every 64 steps and one recomputed chunk at a time, then runs the reverse
+// recurrence. Gradients shared across rows are summed without races: A, D and delta_bias per
+// (batch, channel), then over batch; B and C per task (batch, group, chunk of its channels) in a
+// thread-local buffer, added to the (batch, group) sum under that sum's lock.
 #include "common.h"
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -444,12 +448,12 @@ using BwdFn = void (*)(const BwdRow<acc_t>&);
 #define SSM_SCAN_VARIANT(NAME, ATTR)                                                                   \
   template <typename acc_t, int NV>                                                                    \
   ATTR void fwd_##NAME(const FwdRow<acc_t>& r) {                                                       \
-    fwd_core<acc_t, NV>(r.p, r.x, r.dt, r.z, r.y, r.hlast, r.ring, r.scratch);                                \
+    fwd_core<acc_t, NV>(r.p, r.x, r.dt, r.z, r.y, r.hlast, r.ring, r.scratch);                         \
   }                                                                                                    \
   template <typename acc_t, int NV>                                                                    \
   ATTR void bwd_##NAME(const BwdRow<acc_t>& r) {                                                       \
     bwd_core<acc_t, NV>(r.p, r.x, r.dt, r.z, r.g, r.glast, r.gx, r.gz, r.gA, r.gD, r.gbias, r.dB, r.dC, \
-                        r.gy, r.dsp, r.ring1, r.ring2, r.states, r.ckpt, r.scratch);                                  \
+                        r.gy, r.dsp, r.ring1, r.ring2, r.states, r.ckpt, r.scratch);                   \
   }                                                                                                    \
   template <typename acc_t>                                                                            \
   std::pair<FwdFn<acc_t>, BwdFn<acc_t>> pick_##NAME(int64_t nv) {                                      \

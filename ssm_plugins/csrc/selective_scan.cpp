@@ -58,12 +58,20 @@ namespace {
 // ---- SIMD helpers (64-byte vectors; GCC lowers them to zmm, 2 ymm or 4 xmm per the target) ----------
 
 typedef float f32x16 __attribute__((vector_size(64)));
-typedef float f32x8 __attribute__((vector_size(32)));
-typedef float f32x4 __attribute__((vector_size(16)));
 typedef int32_t i32x16 __attribute__((vector_size(64)));
 typedef double f64x8 __attribute__((vector_size(64)));
-typedef double f64x4 __attribute__((vector_size(32)));
-typedef double f64x2 __attribute__((vector_size(16)));
+typedef int64_t i64x8 __attribute__((vector_size(64)));
+
+template <typename V>
+struct LaneIndex;  // the integer vector that indexes V's lanes (for __builtin_shuffle)
+template <>
+struct LaneIndex<f32x16> {
+  using type = i32x16;
+};
+template <>
+struct LaneIndex<f64x8> {
+  using type = i64x8;
+};
 
 // Transposed reduction of W vectors: lane i of the result is the sum of the lanes of vector i. Each
 // level adds pairs of vectors whose lanes hold per-source partial sums in groups of G lanes, halving G.
@@ -73,7 +81,12 @@ constexpr int tree_lo(int W, int G, int i) {
 
 template <typename V, int W, int G, size_t... I>
 SSM_INLINE V tree_combine(V x, V y, std::index_sequence<I...>) {
+#if defined(__clang__) || __GNUC__ >= 12
   return __builtin_shufflevector(x, y, tree_lo(W, G, I)...) + __builtin_shufflevector(x, y, (tree_lo(W, G, I) + G / 2)...);
+#else  // GCC 11 and older: no __builtin_shufflevector
+  using IV = typename LaneIndex<V>::type;
+  return __builtin_shuffle(x, y, IV{tree_lo(W, G, I)...}) + __builtin_shuffle(x, y, IV{(tree_lo(W, G, I) + G / 2)...});
+#endif
 }
 
 template <typename V, int W, int G>
@@ -102,12 +115,10 @@ struct Simd<float> {
     return v;
   }
   static SSM_INLINE void store(float* p, V v) { std::memcpy(p, &v, sizeof(V)); }
-  static SSM_INLINE float hsum(V v) {
-    f32x8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
-              __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-    f32x4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
-    b = b + __builtin_shufflevector(b, b, 2, 3, 0, 1);
-    return b[0] + b[1];
+  static SSM_INLINE float hsum(V v) {  // (epilogues only)
+    float sum = 0;
+    for (int i = 0; i < W; ++i) sum += v[i];
+    return sum;
   }
   // exp: Cody-Waite reduction to r in [-ln2/2, ln2/2] and the degree-6 Taylor polynomial (relative
   // error < 2e-7). The argument is clamped to [-87.3, 88]: below, the result is ~1.2e-38 instead of 0;
@@ -165,9 +176,9 @@ struct Simd<double> {
   }
   static SSM_INLINE void store(double* p, V v) { std::memcpy(p, &v, sizeof(V)); }
   static SSM_INLINE double hsum(V v) {
-    f64x4 a = __builtin_shufflevector(v, v, 0, 1, 2, 3) + __builtin_shufflevector(v, v, 4, 5, 6, 7);
-    f64x2 b = __builtin_shufflevector(a, a, 0, 1) + __builtin_shufflevector(a, a, 2, 3);
-    return b[0] + b[1];
+    double sum = 0;
+    for (int i = 0; i < W; ++i) sum += v[i];
+    return sum;
   }
   // float64 is the checking precision (gradcheck): libm per lane.
   static SSM_INLINE V exp(V x) {

@@ -14,21 +14,27 @@
 // (the last three None when the input was absent), each in its input's dtype.
 //
 // CPU design. Each (batch, channel) row is sequential in L and independent of the others, so rows are
-// spread over threads. Per row, the inputs are first converted to the accumulation type in
-// thread-local buffers; the core then works on SIMD vectors spanning the state axis N (GCC vector
-// extensions, compiled for AVX-512, AVX2 and baseline x86-64 and picked at run time), with B and C
-// transposed to (L, N) and N padded to a whole number of vectors (the padding lanes have A = B = C = 0,
-// so their state stays 0). float uses a polynomial exp/log1p that vectorises; double calls libm.
-// The backward re-runs the forward recurrence of a row into a buffer of (exp(dt A), h) per step, then
-// runs the reverse recurrence. Gradients shared across rows are summed without races: A, D and
-// delta_bias per (batch, channel) then over batch; B and C per (batch, group, channel chunk) task,
-// then over the chunks.
+// handed out to threads dynamically (a busy machine may deschedule one). Per row, the inputs are first
+// converted to the accumulation type in thread-local buffers; the core then works on SIMD vectors
+// spanning the state axis N (GCC vector extensions, compiled for AVX-512, AVX2 and baseline x86-64 and
+// picked at run time), with B and C transposed to (L, N) and N padded to a whole number of vectors
+// (the padding lanes have A = B = C = 0, so their state stays 0). Sums over N are reduced W steps at a
+// time. float uses a polynomial exp/log1p that vectorises; double (the gradcheck precision) calls libm.
+// The backward re-runs the forward recurrence of a row, keeping (exp(dt A), h) of every step, or for a
+// long row a checkpoint every 64 steps and one recomputed chunk at a time, then runs the reverse
+// recurrence. Gradients shared across rows are summed without races: A, D and delta_bias per
+// (batch, channel), then over batch; B and C per task (batch, group, chunk of its channels) in a
+// thread-local buffer, added to the (batch, group) sum under that sum's lock.
 #include "common.h"
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -52,12 +58,20 @@ namespace {
 // ---- SIMD helpers (64-byte vectors; GCC lowers them to zmm, 2 ymm or 4 xmm per the target) ----------
 
 typedef float f32x16 __attribute__((vector_size(64)));
-typedef float f32x8 __attribute__((vector_size(32)));
-typedef float f32x4 __attribute__((vector_size(16)));
 typedef int32_t i32x16 __attribute__((vector_size(64)));
 typedef double f64x8 __attribute__((vector_size(64)));
-typedef double f64x4 __attribute__((vector_size(32)));
-typedef double f64x2 __attribute__((vector_size(16)));
+typedef int64_t i64x8 __attribute__((vector_size(64)));
+
+template <typename V>
+struct LaneIndex;  // the integer vector that indexes V's lanes (for __builtin_shuffle)
+template <>
+struct LaneIndex<f32x16> {
+  using type = i32x16;
+};
+template <>
+struct LaneIndex<f64x8> {
+  using type = i64x8;
+};
 
 // Transposed reduction of W vectors: lane i of the result is the sum of the lanes of vector i. Each
 // level adds pairs of vectors whose lanes hold per-source partial sums in groups of G lanes, halving G.
@@ -67,7 +81,12 @@ constexpr int tree_lo(int W, int G, int i) {
 
 template <typename V, int W, int G, size_t... I>
 SSM_INLINE V tree_combine(V x, V y, std::index_sequence<I...>) {
+#if defined(__clang__) || __GNUC__ >= 12
   return __builtin_shufflevector(x, y, tree_lo(W, G, I)...) + __builtin_shufflevector(x, y, (tree_lo(W, G, I) + G / 2)...);
+#else  // GCC 11 and older: no __builtin_shufflevector
+  using IV = typename LaneIndex<V>::type;
+  return __builtin_shuffle(x, y, IV{tree_lo(W, G, I)...}) + __builtin_shuffle(x, y, IV{(tree_lo(W, G, I) + G / 2)...});
+#endif
 }
 
 template <typename V, int W, int G>
@@ -96,12 +115,10 @@ struct Simd<float> {
     return v;
   }
   static SSM_INLINE void store(float* p, V v) { std::memcpy(p, &v, sizeof(V)); }
-  static SSM_INLINE float hsum(V v) {
-    f32x8 a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
-              __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-    f32x4 b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
-    b = b + __builtin_shufflevector(b, b, 2, 3, 0, 1);
-    return b[0] + b[1];
+  static SSM_INLINE float hsum(V v) {  // (epilogues only)
+    float sum = 0;
+    for (int i = 0; i < W; ++i) sum += v[i];
+    return sum;
   }
   // exp: Cody-Waite reduction to r in [-ln2/2, ln2/2] and the degree-6 Taylor polynomial (relative
   // error < 2e-7). The argument is clamped to [-87.3, 88]: below, the result is ~1.2e-38 instead of 0;
@@ -159,9 +176,9 @@ struct Simd<double> {
   }
   static SSM_INLINE void store(double* p, V v) { std::memcpy(p, &v, sizeof(V)); }
   static SSM_INLINE double hsum(V v) {
-    f64x4 a = __builtin_shufflevector(v, v, 0, 1, 2, 3) + __builtin_shufflevector(v, v, 4, 5, 6, 7);
-    f64x2 b = __builtin_shufflevector(a, a, 0, 1) + __builtin_shufflevector(a, a, 2, 3);
-    return b[0] + b[1];
+    double sum = 0;
+    for (int i = 0; i < W; ++i) sum += v[i];
+    return sum;
   }
   // float64 is the checking precision (gradcheck): libm per lane.
   static SSM_INLINE V exp(V x) {
@@ -217,7 +234,7 @@ class AlignedBuffer {
 // recomputes one chunk at a time (one more exp per step, but a working set that stays in cache).
 
 constexpr int64_t kChunk = 64;             // a multiple of both vector widths
-constexpr int64_t kKeepAllBytes = 256 << 10;  // states of a row up to this size are all kept
+constexpr int64_t kKeepAllBytes = 512 << 10;  // states of a row up to this size are all kept
 
 template <typename acc_t>
 int64_t bwd_chunk(int64_t L, int64_t Npad) {
@@ -444,12 +461,12 @@ using BwdFn = void (*)(const BwdRow<acc_t>&);
 #define SSM_SCAN_VARIANT(NAME, ATTR)                                                                   \
   template <typename acc_t, int NV>                                                                    \
   ATTR void fwd_##NAME(const FwdRow<acc_t>& r) {                                                       \
-    fwd_core<acc_t, NV>(r.p, r.x, r.dt, r.z, r.y, r.hlast, r.ring, r.scratch);                                \
+    fwd_core<acc_t, NV>(r.p, r.x, r.dt, r.z, r.y, r.hlast, r.ring, r.scratch);                         \
   }                                                                                                    \
   template <typename acc_t, int NV>                                                                    \
   ATTR void bwd_##NAME(const BwdRow<acc_t>& r) {                                                       \
     bwd_core<acc_t, NV>(r.p, r.x, r.dt, r.z, r.g, r.glast, r.gx, r.gz, r.gA, r.gD, r.gbias, r.dB, r.dC, \
-                        r.gy, r.dsp, r.ring1, r.ring2, r.states, r.ckpt, r.scratch);                                  \
+                        r.gy, r.dsp, r.ring1, r.ring2, r.states, r.ckpt, r.scratch);                   \
   }                                                                                                    \
   template <typename acc_t>                                                                            \
   std::pair<FwdFn<acc_t>, BwdFn<acc_t>> pick_##NAME(int64_t nv) {                                      \
@@ -583,27 +600,70 @@ inline void store_row(scalar_t* dst, const acc_t* src, int64_t L) {
   for (int64_t t = 0; t < L; ++t) dst[t] = static_cast<scalar_t>(src[t]);
 }
 
-// Rows per grab: about 32k state updates, so small problems stay on one thread.
+// Rows per grab: about 32k state updates.
 int64_t row_grab(const ScanShape& s) { return std::max<int64_t>(1, 32768 / (s.L * std::max<int64_t>(s.N, 1) + 1)); }
 
-// Runs per_thread(take) on the pool's threads; take(begin, end) hands out [0, n) in grabs of `grab`
-// items, first come first served, and returns false when none is left. Dynamic on purpose: a thread
-// that the OS deschedules (a busy machine) takes fewer grabs, where a static split would make the
-// whole call wait for it.
-template <typename F>
-void dynamic_for(int64_t n, int64_t grab, const F& per_thread) {
-  std::atomic<int64_t> next{0};
-  auto take = [&](int64_t& begin, int64_t& end) {
-    begin = next.fetch_add(grab);
-    end = std::min(begin + grab, n);
-    return begin < n;
-  };
-  const int64_t threads = std::min<int64_t>(at::get_num_threads(), (n + grab - 1) / grab);
-  if (threads <= 1) {
-    per_thread(take);
-    return;
+// Threads for a call of `updates` state updates (batch * dim * L * N, times ~2.5 for the backward):
+// each gets at least kMinUpdatesPerThread (about a millisecond of work).
+constexpr int64_t kMinUpdatesPerThread = int64_t(2) << 20;
+
+int64_t threads_for(int64_t updates) {
+  return std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), updates / kMinUpdatesPerThread));
+}
+
+// Work shared by the calling thread and its helpers: items [0, n) handed out in grabs.
+struct SharedWork {
+  int64_t n, grab;
+  std::atomic<int64_t> next{0}, done{0};
+  std::mutex mutex;
+  std::condition_variable all_done;
+  SharedWork(int64_t n_, int64_t grab_) : n(n_), grab(grab_) {}
+};
+
+// take(begin, end) for one thread: the next grab, first come first served; false when none is left.
+// A grab counts as done when its thread asks for the next one.
+class Taker {
+ public:
+  Taker(SharedWork* work, int64_t first_begin = -1) : w_(work), first_(first_begin) {}
+  bool operator()(int64_t& begin, int64_t& end) {
+    if (pending_ > 0 && w_->done.fetch_add(pending_) + pending_ == w_->n) {
+      std::lock_guard<std::mutex> lock(w_->mutex);
+      w_->all_done.notify_all();
+    }
+    begin = first_ >= 0 ? first_ : w_->next.fetch_add(w_->grab);
+    first_ = -1;
+    end = std::min(begin + w_->grab, w_->n);
+    pending_ = std::max<int64_t>(0, end - begin);
+    return begin < w_->n;
   }
-  at::parallel_for(0, threads, 1, [&](int64_t, int64_t) { per_thread(take); });
+
+ private:
+  SharedWork* w_;
+  int64_t first_, pending_ = 0;
+};
+
+// Runs per_thread(take) on the calling thread and on up to threads - 1 helpers from ATen's inter-op
+// pool, over items [0, n) in grabs of `grab`. The caller waits only for grabs that a helper has
+// taken: a helper that the OS starts late (a busy machine) finds nothing left and never touches the
+// caller's state, where an OpenMP region would wait for every thread to arrive.
+template <typename F>
+void dynamic_for(int64_t n, int64_t grab, int64_t threads, const F& per_thread) {
+  threads = std::min<int64_t>(threads, (n + grab - 1) / grab);
+  auto work = std::make_shared<SharedWork>(n, grab);
+  if (threads > 1 && !at::in_parallel_region()) {
+    for (int64_t i = 1; i < threads; ++i) {
+      at::launch([work, fn = &per_thread] {
+        const int64_t begin = work->next.fetch_add(work->grab);
+        if (begin >= work->n) return;  // all taken: the caller may be gone, touch nothing of it
+        Taker take(work.get(), begin);  // the caller now waits for this grab
+        (*fn)(take);
+      });
+    }
+  }
+  Taker take(work.get());
+  per_thread(take);
+  std::unique_lock<std::mutex> lock(work->mutex);
+  work->all_done.wait(lock, [&] { return work->done.load() >= n; });
 }
 
 // A, B and C in the cores' layout: A (dim, Npad), B and C (batch * groups, L, Npad).
@@ -638,7 +698,8 @@ void fwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tensor& d
   const acc_t *D_p = opt_ptr<acc_t>(D), *bias_p = opt_ptr<acc_t>(delta_bias);
   scalar_t* out_p = out.data_ptr<scalar_t>();
   acc_t* last_p = last_state.data_ptr<acc_t>();
-  dynamic_for(s.batch * s.dim, row_grab(s), [&](auto take) {
+  const int64_t updates = s.batch * s.dim * s.L * s.N;
+  dynamic_for(s.batch * s.dim, row_grab(s), threads_for(updates), [&](auto take) {
     AlignedBuffer<acc_t> buf(4 * Lpad + Npad), ring(W * W), scratch(2 * nv * W);
     FwdRow<acc_t> r;
     acc_t* x = buf.data();
@@ -731,6 +792,7 @@ BwdResult bwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tens
 
   // Task = (batch, group, chunk of the group's channels): enough tasks to balance the threads.
   const int64_t chunks = std::min<int64_t>(per_group, (8 * at::get_num_threads() + bg_count - 1) / bg_count);
+  // (8 tasks per thread balance a dynamic schedule; each task adds its L * N grad B and C once.)
   const int64_t tasks = bg_count * chunks;
   const int64_t grab = std::max<int64_t>(1, row_grab(s) / std::max<int64_t>(1, per_group / chunks));
 
@@ -741,7 +803,8 @@ BwdResult bwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tens
   const acc_t* gl_p = opt_ptr<acc_t>(grad_last);
   scalar_t *du_p = du.data_ptr<scalar_t>(), *ddelta_p = ddelta.data_ptr<scalar_t>();
   scalar_t* dz_p = opt_ptr<scalar_t>(dz);
-  dynamic_for(tasks, grab, [&](auto take) {
+  const int64_t updates = s.batch * s.dim * s.L * s.N * 5 / 2;
+  dynamic_for(tasks, grab, threads_for(updates), [&](auto take) {
     const int64_t chunk = bwd_chunk<acc_t>(s.L, Npad);
     AlignedBuffer<acc_t> buf(8 * Lpad), rings(2 * W * W), states(chunk * 2 * Npad),
         ckpt((s.L + chunk - 1) / chunk * Npad), scratch(4 * nv * W), glast(Npad), dBC(2 * bc_size);

@@ -8,6 +8,8 @@ from . import _backend, _validate, reference
 
 _OP = "selective_scan_fwd"
 _BWD = "selective_scan_bwd"
+# Both compiled ops (a stale build may lack the backward): the kernels run only as a pair.
+_COMPILED = hasattr(torch.ops.ssm_plugins, _OP) and hasattr(torch.ops.ssm_plugins, _BWD)
 
 
 def _normalise(u, delta, A, B, C, D, z, delta_bias):
@@ -60,7 +62,7 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
         (float32; float64 for float64 input) when ``return_last_state``.
     """
     args = _normalise(u, delta, A, B, C, D, z, delta_bias)
-    if _backend.use_kernel(_OP, args[0]):
+    if _backend.use_kernel(_OP, args[0]) and _COMPILED:
         out, last_state = torch.ops.ssm_plugins.selective_scan_fwd(*args, bool(delta_softplus))
     else:
         out, last_state = reference.selective_scan(*args, delta_softplus=delta_softplus, return_last_state=True)
@@ -68,8 +70,9 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
 
 
 # ---- autograd, fake (meta) kernels and FLOP counts for the compiled ops ----------------------------
-# Registered only when the ops exist (the extension may be missing).
-if hasattr(torch.ops.ssm_plugins, _OP) and hasattr(torch.ops.ssm_plugins, _BWD):
+# Registered only when the ops exist (the extension may be missing). The backward is the fused
+# selective_scan_bwd kernel: it recomputes the forward states per row, so nothing but the inputs is saved.
+if _COMPILED:
 
     @torch.library.register_fake(f"ssm_plugins::{_OP}")
     def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus):

@@ -54,12 +54,17 @@ def has_kernel(op: str, device_type: str) -> bool:
 
 def use_kernel(op: str, tensor: torch.Tensor) -> bool:
     """Decide, per call, whether ``op`` runs compiled for ``tensor``'s device (else the reference)."""
-    if _forced_reference():
-        return False
     if _EXTENSION_ERROR is not None:
-        _warn_missing_once()
+        if not _forced_reference():
+            _warn_missing_once()
         return False
-    return has_kernel(op, tensor.device.type)
+    return _kernel_chosen(op, tensor.device.type)
+
+
+# A constant to torch.compile (decided once per trace), so our ops compile with fullgraph=True.
+@torch.compiler.assume_constant_result
+def _kernel_chosen(op: str, device_type: str) -> bool:
+    return not _forced_reference() and has_kernel(op, device_type)
 
 
 def backend_info() -> dict:

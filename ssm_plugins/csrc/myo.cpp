@@ -1,0 +1,252 @@
+// Myosotis tree solve x = T⁻¹u (spec myosotis.md §2.3, §2.9, §6): op schemas, C++ CPU kernel, CUDA glue.
+//
+// Contract of the raw ops (ssm_plugins/ops/myo.py normalises user input to it):
+//   u, x, grad_x  (batch, N, C)   float32 / float64 / float16 / bfloat16 / complex64 / complex128
+//   b             (batch_b, Nb, C) accumulation dtype of u (float32; float64 for float64; complex64 /
+//                                  complex128 for complex u), batch_b in {1, batch}; node v uses row
+//                                  b_index[v] (level-shared "pyramid" form) or row v (per-node form)
+//   parent        (N,) int64, level-major: parent[v] > v, -1 at roots
+//   skew          C_v = -conj(b_v) instead of conj(b_v)
+// T has A_v = 1, B_v = b_v at (v, par v) and C_v = s conj(b_v) at (par v, v). Because parents come after
+// their children, one pass in storage order is the up-sweep and one pass in reverse is the down-sweep:
+//   up:    y_v = ũ_v / α_v ;   α_p -= s |b_v|² / α_v ;   ũ_p -= s conj(b_v) y_v      (α_v real)
+//   down:  x_v = y_v - (b_v / α_v) x_p
+// Backward (§2.9): grad_u = T⁻ᴴ grad_x is the same solve with b -> s b (Tᴴ is again such a tree matrix);
+//   grad_b_v = -(grad_u_v conj(x_p) + s conj(grad_u_p) x_v), summed over the nodes sharing a row of b.
+#include "common.h"
+
+#include <c10/util/complex.h>
+
+#include <algorithm>
+#include <vector>
+
+#ifdef WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include "cuda/myo.h"
+#endif
+
+namespace ssm_plugins {
+namespace {
+
+struct TreeShape {
+  int64_t batch, N, C, batch_b, Nb;
+};
+
+TreeShape check_solve(const at::Tensor& u, const at::Tensor& b, const at::Tensor& parent,
+                      const c10::optional<at::Tensor>& b_index) {
+  SSM_CHECK(u.dim() == 3, "myo_solve: u must be (batch, N, C)");
+  SSM_CHECK(b.dim() == 3 && b.size(2) == u.size(2) && (b.size(0) == 1 || b.size(0) == u.size(0)),
+            "myo_solve: b must be (1 or batch, Nb, C)");
+  const auto acc = u.is_complex() ? u.scalar_type() : at::toOpMathType(u.scalar_type());
+  SSM_CHECK(b.scalar_type() == acc, "myo_solve: b must have dtype ", acc, " for u of dtype ", u.scalar_type());
+  SSM_CHECK(parent.dim() == 1 && parent.size(0) == u.size(1) && parent.scalar_type() == at::kLong,
+            "myo_solve: parent must be (N,) int64");
+  SSM_CHECK(parent.device() == u.device() && b.device() == u.device(), "myo_solve: all tensors on one device");
+  if (b_index.has_value()) {
+    SSM_CHECK(b_index->dim() == 1 && b_index->size(0) == u.size(1) && b_index->scalar_type() == at::kLong &&
+                  b_index->device() == u.device(),
+              "myo_solve: b_index must be (N,) int64");
+  } else {
+    SSM_CHECK(b.size(1) == u.size(1), "myo_solve: without b_index, b must have one row per node");
+  }
+  return {u.size(0), u.size(1), u.size(2), b.size(0), b.size(1)};
+}
+
+template <typename T> inline T conj_of(T v) { return v; }
+template <typename T> inline c10::complex<T> conj_of(c10::complex<T> v) { return {v.real(), -v.imag()}; }
+template <typename T> inline T abs2(T v) { return v * v; }
+template <typename T> inline T abs2(c10::complex<T> v) { return v.real() * v.real() + v.imag() * v.imag(); }
+
+template <typename T> struct RealOf { using type = T; };
+template <typename T> struct RealOf<c10::complex<T>> { using type = T; };
+
+// Channels handled together by one task: contiguous in memory, so the per-node inner loops vectorise.
+constexpr int64_t kChannelBlock = 16;
+
+// Solves T x = rhs for every (batch, channel block) task; T uses weights b_scale * b. With grad_b, rhs is
+// grad_x, the result is grad_u, and the edge gradients against the saved output x are accumulated too.
+template <typename scalar_t>
+void solve_cpu_kernel(const TreeShape& s, const scalar_t* rhs_in, const at::opmath_type<scalar_t>* b,
+                      const int64_t* parent, const int64_t* b_index, bool skew, bool adjoint, scalar_t* out,
+                      const scalar_t* x_saved, at::opmath_type<scalar_t>* grad_b) {
+  using acc_t = at::opmath_type<scalar_t>;
+  using real_t = typename RealOf<acc_t>::type;
+  const real_t sign = skew ? real_t(-1) : real_t(1);
+  const real_t b_scale = adjoint ? sign : real_t(1);  // Tᴴ: B_v -> conj(C_v) = s b_v
+  const int64_t blocks = (s.C + kChannelBlock - 1) / kChannelBlock;
+  // Tasks are (batch, channel block) pairs: each owns its slice of out and grad_b, so no races.
+  at::parallel_for(0, s.batch * blocks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<real_t> inv_pivot(s.N * kChannelBlock);  // 1 / α_v
+    std::vector<acc_t> work(s.N * kChannelBlock);        // ũ_v, then y_v, then x_v
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t bi = task / blocks, c0 = (task % blocks) * kChannelBlock;
+      const int64_t cb = std::min(kChannelBlock, s.C - c0);
+      const int64_t base = bi * s.N * s.C + c0;
+      const acc_t* bb = b + (s.batch_b > 1 ? bi : 0) * s.Nb * s.C + c0;
+      std::fill(inv_pivot.begin(), inv_pivot.begin() + s.N * cb, real_t(1));
+      for (int64_t v = 0; v < s.N; ++v) {
+        for (int64_t j = 0; j < cb; ++j) work[v * cb + j] = static_cast<acc_t>(rhs_in[base + v * s.C + j]);
+      }
+      for (int64_t v = 0; v < s.N; ++v) {  // up-sweep, children before parents
+        real_t* iv = inv_pivot.data() + v * cb;
+        acc_t* yv = work.data() + v * cb;
+        const int64_t p = parent[v];
+        for (int64_t j = 0; j < cb; ++j) {
+          iv[j] = real_t(1) / iv[j];
+          yv[j] *= iv[j];
+        }
+        if (p < 0) continue;
+        const acc_t* bv = bb + (b_index ? b_index[v] : v) * s.C;
+        real_t* ip = inv_pivot.data() + p * cb;  // still holds α_p while p accumulates
+        acc_t* yp = work.data() + p * cb;
+        for (int64_t j = 0; j < cb; ++j) {
+          const acc_t w = b_scale * bv[j];
+          ip[j] -= sign * abs2(w) * iv[j];
+          yp[j] -= sign * conj_of(w) * yv[j];
+        }
+      }
+      for (int64_t v = s.N - 1; v >= 0; --v) {  // down-sweep, parents before children
+        acc_t* xv = work.data() + v * cb;
+        const int64_t p = parent[v];
+        if (p >= 0) {
+          const acc_t* bv = bb + (b_index ? b_index[v] : v) * s.C;
+          const real_t* iv = inv_pivot.data() + v * cb;
+          const acc_t* xp = work.data() + p * cb;
+          for (int64_t j = 0; j < cb; ++j) xv[j] -= b_scale * bv[j] * iv[j] * xp[j];
+        }
+        for (int64_t j = 0; j < cb; ++j) out[base + v * s.C + j] = static_cast<scalar_t>(xv[j]);
+      }
+      if (grad_b == nullptr) continue;
+      acc_t* gb = grad_b + bi * s.Nb * s.C + c0;
+      for (int64_t v = 0; v < s.N; ++v) {  // grad_b_v = -(ḡ_v conj(x_p) + s conj(ḡ_p) x_v)
+        const int64_t p = parent[v];
+        if (p < 0) continue;
+        const acc_t* gv = work.data() + v * cb;
+        const acc_t* gp = work.data() + p * cb;
+        const scalar_t* xv = x_saved + base + v * s.C;
+        const scalar_t* xp = x_saved + base + p * s.C;
+        acc_t* g = gb + (b_index ? b_index[v] : v) * s.C;
+        for (int64_t j = 0; j < cb; ++j) {
+          g[j] -= gv[j] * conj_of(static_cast<acc_t>(xp[j])) + sign * conj_of(gp[j]) * static_cast<acc_t>(xv[j]);
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+const T* opt_ptr(const c10::optional<at::Tensor>& t) {
+  return t.has_value() ? t->data_ptr<T>() : nullptr;
+}
+
+#define MYO_DISPATCH(TYPE, NAME, ...) \
+  AT_DISPATCH_FLOATING_AND_COMPLEX_TYPES_AND2(at::kHalf, at::kBFloat16, TYPE, NAME, __VA_ARGS__)
+
+at::Tensor myo_solve_fwd_cpu(const at::Tensor& u_, const at::Tensor& b_, const at::Tensor& parent_,
+                             const c10::optional<at::Tensor>& b_index_, bool skew) {
+  const TreeShape s = check_solve(u_, b_, parent_, b_index_);
+  auto u = u_.contiguous(), b = b_.contiguous(), parent = parent_.contiguous();
+  c10::optional<at::Tensor> b_index;
+  if (b_index_) b_index = b_index_->contiguous();
+  auto x = at::empty_like(u);
+  MYO_DISPATCH(u.scalar_type(), "myo_solve_fwd_cpu", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    solve_cpu_kernel<scalar_t>(s, u.data_ptr<scalar_t>(), b.data_ptr<acc_t>(), parent.data_ptr<int64_t>(),
+                               opt_ptr<int64_t>(b_index), skew, false, x.data_ptr<scalar_t>(), nullptr, nullptr);
+  });
+  return x;
+}
+
+std::tuple<at::Tensor, at::Tensor> myo_solve_bwd_cpu(const at::Tensor& grad_x_, const at::Tensor& x_,
+                                                     const at::Tensor& b_, const at::Tensor& parent_,
+                                                     const c10::optional<at::Tensor>& b_index_, bool skew) {
+  const TreeShape s = check_solve(grad_x_, b_, parent_, b_index_);
+  SSM_CHECK(x_.sizes() == grad_x_.sizes() && x_.scalar_type() == grad_x_.scalar_type(),
+            "myo_solve_bwd: x must match grad_x");
+  auto grad_x = grad_x_.contiguous(), x = x_.contiguous(), b = b_.contiguous(), parent = parent_.contiguous();
+  c10::optional<at::Tensor> b_index;
+  if (b_index_) b_index = b_index_->contiguous();
+  auto grad_u = at::empty_like(grad_x);
+  auto grad_b = at::zeros({s.batch, s.Nb, s.C}, b.options());
+  MYO_DISPATCH(grad_x.scalar_type(), "myo_solve_bwd_cpu", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    solve_cpu_kernel<scalar_t>(s, grad_x.data_ptr<scalar_t>(), b.data_ptr<acc_t>(), parent.data_ptr<int64_t>(),
+                               opt_ptr<int64_t>(b_index), skew, true, grad_u.data_ptr<scalar_t>(),
+                               x.data_ptr<scalar_t>(), grad_b.data_ptr<acc_t>());
+  });
+  return {grad_u, grad_b};
+}
+
+#ifdef WITH_CUDA
+// dtype code for the launcher: ssm_plugins::DType for real types, then 4 complex64, 5 complex128.
+int myo_dtype_code(const at::Tensor& t) {
+  if (t.scalar_type() == at::kComplexFloat) return 4;
+  if (t.scalar_type() == at::kComplexDouble) return 5;
+  return static_cast<int>(dtype_code(t));
+}
+
+void solve_cuda(const TreeShape& s, const at::Tensor& rhs, const at::Tensor& b, const at::Tensor& parent,
+                const c10::optional<at::Tensor>& b_index, bool skew, bool adjoint, at::Tensor& out,
+                const at::Tensor* x_saved, at::Tensor* grad_b) {
+  // Scratch in the accumulation dtype, (batch, N, C) like u so that neighbouring threads (channels) coalesce.
+  auto work = at::empty({s.batch, s.N, s.C}, b.options());
+  auto inv_pivot = at::empty({s.batch, s.N, s.C}, b.options().dtype(c10::toRealValueType(b.scalar_type())));
+  cuda::myo_solve_launch(myo_dtype_code(rhs), s.batch, s.N, s.C, s.batch_b, s.Nb, rhs.data_ptr(), b.data_ptr(),
+                         parent.data_ptr<int64_t>(), b_index ? b_index->data_ptr<int64_t>() : nullptr, skew, adjoint,
+                         out.data_ptr(), work.data_ptr(), inv_pivot.data_ptr(),
+                         x_saved ? x_saved->data_ptr() : nullptr, grad_b ? grad_b->data_ptr() : nullptr,
+                         c10::cuda::getCurrentCUDAStream().stream());
+}
+
+at::Tensor myo_solve_fwd_cuda(const at::Tensor& u_, const at::Tensor& b_, const at::Tensor& parent_,
+                              const c10::optional<at::Tensor>& b_index_, bool skew) {
+  const TreeShape s = check_solve(u_, b_, parent_, b_index_);
+  const c10::cuda::CUDAGuard guard(u_.device());
+  auto u = u_.contiguous(), b = b_.contiguous(), parent = parent_.contiguous();
+  c10::optional<at::Tensor> b_index;
+  if (b_index_) b_index = b_index_->contiguous();
+  auto x = at::empty_like(u);
+  solve_cuda(s, u, b, parent, b_index, skew, false, x, nullptr, nullptr);
+  return x;
+}
+
+std::tuple<at::Tensor, at::Tensor> myo_solve_bwd_cuda(const at::Tensor& grad_x_, const at::Tensor& x_,
+                                                      const at::Tensor& b_, const at::Tensor& parent_,
+                                                      const c10::optional<at::Tensor>& b_index_, bool skew) {
+  const TreeShape s = check_solve(grad_x_, b_, parent_, b_index_);
+  SSM_CHECK(x_.sizes() == grad_x_.sizes() && x_.scalar_type() == grad_x_.scalar_type(),
+            "myo_solve_bwd: x must match grad_x");
+  const c10::cuda::CUDAGuard guard(grad_x_.device());
+  auto grad_x = grad_x_.contiguous(), x = x_.contiguous(), b = b_.contiguous(), parent = parent_.contiguous();
+  c10::optional<at::Tensor> b_index;
+  if (b_index_) b_index = b_index_->contiguous();
+  auto grad_u = at::empty_like(grad_x);
+  auto grad_b = at::zeros({s.batch, s.Nb, s.C}, b.options());
+  solve_cuda(s, grad_x, b, parent, b_index, skew, true, grad_u, &x, &grad_b);
+  return {grad_u, grad_b};
+}
+#endif
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(ssm_plugins, m) {
+  m.def("myo_solve_fwd(Tensor u, Tensor b, Tensor parent, Tensor? b_index, bool skew) -> Tensor");
+  m.def(
+      "myo_solve_bwd(Tensor grad_x, Tensor x, Tensor b, Tensor parent, Tensor? b_index, bool skew) "
+      "-> (Tensor grad_u, Tensor grad_b)");
+}
+
+TORCH_LIBRARY_IMPL(ssm_plugins, CPU, m) {
+  m.impl("myo_solve_fwd", &myo_solve_fwd_cpu);
+  m.impl("myo_solve_bwd", &myo_solve_bwd_cpu);
+}
+
+#ifdef WITH_CUDA
+TORCH_LIBRARY_IMPL(ssm_plugins, CUDA, m) {
+  m.impl("myo_solve_fwd", &myo_solve_fwd_cuda);
+  m.impl("myo_solve_bwd", &myo_solve_bwd_cuda);
+}
+#endif
+
+}  // namespace ssm_plugins

@@ -1,0 +1,159 @@
+"""Myosotis tree solve x = T⁻¹u, level by level (spec myosotis.md §2.1–2.3).
+
+Storage is level-major (§1): node arrays hold the leaves first and the root(s) last, so every node's
+parent has a larger index (``parent[v] > v``, ``-1`` at roots). Row v of the system T x = u reads
+
+    A_v x_v + B_v x_par(v) + Σ_{c ∈ ch(v)} C_c x_c = u_v .
+
+Three oracles, each written like the spec's equations:
+    myo_solve_general    any blocks A, B, C (§2.2): Schur-complement up-sweep, back-substitution down-sweep
+    myo_solve            scalar, gauge-fixed A = 1, C_v = ±conj(b_v) (§2.3), per-node weights
+    myo_solve_pyramid    the same with weights shared per (channel, level) on a ceil k-ary tree: SumPool_k
+                         going up, Up_k (nearest repeat) coming down (§2.3 "level-shared fast path")
+"""
+from __future__ import annotations
+
+import torch
+
+
+def tree_waves(parent: torch.Tensor) -> list[torch.Tensor]:
+    """Node indices grouped by height (leaves = 1): every node's children lie in earlier waves.
+
+    For the spec's trees (all leaves on level 1) the waves are exactly the levels ℓ = 1..D.
+    """
+    n = parent.numel()
+    height = torch.ones(n, dtype=torch.long, device=parent.device)
+    has_parent = parent >= 0
+    child, par = torch.nonzero(has_parent).flatten(), parent[has_parent]
+    while True:  # at most D passes: a parent sits one above its highest child
+        raised = height.scatter_reduce(0, par, height[child] + 1, reduce="amax")
+        if torch.equal(raised, height):
+            break
+        height = raised
+    return [torch.nonzero(height == h).flatten() for h in range(1, int(height.max()) + 1)] if n else []
+
+
+def myo_solve_general(u, A, B, C, parent):
+    """x = T⁻¹u for any tree-structured block matrix (§2.2), block size d, r right-hand sides.
+
+    u: (..., N, d, r); A, B, C: (..., N, d, d) with A_v at (v, v), B_v at (v, par v), C_v at (par v, v)
+    (B, C of roots are ignored); parent: (N,) long. Returns x: (..., N, d, r).
+    """
+    Ahat, ut = A, u  # updated diagonal blocks Â_v and reduced right-hand sides ũ_v
+    F = torch.zeros_like(B)  # F_v = Â_v⁻¹ B_v
+    y = torch.zeros_like(u)  # y_v = Â_v⁻¹ ũ_v
+    waves = tree_waves(parent)
+    for wave in waves:  # up-sweep: Â_p = A_p - Σ_c C_c F_c,  ũ_p = u_p - Σ_c C_c y_c
+        y = y.index_copy(-3, wave, torch.linalg.solve(Ahat[..., wave, :, :], ut[..., wave, :, :]))
+        F = F.index_copy(-3, wave, torch.linalg.solve(Ahat[..., wave, :, :], B[..., wave, :, :]))
+        child = wave[parent[wave] >= 0]
+        if child.numel():
+            Cc = C[..., child, :, :]
+            Ahat = Ahat.index_add(-3, parent[child], -(Cc @ F[..., child, :, :]))
+            ut = ut.index_add(-3, parent[child], -(Cc @ y[..., child, :, :]))
+    x = torch.zeros_like(u)
+    for wave in reversed(waves):  # down-sweep: x_v = y_v - F_v x_par(v)  (x_root = y_root)
+        par = parent[wave]
+        x_par = x[..., par.clamp(min=0), :, :] * (par >= 0).to(u.dtype)[:, None, None]
+        x = x.index_copy(-3, wave, y[..., wave, :, :] - F[..., wave, :, :] @ x_par)
+    return x
+
+
+def myo_solve(u, b, parent, b_index=None, skew=False):
+    """Scalar gauge-fixed solve (§2.3): A_v = 1, B_v = b_v, C_v = s·conj(b_v), s = -1 if ``skew`` else 1.
+
+    u: (batch, N, channels); b: (batch or 1, Nb, channels) with node v using row ``b_index[v]``
+    (Nb = N and row v without ``b_index``); parent: (N,) long. Accumulates in float32 (float64 for
+    double / complex128 input) and returns u's dtype (complex when b is complex).
+
+        α_v = 1 - s Σ_c |b_c|²/α_c,   y_v = (u_v - s Σ_c conj(b_c) y_c)/α_v,   x_v = y_v - (b_v/α_v) x_par(v)
+    """
+    out_dtype, acc = _dtypes(u, b)
+    sign = -1.0 if skew else 1.0
+    u_acc = u.to(acc)
+    b_node = (b if b_index is None else b[:, b_index]).to(acc).expand(u.shape[0], -1, -1)
+    pivot = torch.ones(u.shape, dtype=u_acc.real.dtype, device=u.device)  # α (real: C F = s|b|²/α)
+    rhs = u_acc  # ũ, turned into y wave by wave
+    waves = tree_waves(parent)
+    for wave in waves:  # up-sweep
+        y = rhs[:, wave] / pivot[:, wave]
+        rhs = rhs.index_copy(1, wave, y)
+        child = wave[parent[wave] >= 0]
+        if child.numel():
+            b_c, alpha_c, p = b_node[:, child], pivot[:, child], parent[child]
+            pivot = pivot.index_add(1, p, -sign * (b_c.real ** 2 + b_c.imag ** 2 if b_c.is_complex() else b_c ** 2)
+                                    / alpha_c)
+            rhs = rhs.index_add(1, p, -sign * b_c.conj() * rhs[:, child])
+    x = rhs
+    for wave in reversed(waves):  # down-sweep
+        par = parent[wave]
+        x_par = x[:, par.clamp(min=0)] * (par >= 0).to(acc)[:, None]
+        x = x.index_copy(1, wave, x[:, wave] - b_node[:, wave] / pivot[:, wave] * x_par)
+    return x.to(out_dtype)
+
+
+def kary_level_sizes(num_leaves: int, arity: int) -> list[int]:
+    """Level sizes n_1 = L, n_{ℓ+1} = ⌈n_ℓ / k⌉ down to the single root (ceil k-ary tree, §2.3)."""
+    sizes = [num_leaves]
+    while sizes[-1] > 1:
+        sizes.append(-(-sizes[-1] // arity))
+    return sizes
+
+
+def myo_solve_pyramid(u, b, arity, skew=False):
+    """Level-shared solve on a ceil k-ary tree (§2.3 fast path): the same system as ``myo_solve`` with
+    every edge from level ℓ to ℓ+1 weighted b[:, ℓ-1].
+
+    u: (batch, N, channels) level-major; b: (channels, D-1).
+
+        α_1 = 1,  α_{ℓ+1} = 1 - s|b_ℓ|² SumPool_k(1/α_ℓ)
+        y_1 = u_1,  y_{ℓ+1} = (u_{ℓ+1} - s conj(b_ℓ) SumPool_k(y_ℓ)) / α_{ℓ+1}
+        x_D = y_D,  x_ℓ = y_ℓ - (b_ℓ/α_ℓ) Up_k(x_{ℓ+1})
+    """
+    out_dtype, acc = _dtypes(u, b)
+    sign = -1.0 if skew else 1.0
+    sizes = kary_level_sizes(kary_num_leaves(u.shape[1], arity), arity)
+    u_levels = list(torch.split(u.to(acc), sizes, dim=1))
+    b = b.to(acc)
+    b_abs2 = b.real ** 2 + b.imag ** 2 if b.is_complex() else b ** 2
+
+    def sum_pool(t, n_parent):  # sum each group of k consecutive children, zero-padding a ragged end
+        t = torch.nn.functional.pad(t, (0, 0, 0, n_parent * arity - t.shape[1]))
+        return t.reshape(t.shape[0], n_parent, arity, t.shape[-1]).sum(2)
+
+    def up(t, n_child):  # repeat each parent k times, truncated to the child count
+        return t.repeat_interleave(arity, dim=1)[:, :n_child]
+
+    alpha = [torch.ones(1, sizes[0], u.shape[-1], dtype=b_abs2.dtype, device=u.device)]
+    y = [u_levels[0]]
+    for level in range(len(sizes) - 1):
+        alpha.append(1 - sign * b_abs2[:, level] * sum_pool(1 / alpha[level], sizes[level + 1]))
+        y.append((u_levels[level + 1] - sign * b[:, level].conj() * sum_pool(y[level], sizes[level + 1]))
+                 / alpha[level + 1])
+    x = [y[-1]]
+    for level in reversed(range(len(sizes) - 1)):
+        x.insert(0, y[level] - b[:, level] / alpha[level] * up(x[0], sizes[level]))
+    return torch.cat(x, dim=1).to(out_dtype)
+
+
+def kary_num_leaves(num_nodes: int, arity: int) -> int:
+    """Leaf count L of the ceil k-ary tree with ``num_nodes`` nodes (the node count grows with L)."""
+    low, high = 1, max(num_nodes, 1)
+    while low < high:
+        mid = (low + high) // 2
+        if sum(kary_level_sizes(mid, arity)) < num_nodes:
+            low = mid + 1
+        else:
+            high = mid
+    if sum(kary_level_sizes(low, arity)) != num_nodes:
+        raise ValueError(f"{num_nodes} nodes is not the size of any ceil {arity}-ary tree")
+    return low
+
+
+def _dtypes(u, b):
+    """(output dtype, accumulation dtype): complex if u or b is; float64 only for double input."""
+    double = u.dtype in (torch.float64, torch.complex128)
+    if u.is_complex() or b.is_complex():
+        acc = torch.complex128 if double else torch.complex64
+        return acc, acc
+    return u.dtype, torch.float64 if double else torch.float32

@@ -53,82 +53,157 @@ TreeShape check_solve(const at::Tensor& u, const at::Tensor& b, const at::Tensor
   return {u.size(0), u.size(1), u.size(2), b.size(0), b.size(1)};
 }
 
-template <typename T> inline T conj_of(T v) { return v; }
-template <typename T> inline c10::complex<T> conj_of(c10::complex<T> v) { return {v.real(), -v.imag()}; }
-template <typename T> inline T abs2(T v) { return v * v; }
-template <typename T> inline T abs2(c10::complex<T> v) { return v.real() * v.real() + v.imag() * v.imag(); }
-
 template <typename T> struct RealOf { using type = T; };
 template <typename T> struct RealOf<c10::complex<T>> { using type = T; };
 
-// Channels handled together by one task: contiguous in memory, so the per-node inner loops vectorise.
-constexpr int64_t kChannelBlock = 16;
+// Channels handled together by one task, as lanes of fixed width (the tail block is zero-padded), so the
+// per-node loops have a compile-time trip count and vectorise. Real and imaginary parts live in separate
+// arrays for the same reason.
+constexpr int64_t kLanes = 8;
 
-// Solves T x = rhs for every (batch, channel block) task; T uses weights b_scale * b. With grad_b, rhs is
-// grad_x, the result is grad_u, and the edge gradients against the saved output x are accumulated too.
+template <typename T> inline T real_of(T v) { return v; }
+template <typename T> inline T real_of(c10::complex<T> v) { return v.real(); }
+template <typename T> inline T imag_of(T) { return T(0); }
+template <typename T> inline T imag_of(c10::complex<T> v) { return v.imag(); }
+template <typename S, typename R> inline S make_value(R re, R) { return static_cast<S>(re); }
+template <> inline c10::complex<float> make_value<c10::complex<float>, float>(float re, float im) { return {re, im}; }
+template <> inline c10::complex<double> make_value<c10::complex<double>, double>(double re, double im) {
+  return {re, im};
+}
+
+// Solves T x = rhs for every (batch, channel block) task; the adjoint solve (Tᴴ) uses weights s·b. With
+// grad_b, rhs is grad_x, the result is grad_u, and the edge gradients against the saved output x are
+// accumulated as well.
 template <typename scalar_t>
-void solve_cpu_kernel(const TreeShape& s, const scalar_t* rhs_in, const at::opmath_type<scalar_t>* b,
+void solve_cpu_kernel(const TreeShape& s, const scalar_t* rhs, const at::opmath_type<scalar_t>* b,
                       const int64_t* parent, const int64_t* b_index, bool skew, bool adjoint, scalar_t* out,
                       const scalar_t* x_saved, at::opmath_type<scalar_t>* grad_b) {
   using acc_t = at::opmath_type<scalar_t>;
   using real_t = typename RealOf<acc_t>::type;
+  constexpr bool kComplex = c10::is_complex<scalar_t>::value;
+  constexpr int64_t W = kLanes;
   const real_t sign = skew ? real_t(-1) : real_t(1);
   const real_t b_scale = adjoint ? sign : real_t(1);  // Tᴴ: B_v -> conj(C_v) = s b_v
-  const int64_t blocks = (s.C + kChannelBlock - 1) / kChannelBlock;
-  // Tasks are (batch, channel block) pairs: each owns its slice of out and grad_b, so no races.
-  at::parallel_for(0, s.batch * blocks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<real_t> inv_pivot(s.N * kChannelBlock);  // 1 / α_v
-    std::vector<acc_t> work(s.N * kChannelBlock);        // ũ_v, then y_v, then x_v
+  const int64_t blocks = (s.C + W - 1) / W;
+  // Tasks are (batch, channel block) pairs: each owns its slice of out and grad_b, so no races. Small
+  // solves stay on the calling thread (threads cost more than they save below ~32k node-lanes per chunk).
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, s.N * W));
+  at::parallel_for(0, s.batch * blocks, grain, [&](int64_t begin, int64_t end) {
+    const int64_t im_nodes = kComplex ? s.N : 0, im_rows = kComplex ? s.Nb : 0;
+    const int64_t grad_rows = grad_b ? s.Nb : 0, grad_im_rows = grad_b ? im_rows : 0;
+    std::vector<real_t> inv(s.N * W);                              // 1/α_v (α_v while it accumulates)
+    std::vector<real_t> re(s.N * W), im(im_nodes * W);             // ũ_v, then y_v, then x_v
+    std::vector<real_t> b_re(s.Nb * W), b_im(im_rows * W);         // the task's weights
+    std::vector<real_t> g_re(grad_rows * W), g_im(grad_im_rows * W);  // the task's edge gradients
     for (int64_t task = begin; task < end; ++task) {
-      const int64_t bi = task / blocks, c0 = (task % blocks) * kChannelBlock;
-      const int64_t cb = std::min(kChannelBlock, s.C - c0);
+      const int64_t bi = task / blocks, c0 = (task % blocks) * W;
+      const int64_t cb = std::min(W, s.C - c0);
       const int64_t base = bi * s.N * s.C + c0;
       const acc_t* bb = b + (s.batch_b > 1 ? bi : 0) * s.Nb * s.C + c0;
-      std::fill(inv_pivot.begin(), inv_pivot.begin() + s.N * cb, real_t(1));
+      for (int64_t r = 0; r < s.Nb; ++r) {
+        for (int64_t j = 0; j < W; ++j) {
+          const acc_t w = j < cb ? bb[r * s.C + j] : acc_t(0);
+          b_re[r * W + j] = b_scale * real_of(w);
+          if constexpr (kComplex) b_im[r * W + j] = b_scale * imag_of(w);
+        }
+      }
       for (int64_t v = 0; v < s.N; ++v) {
-        for (int64_t j = 0; j < cb; ++j) work[v * cb + j] = static_cast<acc_t>(rhs_in[base + v * s.C + j]);
+        for (int64_t j = 0; j < W; ++j) {
+          const acc_t val = j < cb ? static_cast<acc_t>(rhs[base + v * s.C + j]) : acc_t(0);
+          re[v * W + j] = real_of(val);
+          if constexpr (kComplex) im[v * W + j] = imag_of(val);
+          inv[v * W + j] = real_t(1);
+        }
       }
       for (int64_t v = 0; v < s.N; ++v) {  // up-sweep, children before parents
-        real_t* iv = inv_pivot.data() + v * cb;
-        acc_t* yv = work.data() + v * cb;
-        const int64_t p = parent[v];
-        for (int64_t j = 0; j < cb; ++j) {
+        real_t* iv = inv.data() + v * W;
+        real_t* yr = re.data() + v * W;
+        real_t* yi = im.data() + (kComplex ? v * W : 0);
+        for (int64_t j = 0; j < W; ++j) {
           iv[j] = real_t(1) / iv[j];
-          yv[j] *= iv[j];
+          yr[j] *= iv[j];
+          if constexpr (kComplex) yi[j] *= iv[j];
         }
+        const int64_t p = parent[v];
         if (p < 0) continue;
-        const acc_t* bv = bb + (b_index ? b_index[v] : v) * s.C;
-        real_t* ip = inv_pivot.data() + p * cb;  // still holds α_p while p accumulates
-        acc_t* yp = work.data() + p * cb;
-        for (int64_t j = 0; j < cb; ++j) {
-          const acc_t w = b_scale * bv[j];
-          ip[j] -= sign * abs2(w) * iv[j];
-          yp[j] -= sign * conj_of(w) * yv[j];
+        const int64_t row = (b_index ? b_index[v] : v) * W;
+        const real_t* wr = b_re.data() + row;
+        real_t* ap = inv.data() + p * W;  // still α_p: p is processed later
+        real_t* pr = re.data() + p * W;
+        if constexpr (kComplex) {  // α_p -= s|w|²/α_v ;  ũ_p -= s conj(w) y_v
+          const real_t* wi = b_im.data() + row;
+          real_t* pi = im.data() + p * W;
+          for (int64_t j = 0; j < W; ++j) {
+            ap[j] -= sign * (wr[j] * wr[j] + wi[j] * wi[j]) * iv[j];
+            pr[j] -= sign * (wr[j] * yr[j] + wi[j] * yi[j]);
+            pi[j] -= sign * (wr[j] * yi[j] - wi[j] * yr[j]);
+          }
+        } else {
+          for (int64_t j = 0; j < W; ++j) {
+            ap[j] -= sign * wr[j] * wr[j] * iv[j];
+            pr[j] -= sign * wr[j] * yr[j];
+          }
         }
       }
-      for (int64_t v = s.N - 1; v >= 0; --v) {  // down-sweep, parents before children
-        acc_t* xv = work.data() + v * cb;
+      for (int64_t v = s.N - 1; v >= 0; --v) {  // down-sweep, parents before children: x_v = y_v - w/α_v x_p
+        real_t* xr = re.data() + v * W;
+        real_t* xi = im.data() + (kComplex ? v * W : 0);
         const int64_t p = parent[v];
         if (p >= 0) {
-          const acc_t* bv = bb + (b_index ? b_index[v] : v) * s.C;
-          const real_t* iv = inv_pivot.data() + v * cb;
-          const acc_t* xp = work.data() + p * cb;
-          for (int64_t j = 0; j < cb; ++j) xv[j] -= b_scale * bv[j] * iv[j] * xp[j];
+          const int64_t row = (b_index ? b_index[v] : v) * W;
+          const real_t* wr = b_re.data() + row;
+          const real_t* iv = inv.data() + v * W;
+          const real_t* pr = re.data() + p * W;
+          if constexpr (kComplex) {
+            const real_t* wi = b_im.data() + row;
+            const real_t* pi = im.data() + p * W;
+            for (int64_t j = 0; j < W; ++j) {
+              xr[j] -= iv[j] * (wr[j] * pr[j] - wi[j] * pi[j]);
+              xi[j] -= iv[j] * (wr[j] * pi[j] + wi[j] * pr[j]);
+            }
+          } else {
+            for (int64_t j = 0; j < W; ++j) xr[j] -= iv[j] * wr[j] * pr[j];
+          }
         }
-        for (int64_t j = 0; j < cb; ++j) out[base + v * s.C + j] = static_cast<scalar_t>(xv[j]);
+        for (int64_t j = 0; j < cb; ++j) {
+          out[base + v * s.C + j] = static_cast<scalar_t>(make_value<acc_t>(xr[j], kComplex ? xi[j] : real_t(0)));
+        }
       }
       if (grad_b == nullptr) continue;
-      acc_t* gb = grad_b + bi * s.Nb * s.C + c0;
+      std::fill(g_re.begin(), g_re.end(), real_t(0));
+      std::fill(g_im.begin(), g_im.end(), real_t(0));
       for (int64_t v = 0; v < s.N; ++v) {  // grad_b_v = -(ḡ_v conj(x_p) + s conj(ḡ_p) x_v)
         const int64_t p = parent[v];
         if (p < 0) continue;
-        const acc_t* gv = work.data() + v * cb;
-        const acc_t* gp = work.data() + p * cb;
-        const scalar_t* xv = x_saved + base + v * s.C;
-        const scalar_t* xp = x_saved + base + p * s.C;
-        acc_t* g = gb + (b_index ? b_index[v] : v) * s.C;
+        const int64_t row = (b_index ? b_index[v] : v) * W;
+        real_t xv_re[W] = {}, xv_im[W] = {}, xp_re[W] = {}, xp_im[W] = {};
         for (int64_t j = 0; j < cb; ++j) {
-          g[j] -= gv[j] * conj_of(static_cast<acc_t>(xp[j])) + sign * conj_of(gp[j]) * static_cast<acc_t>(xv[j]);
+          const acc_t xv = static_cast<acc_t>(x_saved[base + v * s.C + j]);
+          const acc_t xp = static_cast<acc_t>(x_saved[base + p * s.C + j]);
+          xv_re[j] = real_of(xv);
+          xv_im[j] = imag_of(xv);
+          xp_re[j] = real_of(xp);
+          xp_im[j] = imag_of(xp);
+        }
+        const real_t* gvr = re.data() + v * W;
+        const real_t* gpr = re.data() + p * W;
+        real_t* gr = g_re.data() + row;
+        if constexpr (kComplex) {
+          const real_t* gvi = im.data() + v * W;
+          const real_t* gpi = im.data() + p * W;
+          real_t* gi = g_im.data() + row;
+          for (int64_t j = 0; j < W; ++j) {
+            gr[j] -= gvr[j] * xp_re[j] + gvi[j] * xp_im[j] + sign * (gpr[j] * xv_re[j] + gpi[j] * xv_im[j]);
+            gi[j] -= gvi[j] * xp_re[j] - gvr[j] * xp_im[j] + sign * (gpr[j] * xv_im[j] - gpi[j] * xv_re[j]);
+          }
+        } else {
+          for (int64_t j = 0; j < W; ++j) gr[j] -= gvr[j] * xp_re[j] + sign * gpr[j] * xv_re[j];
+        }
+      }
+      acc_t* gb = grad_b + bi * s.Nb * s.C + c0;
+      for (int64_t r = 0; r < s.Nb; ++r) {
+        for (int64_t j = 0; j < cb; ++j) {
+          gb[r * s.C + j] = make_value<acc_t>(g_re[r * W + j], kComplex ? g_im[r * W + j] : real_t(0));
         }
       }
     }

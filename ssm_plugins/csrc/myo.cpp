@@ -71,6 +71,63 @@ template <> inline c10::complex<double> make_value<c10::complex<double>, double>
   return {re, im};
 }
 
+// Per-node steps on one block of lanes. Separate functions with restrict-qualified arguments tell the
+// compiler that a node's and its parent's rows never overlap, so the fixed-length loops vectorise.
+// For real types the imaginary pointers are unused.
+template <bool kComplex, typename R>
+inline void divide_by_pivot(R* __restrict__ inv, R* __restrict__ yr, R* __restrict__ yi) {
+  for (int64_t j = 0; j < kLanes; ++j) {  // α_v -> 1/α_v ;  ũ_v -> y_v = ũ_v/α_v
+    inv[j] = R(1) / inv[j];
+    yr[j] *= inv[j];
+    if constexpr (kComplex) yi[j] *= inv[j];
+  }
+}
+
+template <bool kComplex, typename R>
+inline void send_to_parent(R* __restrict__ alpha_p, R* __restrict__ pr, R* __restrict__ pi,
+                           const R* __restrict__ inv, const R* __restrict__ yr, const R* __restrict__ yi,
+                           const R* __restrict__ wr, const R* __restrict__ wi, R sign) {
+  for (int64_t j = 0; j < kLanes; ++j) {  // α_p -= s|w|²/α_v ;  ũ_p -= s conj(w) y_v
+    if constexpr (kComplex) {
+      alpha_p[j] -= sign * (wr[j] * wr[j] + wi[j] * wi[j]) * inv[j];
+      pr[j] -= sign * (wr[j] * yr[j] + wi[j] * yi[j]);
+      pi[j] -= sign * (wr[j] * yi[j] - wi[j] * yr[j]);
+    } else {
+      alpha_p[j] -= sign * wr[j] * wr[j] * inv[j];
+      pr[j] -= sign * wr[j] * yr[j];
+    }
+  }
+}
+
+template <bool kComplex, typename R>
+inline void subtract_parent(R* __restrict__ xr, R* __restrict__ xi, const R* __restrict__ inv,
+                            const R* __restrict__ pr, const R* __restrict__ pi, const R* __restrict__ wr,
+                            const R* __restrict__ wi) {
+  for (int64_t j = 0; j < kLanes; ++j) {  // x_v = y_v - (w/α_v) x_p
+    if constexpr (kComplex) {
+      xr[j] -= inv[j] * (wr[j] * pr[j] - wi[j] * pi[j]);
+      xi[j] -= inv[j] * (wr[j] * pi[j] + wi[j] * pr[j]);
+    } else {
+      xr[j] -= inv[j] * wr[j] * pr[j];
+    }
+  }
+}
+
+template <bool kComplex, typename R>
+inline void add_edge_gradient(R* __restrict__ gr, R* __restrict__ gi, const R* __restrict__ gvr,
+                              const R* __restrict__ gvi, const R* __restrict__ gpr, const R* __restrict__ gpi,
+                              const R* __restrict__ xvr, const R* __restrict__ xvi, const R* __restrict__ xpr,
+                              const R* __restrict__ xpi, R sign) {
+  for (int64_t j = 0; j < kLanes; ++j) {  // grad_b_v -= ḡ_v conj(x_p) + s conj(ḡ_p) x_v
+    if constexpr (kComplex) {
+      gr[j] -= gvr[j] * xpr[j] + gvi[j] * xpi[j] + sign * (gpr[j] * xvr[j] + gpi[j] * xvi[j]);
+      gi[j] -= gvi[j] * xpr[j] - gvr[j] * xpi[j] + sign * (gpr[j] * xvi[j] - gpi[j] * xvr[j]);
+    } else {
+      gr[j] -= gvr[j] * xpr[j] + sign * gpr[j] * xvr[j];
+    }
+  }
+}
+
 // Solves T x = rhs for every (batch, channel block) task; the adjoint solve (Tᴴ) uses weights s·b. With
 // grad_b, rhs is grad_x, the result is grad_u, and the edge gradients against the saved output x are
 // accumulated as well.
@@ -95,6 +152,8 @@ void solve_cpu_kernel(const TreeShape& s, const scalar_t* rhs, const at::opmath_
     std::vector<real_t> re(s.N * W), im(im_nodes * W);             // ũ_v, then y_v, then x_v
     std::vector<real_t> b_re(s.Nb * W), b_im(im_rows * W);         // the task's weights
     std::vector<real_t> g_re(grad_rows * W), g_im(grad_im_rows * W);  // the task's edge gradients
+    auto im_at = [&](int64_t i) { return kComplex ? im.data() + i : nullptr; };
+    auto b_im_at = [&](int64_t i) -> const real_t* { return kComplex ? b_im.data() + i : nullptr; };
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bi = task / blocks, c0 = (task % blocks) * W;
       const int64_t cb = std::min(W, s.C - c0);
@@ -116,57 +175,23 @@ void solve_cpu_kernel(const TreeShape& s, const scalar_t* rhs, const at::opmath_
         }
       }
       for (int64_t v = 0; v < s.N; ++v) {  // up-sweep, children before parents
-        real_t* iv = inv.data() + v * W;
-        real_t* yr = re.data() + v * W;
-        real_t* yi = im.data() + (kComplex ? v * W : 0);
-        for (int64_t j = 0; j < W; ++j) {
-          iv[j] = real_t(1) / iv[j];
-          yr[j] *= iv[j];
-          if constexpr (kComplex) yi[j] *= iv[j];
-        }
-        const int64_t p = parent[v];
+        const int64_t node = v * W, p = parent[v];
+        divide_by_pivot<kComplex>(inv.data() + node, re.data() + node, im_at(node));
         if (p < 0) continue;
-        const int64_t row = (b_index ? b_index[v] : v) * W;
-        const real_t* wr = b_re.data() + row;
-        real_t* ap = inv.data() + p * W;  // still α_p: p is processed later
-        real_t* pr = re.data() + p * W;
-        if constexpr (kComplex) {  // α_p -= s|w|²/α_v ;  ũ_p -= s conj(w) y_v
-          const real_t* wi = b_im.data() + row;
-          real_t* pi = im.data() + p * W;
-          for (int64_t j = 0; j < W; ++j) {
-            ap[j] -= sign * (wr[j] * wr[j] + wi[j] * wi[j]) * iv[j];
-            pr[j] -= sign * (wr[j] * yr[j] + wi[j] * yi[j]);
-            pi[j] -= sign * (wr[j] * yi[j] - wi[j] * yr[j]);
-          }
-        } else {
-          for (int64_t j = 0; j < W; ++j) {
-            ap[j] -= sign * wr[j] * wr[j] * iv[j];
-            pr[j] -= sign * wr[j] * yr[j];
-          }
-        }
+        const int64_t row = (b_index ? b_index[v] : v) * W;  // α_p (not yet inverted: p comes later)
+        send_to_parent<kComplex>(inv.data() + p * W, re.data() + p * W, im_at(p * W), inv.data() + node,
+                                 re.data() + node, im_at(node), b_re.data() + row, b_im_at(row), sign);
       }
-      for (int64_t v = s.N - 1; v >= 0; --v) {  // down-sweep, parents before children: x_v = y_v - w/α_v x_p
-        real_t* xr = re.data() + v * W;
-        real_t* xi = im.data() + (kComplex ? v * W : 0);
-        const int64_t p = parent[v];
+      for (int64_t v = s.N - 1; v >= 0; --v) {  // down-sweep, parents before children
+        const int64_t node = v * W, p = parent[v];
         if (p >= 0) {
           const int64_t row = (b_index ? b_index[v] : v) * W;
-          const real_t* wr = b_re.data() + row;
-          const real_t* iv = inv.data() + v * W;
-          const real_t* pr = re.data() + p * W;
-          if constexpr (kComplex) {
-            const real_t* wi = b_im.data() + row;
-            const real_t* pi = im.data() + p * W;
-            for (int64_t j = 0; j < W; ++j) {
-              xr[j] -= iv[j] * (wr[j] * pr[j] - wi[j] * pi[j]);
-              xi[j] -= iv[j] * (wr[j] * pi[j] + wi[j] * pr[j]);
-            }
-          } else {
-            for (int64_t j = 0; j < W; ++j) xr[j] -= iv[j] * wr[j] * pr[j];
-          }
+          subtract_parent<kComplex>(re.data() + node, im_at(node), inv.data() + node, re.data() + p * W,
+                                    im_at(p * W), b_re.data() + row, b_im_at(row));
         }
         for (int64_t j = 0; j < cb; ++j) {
-          out[base + v * s.C + j] = static_cast<scalar_t>(make_value<acc_t>(xr[j], kComplex ? xi[j] : real_t(0)));
+          out[base + v * s.C + j] =
+              static_cast<scalar_t>(make_value<acc_t>(re[node + j], kComplex ? im[node + j] : real_t(0)));
         }
       }
       if (grad_b == nullptr) continue;
@@ -175,30 +200,18 @@ void solve_cpu_kernel(const TreeShape& s, const scalar_t* rhs, const at::opmath_
       for (int64_t v = 0; v < s.N; ++v) {  // grad_b_v = -(ḡ_v conj(x_p) + s conj(ḡ_p) x_v)
         const int64_t p = parent[v];
         if (p < 0) continue;
-        const int64_t row = (b_index ? b_index[v] : v) * W;
-        real_t xv_re[W] = {}, xv_im[W] = {}, xp_re[W] = {}, xp_im[W] = {};
+        real_t xvr[W] = {}, xvi[W] = {}, xpr[W] = {}, xpi[W] = {};
         for (int64_t j = 0; j < cb; ++j) {
           const acc_t xv = static_cast<acc_t>(x_saved[base + v * s.C + j]);
           const acc_t xp = static_cast<acc_t>(x_saved[base + p * s.C + j]);
-          xv_re[j] = real_of(xv);
-          xv_im[j] = imag_of(xv);
-          xp_re[j] = real_of(xp);
-          xp_im[j] = imag_of(xp);
+          xvr[j] = real_of(xv);
+          xvi[j] = imag_of(xv);
+          xpr[j] = real_of(xp);
+          xpi[j] = imag_of(xp);
         }
-        const real_t* gvr = re.data() + v * W;
-        const real_t* gpr = re.data() + p * W;
-        real_t* gr = g_re.data() + row;
-        if constexpr (kComplex) {
-          const real_t* gvi = im.data() + v * W;
-          const real_t* gpi = im.data() + p * W;
-          real_t* gi = g_im.data() + row;
-          for (int64_t j = 0; j < W; ++j) {
-            gr[j] -= gvr[j] * xp_re[j] + gvi[j] * xp_im[j] + sign * (gpr[j] * xv_re[j] + gpi[j] * xv_im[j]);
-            gi[j] -= gvi[j] * xp_re[j] - gvr[j] * xp_im[j] + sign * (gpr[j] * xv_im[j] - gpi[j] * xv_re[j]);
-          }
-        } else {
-          for (int64_t j = 0; j < W; ++j) gr[j] -= gvr[j] * xp_re[j] + sign * gpr[j] * xv_re[j];
-        }
+        const int64_t row = (b_index ? b_index[v] : v) * W;
+        add_edge_gradient<kComplex>(g_re.data() + row, kComplex ? g_im.data() + row : nullptr, re.data() + v * W,
+                                    im_at(v * W), re.data() + p * W, im_at(p * W), xvr, xvi, xpr, xpi, sign);
       }
       acc_t* gb = grad_b + bi * s.Nb * s.C + c0;
       for (int64_t r = 0; r < s.Nb; ++r) {

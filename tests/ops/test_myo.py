@@ -180,6 +180,9 @@ def test_default_parameterisation_is_stable(backend):
     b_node = level_shared_to_nodes(b, tree)[0, :, 0]
     T = dense_tree_matrix(b_node, tree.parent)
     assert torch.linalg.eigvalsh(T).min() > 0
+    # The up-sweep pivots α_v are the Cholesky pivots of T in storage order (children first: no fill-in).
+    pivots = torch.linalg.cholesky(T).diagonal().real ** 2
+    assert pivots.min() >= arity / (arity + 1) - 1e-12
     margin = 1 - (T - torch.eye(n)).abs().sum(1)
     columns = torch.diag(margin).to(torch.complex128).unsqueeze(-1)  # batch j solves T x = margin_j e_j
     inverse_scaled = myo_solve(columns, b, arity)[..., 0].transpose(0, 1)  # T⁻¹ diag(margin)
@@ -195,6 +198,31 @@ def test_leaf_block_is_real_for_level_shared_hermitian(backend):
     x = myo_solve(unit, b, 2)[:, :leaves, 0]
     assert x.imag.abs().max() <= 1e-12
     assert x.real.min() > 0  # dense and positive (an M-matrix up to a diagonal phase, spec A14)
+
+
+def test_inverse_entries_are_path_products(backend):
+    # T10: (T⁻¹)_uv = (-1)^m Π_{(p,q) on path u→v} T_pq · det(T without the path's nodes) / det T.
+    tree = myo_tree(9, 3)
+    n = tree.parent.numel()
+    b = random_weights((1, len(tree.level_sizes) - 1), torch.complex128, 3, torch.Generator().manual_seed(10))
+    T = dense_tree_matrix(level_shared_to_nodes(b, tree)[0, :, 0], tree.parent)
+    inverse = myo_solve(torch.eye(n, dtype=torch.complex128).unsqueeze(-1), b, 3)[..., 0].transpose(0, 1)
+
+    def up_path(v):
+        path = [v]
+        while tree.parent[path[-1]] >= 0:
+            path.append(int(tree.parent[path[-1]]))
+        return path
+
+    for u_node, v_node in [(0, 8), (4, 5), (2, 10), (9, 0), (3, 3)]:
+        up_u, up_v = up_path(u_node), up_path(v_node)
+        common = next(a for a in up_u if a in up_v)
+        path = up_u[:up_u.index(common) + 1] + up_v[:up_v.index(common)][::-1]
+        product = torch.prod(torch.stack([T[p, q] for p, q in zip(path, path[1:])])) if len(path) > 1 else 1
+        rest = [w for w in range(n) if w not in path]
+        minor = torch.linalg.det(T[rest][:, rest]) if rest else 1
+        want = (-1) ** (len(path) - 1) * product * minor / torch.linalg.det(T)
+        torch.testing.assert_close(inverse[u_node, v_node], want, rtol=1e-12, atol=1e-12)
 
 
 # ---- modes: transient virtual nodes, masks -------------------------------------------------------------
@@ -365,6 +393,23 @@ def test_bad_input_names_the_argument():
         myo_solve(u, b, 2, node_mask=torch.ones(2, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match="num_leaves"):
         myo_tree(0, 2)
+
+
+@needs_kernel
+def test_opcheck_schema_fake_and_autograd_registration():
+    checks = ("test_autograd_registration", "test_faketensor")  # test_schema, aot_dispatch: ~15 s more
+    tree = myo_tree(7, 2)
+    n, depth = tree.parent.numel(), len(tree.level_sizes)
+    u = torch.randn(2, n, 3, dtype=torch.complex128, requires_grad=True)
+    b = random_weights((1, depth, 3), torch.complex128, 2).requires_grad_()
+    torch.library.opcheck(torch.ops.ssm_plugins.myo_solve_fwd.default, (u, b, tree.parent, tree.level, False),
+                          test_utils=checks)
+    b_node = random_weights((2, n, 3), torch.complex128, 2).requires_grad_()
+    torch.library.opcheck(torch.ops.ssm_plugins.myo_solve_fwd.default, (u, b_node, tree.parent, None, True),
+                          test_utils=checks)
+    x = torch.randn(2, n, 3, dtype=torch.complex128)
+    torch.library.opcheck(torch.ops.ssm_plugins.myo_solve_bwd.default,
+                          (torch.randn_like(x), x, b.detach(), tree.parent, tree.level, True), test_utils=checks)
 
 
 @needs_kernel

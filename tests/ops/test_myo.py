@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from ssm_plugins.ops import _backend, myo_solve, myo_tree
+from ssm_plugins.ops import _backend, myo_quadtree, myo_solve, myo_tree, myo_tree_from_parent
 from ssm_plugins.ops.myo import myo_solve_flops
 from ssm_plugins.ops.reference import myo as ref
 
@@ -93,10 +93,52 @@ def test_both_forms_equal_dense_solve(backend, num_leaves, arity, dtype, couplin
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_general_tree_and_forest_equal_dense_solve(backend, seed):
     g = torch.Generator().manual_seed(seed)
-    parent = random_level_major_tree(23, g)
+    tree = myo_tree_from_parent(random_level_major_tree(23, g))
     u = torch.randn(1, 23, 2, dtype=torch.complex128, generator=g)
-    b = random_weights((1, 23, 2), torch.complex128, 4, g)
-    torch.testing.assert_close(myo_solve(u, b, parent=parent), dense_solve(u, b, parent), rtol=1e-10, atol=1e-12)
+    b = random_weights((1, 23, 2), torch.complex128, tree.arity, g)
+    want = dense_solve(u, b, tree.parent)
+    torch.testing.assert_close(myo_solve(u, b, tree), want, rtol=1e-10, atol=1e-12)
+    b_level = random_weights((2, len(tree.level_sizes) - 1), torch.complex128, tree.arity, g)
+    want = dense_solve(u, level_shared_to_nodes(b_level, tree), tree.parent)
+    torch.testing.assert_close(myo_solve(u, b_level, tree), want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("height,width", [(7, 13), (16, 16), (1, 5), (1, 1)])
+def test_quadtree_equals_dense_solve(backend, height, width):
+    g = torch.Generator().manual_seed(height * width)
+    tree = myo_quadtree(height, width)
+    n = tree.parent.numel()
+    assert tree.level_sizes[0] == height * width and tree.grid_sizes[0] == (height, width)
+    u = torch.randn(1, n, 2, dtype=torch.complex128, generator=g)
+    b_node = random_weights((1, n, 2), torch.complex128, 4, g)
+    torch.testing.assert_close(myo_solve(u, b_node, tree), dense_solve(u, b_node, tree.parent),
+                               rtol=1e-10, atol=1e-12)
+    b_level = random_weights((2, len(tree.level_sizes) - 1), torch.complex128, 4, g)
+    want = dense_solve(u, level_shared_to_nodes(b_level, tree), tree.parent)
+    torch.testing.assert_close(myo_solve(u, b_level, tree), want, rtol=1e-10, atol=1e-12)
+
+
+def test_quadtree_equals_4ary_tree_on_morton_order():
+    # T3: on a 2^m × 2^m grid the quadtree pyramid is the 1-D 4-ary tree over Morton-ordered pixels.
+    side = 8
+    quad, chain = myo_quadtree(side, side), myo_tree(side * side, 4)
+    order = []  # raster index of each 1-D node, level by level
+    offset = 0
+    for rows, cols in quad.grid_sizes:
+        morton = torch.zeros(rows * cols, dtype=torch.long)
+        for i in range(rows):
+            for j in range(cols):
+                code = sum(((i >> bit) & 1) << (2 * bit + 1) | ((j >> bit) & 1) << (2 * bit) for bit in range(3))
+                morton[code] = offset + i * cols + j
+        order.append(morton)
+        offset += rows * cols
+    order = torch.cat(order)
+    u = torch.randn(2, order.numel(), 3, dtype=torch.complex128)
+    b = random_weights((3, len(quad.level_sizes) - 1), torch.complex128, 4)
+    x_quad = ref.myo_solve_pyramid2d(u, b, quad.grid_sizes)
+    x_chain = ref.myo_solve_pyramid(u[:, order], b, 4)
+    torch.testing.assert_close(x_chain, x_quad[:, order], rtol=0, atol=1e-13)
+    assert len(chain.level_sizes) == len(quad.level_sizes)
 
 
 @pytest.mark.parametrize("block", [1, 2, 3])
@@ -129,6 +171,17 @@ def test_pyramid_equals_general_level_loop(num_leaves, arity):
     u = torch.randn(2, tree.parent.numel(), 3, dtype=torch.complex128, generator=g)
     b = random_weights((3, len(tree.level_sizes) - 1), torch.complex128, arity, g)
     got = ref.myo_solve_pyramid(u, b, arity)
+    torch.testing.assert_close(got, ref.myo_solve(u, level_shared_to_nodes(b, tree), tree.parent),
+                               rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("height,width", [(7, 13), (28, 28), (5, 1)])
+def test_pyramid2d_equals_general_level_loop(height, width):
+    # T2 in 2-D: 2×2 sum-pool / 2× nearest up-sampling on the grid pyramid equals the per-node solver.
+    tree = myo_quadtree(height, width)
+    u = torch.randn(2, tree.parent.numel(), 3, dtype=torch.complex128)
+    b = random_weights((3, len(tree.level_sizes) - 1), torch.complex128, 4)
+    got = ref.myo_solve_pyramid2d(u, b, tree.grid_sizes)
     torch.testing.assert_close(got, ref.myo_solve(u, level_shared_to_nodes(b, tree), tree.parent),
                                rtol=0, atol=1e-12)
 
@@ -236,17 +289,17 @@ def test_transient_equals_persistent_with_zero_virtual_inputs(backend):
     torch.testing.assert_close(got, myo_solve(u, b, 3)[:, :23])
 
 
-def test_node_mask_removes_nodes(backend):
-    tree = myo_tree(12, 2)
-    n = tree.parent.numel()
+@pytest.mark.parametrize("tree", [myo_tree(12, 2), myo_quadtree(3, 5)], ids=["kary1d", "quad2d"])
+def test_node_mask_removes_nodes(backend, tree):
+    n, leaves = tree.parent.numel(), tree.level_sizes[0]
     g = torch.Generator().manual_seed(3)
     u = torch.randn(1, n, 2, dtype=torch.complex128, generator=g)
-    b = random_weights((1, n, 2), torch.complex128, 2, g)
-    leaf_mask = torch.arange(12) < 5
-    x = myo_solve(u, b, 2, node_mask=leaf_mask[None])
-    # The valid nodes: leaves 0..4 and every ancestor of one of them.
+    b = random_weights((1, n, 2), torch.complex128, tree.arity, g)
+    leaf_mask = torch.arange(leaves) % 3 != 1
+    x = myo_solve(u, b, tree, node_mask=leaf_mask[None])
+    # The valid nodes: the valid leaves and every ancestor of one of them.
     valid = torch.zeros(n, dtype=torch.bool)
-    for leaf in range(5):
+    for leaf in torch.nonzero(leaf_mask).flatten().tolist():
         v = leaf
         while v >= 0:
             valid[v] = True
@@ -257,7 +310,7 @@ def test_node_mask_removes_nodes(backend):
         T = dense_tree_matrix(b[0, :, c], tree.parent)[idx][:, idx]
         torch.testing.assert_close(x[0, idx, c], torch.linalg.solve(T, u[0, idx, c]))
     # The same mask given over all nodes.
-    torch.testing.assert_close(myo_solve(u, b, 2, node_mask=valid[None]), x)
+    torch.testing.assert_close(myo_solve(u, b, tree, node_mask=valid[None]), x)
 
 
 # ---- compiled kernel vs oracle ------------------------------------------------------------------------
@@ -369,30 +422,38 @@ def test_bad_input_names_the_argument():
         myo_solve(u[0], b, 2)
     with pytest.raises(ValueError, match="^u "):
         myo_solve(u.int(), b, 2)
-    with pytest.raises(ValueError, match="u has 13 nodes"):
+    with pytest.raises(ValueError, match="^u has 13 nodes"):
         myo_solve(u[:, :13], b, 2)
+    with pytest.raises(ValueError, match="^u must have the tree's 15 nodes"):
+        myo_solve(u[:, :14], b, tree)
     with pytest.raises(ValueError, match="^b "):
         myo_solve(u, torch.randn(3, depth), 2)
     with pytest.raises(ValueError, match="^b "):
         myo_solve(u, torch.randn(2, n + 1, 3), 2)
     with pytest.raises(ValueError, match="^b "):
-        myo_solve(u, b, parent=tree.parent)
-    with pytest.raises(ValueError, match="arity"):
+        myo_solve(u, torch.randn(3, n, 3), 2)
+    with pytest.raises(ValueError, match="^tree "):
         myo_solve(u, b, 1)
-    with pytest.raises(ValueError, match="arity"):
-        myo_solve(u, b)
-    with pytest.raises(ValueError, match="parent"):
-        myo_solve(u, torch.randn(1, n, 3), parent=torch.zeros(n, dtype=torch.long))
-    with pytest.raises(ValueError, match="parent"):
-        myo_solve(u, torch.randn(1, n, 3), parent=tree.parent[1:])
-    with pytest.raises(ValueError, match="coupling"):
+    with pytest.raises(ValueError, match="^tree "):
+        myo_solve(u, b, tree.parent)
+    with pytest.raises(ValueError, match="^parent "):
+        myo_tree_from_parent(torch.zeros(n, dtype=torch.long))
+    with pytest.raises(ValueError, match="^parent "):
+        myo_tree_from_parent(tree.parent.float())
+    with pytest.raises(ValueError, match="^coupling "):
         myo_solve(u, b, 2, coupling="causal")
-    with pytest.raises(ValueError, match="virtual"):
+    with pytest.raises(ValueError, match="^virtual "):
         myo_solve(u, b, 2, virtual="none")
-    with pytest.raises(ValueError, match="node_mask"):
+    with pytest.raises(ValueError, match="^node_mask "):
         myo_solve(u, b, 2, node_mask=torch.ones(2, 3, dtype=torch.bool))
-    with pytest.raises(ValueError, match="num_leaves"):
+    with pytest.raises(ValueError, match="^node_mask "):
+        myo_solve(u, b, 2, node_mask=torch.ones(2, n))
+    with pytest.raises(ValueError, match="^num_leaves "):
         myo_tree(0, 2)
+    with pytest.raises(ValueError, match="^arity "):
+        myo_tree(4, 1)
+    with pytest.raises(ValueError, match="^width "):
+        myo_quadtree(4, 0)
 
 
 @needs_kernel

@@ -10,6 +10,8 @@ Three oracles, each written like the spec's equations:
     myo_solve            scalar, gauge-fixed A = 1, C_v = ±conj(b_v) (§2.3), per-node weights
     myo_solve_pyramid    the same with weights shared per (channel, level) on a ceil k-ary tree: SumPool_k
                          going up, Up_k (nearest repeat) coming down (§2.3 "level-shared fast path")
+    myo_solve_pyramid2d  the same on a ceil quadtree stored as a pyramid of grids: 2×2 sum-pool going up,
+                         2× nearest up-sampling coming down
 """
 from __future__ import annotations
 
@@ -101,39 +103,73 @@ def kary_level_sizes(num_leaves: int, arity: int) -> list[int]:
 
 
 def myo_solve_pyramid(u, b, arity, skew=False):
-    """Level-shared solve on a ceil k-ary tree (§2.3 fast path): the same system as ``myo_solve`` with
-    every edge from level ℓ to ℓ+1 weighted b[:, ℓ-1].
-
-    u: (batch, N, channels) level-major; b: (channels, D-1).
-
-        α_1 = 1,  α_{ℓ+1} = 1 - s|b_ℓ|² SumPool_k(1/α_ℓ)
-        y_1 = u_1,  y_{ℓ+1} = (u_{ℓ+1} - s conj(b_ℓ) SumPool_k(y_ℓ)) / α_{ℓ+1}
-        x_D = y_D,  x_ℓ = y_ℓ - (b_ℓ/α_ℓ) Up_k(x_{ℓ+1})
-    """
-    out_dtype, acc = _dtypes(u, b)
-    sign = -1.0 if skew else 1.0
+    """Level-shared solve on a ceil k-ary 1-D tree (§2.3 fast path): the same system as ``myo_solve``
+    with every edge from level ℓ to ℓ+1 weighted b[:, ℓ-1]. u: (batch, N, channels) level-major;
+    b: (channels, D-1). SumPool_k sums each group of k consecutive children (zero-padding a ragged end),
+    Up_k repeats each parent k times (truncated to the child count)."""
     sizes = kary_level_sizes(kary_num_leaves(u.shape[1], arity), arity)
-    u_levels = list(torch.split(u.to(acc), sizes, dim=1))
-    b = b.to(acc)
-    b_abs2 = b.real ** 2 + b.imag ** 2 if b.is_complex() else b ** 2
 
-    def sum_pool(t, n_parent):  # sum each group of k consecutive children, zero-padding a ragged end
+    def sum_pool(t, n_parent):
         t = torch.nn.functional.pad(t, (0, 0, 0, n_parent * arity - t.shape[1]))
         return t.reshape(t.shape[0], n_parent, arity, t.shape[-1]).sum(2)
 
-    def up(t, n_child):  # repeat each parent k times, truncated to the child count
+    def up(t, n_child):
         return t.repeat_interleave(arity, dim=1)[:, :n_child]
 
-    alpha = [torch.ones(1, sizes[0], u.shape[-1], dtype=b_abs2.dtype, device=u.device)]
+    levels = list(torch.split(u, sizes, dim=1))
+    return torch.cat(_pyramid(levels, b, sizes, sum_pool, up, skew), dim=1)
+
+
+def myo_solve_pyramid2d(u, b, grid_sizes, skew=False):
+    """Level-shared solve on a ceil quadtree (§2.3 "2-D quadtree"): level ℓ is a grid (H_ℓ, W_ℓ) stored
+    in raster order, H_{ℓ+1} = ⌈H_ℓ/2⌉, W_{ℓ+1} = ⌈W_ℓ/2⌉. SumPool_4 is a 2×2 sum-pool (zero-padded at
+    odd borders), Up_4 a 2× nearest up-sampling. u: (batch, N, channels); b: (channels, D-1)."""
+
+    def sum_pool(t, grid):
+        rows, cols = grid
+        t = torch.nn.functional.pad(t, (0, 0, 0, 2 * cols - t.shape[2], 0, 2 * rows - t.shape[1]))
+        return t.reshape(t.shape[0], rows, 2, cols, 2, t.shape[-1]).sum((2, 4))
+
+    def up(t, grid):
+        return t.repeat_interleave(2, dim=1)[:, :grid[0]].repeat_interleave(2, dim=2)[:, :, :grid[1]]
+
+    sizes = [rows * cols for rows, cols in grid_sizes]
+    levels = [t.reshape(t.shape[0], *grid, t.shape[-1])
+              for t, grid in zip(torch.split(u, sizes, dim=1), grid_sizes)]
+    x = _pyramid(levels, b, list(grid_sizes), sum_pool, up, skew)
+    return torch.cat([t.flatten(1, 2) for t in x], dim=1)
+
+
+def _pyramid(u_levels, b, shapes, sum_pool, up, skew):
+    """The level-shared recursion on level tensors (batch, *shape_ℓ, channels), s = -1 if ``skew``:
+
+        α_1 = 1,  α_{ℓ+1} = 1 - s|b_ℓ|² SumPool(1/α_ℓ)
+        y_1 = u_1,  y_{ℓ+1} = (u_{ℓ+1} - s conj(b_ℓ) SumPool(y_ℓ)) / α_{ℓ+1}
+        x_D = y_D,  x_ℓ = y_ℓ - (b_ℓ/α_ℓ) Up(x_{ℓ+1})
+    """
+    out_dtype, acc = _dtypes(u_levels[0], b)
+    sign = -1.0 if skew else 1.0
+    u_levels = [t.to(acc) for t in u_levels]
+    b = b.to(acc)
+    b_abs2 = b.real ** 2 + b.imag ** 2 if b.is_complex() else b ** 2
+    alpha = [torch.ones_like(u_levels[0][:1], dtype=b_abs2.dtype)]
     y = [u_levels[0]]
-    for level in range(len(sizes) - 1):
-        alpha.append(1 - sign * b_abs2[:, level] * sum_pool(1 / alpha[level], sizes[level + 1]))
-        y.append((u_levels[level + 1] - sign * b[:, level].conj() * sum_pool(y[level], sizes[level + 1]))
+    for level in range(len(shapes) - 1):
+        alpha.append(1 - sign * b_abs2[:, level] * sum_pool(1 / alpha[level], shapes[level + 1]))
+        y.append((u_levels[level + 1] - sign * b[:, level].conj() * sum_pool(y[level], shapes[level + 1]))
                  / alpha[level + 1])
     x = [y[-1]]
-    for level in reversed(range(len(sizes) - 1)):
-        x.insert(0, y[level] - b[:, level] / alpha[level] * up(x[0], sizes[level]))
-    return torch.cat(x, dim=1).to(out_dtype)
+    for level in reversed(range(len(shapes) - 1)):
+        x.insert(0, y[level] - b[:, level] / alpha[level] * up(x[0], shapes[level]))
+    return [t.to(out_dtype) for t in x]
+
+
+def quad_grid_sizes(height: int, width: int) -> list[tuple[int, int]]:
+    """Grid of every quadtree level, leaves first: (H, W), (⌈H/2⌉, ⌈W/2⌉), … down to the (1, 1) root."""
+    grids = [(height, width)]
+    while grids[-1] != (1, 1):
+        grids.append((-(-grids[-1][0] // 2), -(-grids[-1][1] // 2)))
+    return grids
 
 
 def kary_num_leaves(num_nodes: int, arity: int) -> int:

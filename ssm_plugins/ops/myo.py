@@ -118,8 +118,8 @@ def _tensor(name: str, value, ndims: tuple, what: str) -> torch.Tensor:
 
 def _extend_leaf_mask(leaf_mask: torch.Tensor, tree: MyoTree) -> torch.Tensor:
     """A virtual node is valid when its span holds at least one valid leaf (spec §2.7)."""
-    valid = torch.cat([leaf_mask, leaf_mask.new_zeros(leaf_mask.shape[0], tree.parent.numel() - leaf_mask.shape[1])],
-                      dim=1).to(torch.uint8)
+    virtual = leaf_mask.new_zeros(leaf_mask.shape[0], tree.parent.numel() - leaf_mask.shape[1])
+    valid = torch.cat([leaf_mask, virtual], dim=1).to(torch.uint8)
     for level in range(len(tree.level_sizes) - 1):  # children before parents
         child = torch.nonzero((tree.level == level) & (tree.parent >= 0)).flatten()
         valid = valid.scatter_reduce(1, tree.parent[child].expand(valid.shape[0], -1), valid[:, child], "amax")
@@ -132,7 +132,8 @@ def _resolve_tree(tree, u: torch.Tensor, virtual: str) -> MyoTree:
         expected = tree.level_sizes[0] if virtual == "transient" else tree.parent.numel()
         if nodes_in != expected:
             what = "leaves" if virtual == "transient" else "nodes"
-            raise ValueError(f"u must have the tree's {expected} {what} at dim 1 (virtual={virtual!r}), got {nodes_in}")
+            raise ValueError(f"u must have the tree's {expected} {what} at dim 1 (virtual={virtual!r}), "
+                             f"got {nodes_in}")
         if tree.parent.device != u.device:
             tree = tree._replace(parent=tree.parent.to(u.device), level=tree.level.to(u.device))
         return tree
@@ -162,6 +163,7 @@ def _normalise(u, b, tree, node_mask, coupling, virtual):
         raise ValueError("u must hold at least one node (dim 1 of (batch, N, channels) is 0)")
     tree = _resolve_tree(tree, u, virtual)
     num_nodes, depth = tree.parent.numel(), len(tree.level_sizes)
+    leaves_first = bool((tree.level[:tree.level_sizes[0]] == 0).all())  # always so for myo_tree / myo_quadtree
 
     b = _tensor("b", b, (2, 3), "(channels, D-1) level-shared or (batch or 1, N, channels) per node")
     level_shared = b.dim() == 2
@@ -180,6 +182,8 @@ def _normalise(u, b, tree, node_mask, coupling, virtual):
     else:
         b = b.to(torch.float64 if double else torch.float32)
 
+    if virtual == "transient" and not leaves_first:
+        raise ValueError("virtual='transient' needs a tree whose first level_sizes[0] nodes are its level-1 leaves")
     if virtual == "transient":  # virtual inputs are 0; the caller drops their outputs
         u = torch.cat([u, u.new_zeros(batch, num_nodes - nodes_in, channels)], dim=1)
 
@@ -196,7 +200,7 @@ def _normalise(u, b, tree, node_mask, coupling, virtual):
                              f"{node_mask.dtype if isinstance(node_mask, torch.Tensor) else type(node_mask).__name__}")
         if tuple(node_mask.shape) == (batch, num_nodes):
             mask = node_mask.to(u.device)
-        elif tuple(node_mask.shape) == (batch, leaves):
+        elif tuple(node_mask.shape) == (batch, leaves) and leaves_first:
             mask = _extend_leaf_mask(node_mask.to(u.device), tree)
         else:
             raise ValueError(f"node_mask must have shape (batch, N) = ({batch}, {num_nodes}) or (batch, L) = "

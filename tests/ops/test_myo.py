@@ -315,7 +315,8 @@ def test_node_mask_removes_nodes(backend, tree):
 
 # ---- compiled kernel vs oracle ------------------------------------------------------------------------
 @needs_kernel
-@pytest.mark.parametrize("num_leaves,arity,batch,channels", [(1, 2, 1, 1), (31, 2, 1, 5), (97, 4, 3, 17), (10, 3, 2, 40)])
+@pytest.mark.parametrize("num_leaves,arity,batch,channels",
+                         [(1, 2, 1, 1), (31, 2, 1, 5), (97, 4, 3, 17), (10, 3, 2, 40)])
 @pytest.mark.parametrize("form", ["level", "node", "node-shared"])
 def test_kernel_matches_oracle_float32(monkeypatch, num_leaves, arity, batch, channels, form):
     # T8: float32 forward rel. error <= 1e-5, gradients <= 1e-4 (prime L, L=1, batch 1, channels not a

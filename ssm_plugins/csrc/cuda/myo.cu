@@ -23,8 +23,12 @@ template <typename R>
 struct Complex {
   R re, im;
 };
-template <typename R> __device__ inline Complex<R> operator+(Complex<R> a, Complex<R> b) { return {a.re + b.re, a.im + b.im}; }
-template <typename R> __device__ inline Complex<R> operator-(Complex<R> a, Complex<R> b) { return {a.re - b.re, a.im - b.im}; }
+template <typename R> __device__ inline Complex<R> operator+(Complex<R> a, Complex<R> b) {
+  return {a.re + b.re, a.im + b.im};
+}
+template <typename R> __device__ inline Complex<R> operator-(Complex<R> a, Complex<R> b) {
+  return {a.re - b.re, a.im - b.im};
+}
 template <typename R> __device__ inline Complex<R> operator*(Complex<R> a, Complex<R> b) {
   return {a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re};
 }

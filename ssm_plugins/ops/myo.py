@@ -163,7 +163,7 @@ def _normalise(u, b, tree, node_mask, coupling, virtual):
         raise ValueError("u must hold at least one node (dim 1 of (batch, N, channels) is 0)")
     tree = _resolve_tree(tree, u, virtual)
     num_nodes, depth = tree.parent.numel(), len(tree.level_sizes)
-    leaves_first = bool((tree.level[:tree.level_sizes[0]] == 0).all())  # always so for myo_tree / myo_quadtree
+    leaves_first = tree.kind != "general" or bool((tree.level[:tree.level_sizes[0]] == 0).all())
 
     b = _tensor("b", b, (2, 3), "(channels, D-1) level-shared or (batch or 1, N, channels) per node")
     level_shared = b.dim() == 2

@@ -246,7 +246,6 @@ def myo_solve(u, b, tree, *, node_mask=None, coupling="hermitian", virtual="pers
     The backward pass is one more solve (spec §2.9): grad_u = T⁻ᴴ grad_x, which for Hermitian T is the
     same solve, and grad_b_v = -(grad_u_v conj(x_par v) + s conj(grad_u_par v) x_v) (s = -1 for skew).
     """
-    nodes_in = u.shape[1] if isinstance(u, torch.Tensor) and u.dim() == 3 else None
     u, b_rows, b_index, skew, tree, pyramid_b = _normalise(u, b, tree, node_mask, coupling, virtual)
     if _backend.use_kernel(_OP, u):
         x = torch.ops.ssm_plugins.myo_solve_fwd(u, b_rows, tree.parent, b_index, skew)
@@ -256,7 +255,7 @@ def myo_solve(u, b, tree, *, node_mask=None, coupling="hermitian", virtual="pers
         x = reference.myo_solve_pyramid2d(u, pyramid_b, tree.grid_sizes, skew=skew)
     else:
         x = reference.myo_solve(u, b_rows, tree.parent, b_index, skew=skew)
-    return x[:, :nodes_in] if virtual == "transient" else x
+    return x[:, :tree.level_sizes[0]] if virtual == "transient" else x
 
 
 def myo_solve_flops(batch: int, nodes: int, channels: int, is_complex: bool, backward: bool = False) -> int:

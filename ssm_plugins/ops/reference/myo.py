@@ -5,7 +5,7 @@ parent has a larger index (``parent[v] > v``, ``-1`` at roots). Row v of the sys
 
     A_v x_v + B_v x_par(v) + Σ_{c ∈ ch(v)} C_c x_c = u_v .
 
-Three oracles, each written like the spec's equations:
+Oracles, each written like the spec's equations:
     myo_solve_general    any blocks A, B, C (§2.2): Schur-complement up-sweep, back-substitution down-sweep
     myo_solve            scalar, gauge-fixed A = 1, C_v = ±conj(b_v) (§2.3), per-node weights
     myo_solve_pyramid    the same with weights shared per (channel, level) on a ceil k-ary tree: SumPool_k
@@ -83,8 +83,7 @@ def myo_solve(u, b, parent, b_index=None, skew=False):
         child = wave[parent[wave] >= 0]
         if child.numel():
             b_c, alpha_c, p = b_node[:, child], pivot[:, child], parent[child]
-            pivot = pivot.index_add(1, p, -sign * (b_c.real ** 2 + b_c.imag ** 2 if b_c.is_complex() else b_c ** 2)
-                                    / alpha_c)
+            pivot = pivot.index_add(1, p, -sign * _abs2(b_c) / alpha_c)
             rhs = rhs.index_add(1, p, -sign * b_c.conj() * rhs[:, child])
     x = rhs
     for wave in reversed(waves):  # down-sweep
@@ -151,7 +150,7 @@ def _pyramid(u_levels, b, shapes, sum_pool, up, skew):
     sign = -1.0 if skew else 1.0
     u_levels = [t.to(acc) for t in u_levels]
     b = b.to(acc)
-    b_abs2 = b.real ** 2 + b.imag ** 2 if b.is_complex() else b ** 2
+    b_abs2 = _abs2(b)
     alpha = [torch.ones_like(u_levels[0][:1], dtype=b_abs2.dtype)]
     y = [u_levels[0]]
     for level in range(len(shapes) - 1):
@@ -184,6 +183,11 @@ def kary_num_leaves(num_nodes: int, arity: int) -> int:
     if sum(kary_level_sizes(low, arity)) != num_nodes:
         raise ValueError(f"{num_nodes} nodes is not the size of any ceil {arity}-ary tree")
     return low
+
+
+def _abs2(t):
+    """|t|² as re² + im² (real for complex t; spec §2.8: never via a square root)."""
+    return t.real ** 2 + t.imag ** 2 if t.is_complex() else t ** 2
 
 
 def _dtypes(u, b):

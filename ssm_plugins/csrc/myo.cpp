@@ -59,7 +59,7 @@ template <typename T> struct RealOf<c10::complex<T>> { using type = T; };
 // Channels handled together by one task, as lanes of fixed width (the tail block is zero-padded), so the
 // per-node loops have a compile-time trip count and vectorise. Real and imaginary parts live in separate
 // arrays for the same reason.
-constexpr int64_t kLanes = 8;
+constexpr int64_t kLanes = 32;
 
 template <typename T> inline T real_of(T v) { return v; }
 template <typename T> inline T real_of(c10::complex<T> v) { return v.real(); }

@@ -148,12 +148,26 @@ void solve_cpu_kernel(const TreeShape& s, const scalar_t* rhs, const at::opmath_
   at::parallel_for(0, s.batch * blocks, grain, [&](int64_t begin, int64_t end) {
     const int64_t im_nodes = kComplex ? s.N : 0, im_rows = kComplex ? s.Nb : 0;
     const int64_t grad_rows = grad_b ? s.Nb : 0, grad_im_rows = grad_b ? im_rows : 0;
-    std::vector<real_t> inv(s.N * W);                              // 1/α_v (α_v while it accumulates)
-    std::vector<real_t> re(s.N * W), im(im_nodes * W);             // ũ_v, then y_v, then x_v
-    std::vector<real_t> b_re(s.Nb * W), b_im(im_rows * W);         // the task's weights
-    std::vector<real_t> g_re(grad_rows * W), g_im(grad_im_rows * W);  // the task's edge gradients
-    auto im_at = [&](int64_t i) { return kComplex ? im.data() + i : nullptr; };
-    auto b_im_at = [&](int64_t i) -> const real_t* { return kComplex ? b_im.data() + i : nullptr; };
+    // Per-thread workspace kept between calls: fresh pages on every solve would cost a page fault per
+    // 4 KiB, as much as the solve itself at a few thousand nodes.
+    thread_local std::vector<real_t> workspace;
+    const int64_t total = W * (2 * s.N + im_nodes + s.Nb + im_rows + grad_rows + grad_im_rows);
+    if (static_cast<int64_t>(workspace.size()) < total) workspace.resize(total);
+    real_t* next = workspace.data();
+    auto take = [&](int64_t rows) {
+      real_t* part = next;
+      next += rows * W;
+      return part;
+    };
+    real_t* inv = take(s.N);                            // 1/α_v (α_v while it accumulates)
+    real_t* re = take(s.N);                             // ũ_v, then y_v, then x_v (real part)
+    real_t* im = take(im_nodes);                        // (imaginary part)
+    real_t* b_re = take(s.Nb);                          // the task's weights
+    real_t* b_im = take(im_rows);
+    real_t* g_re = take(grad_rows);                     // the task's edge gradients
+    real_t* g_im = take(grad_im_rows);
+    auto im_at = [&](int64_t i) { return kComplex ? im + i : nullptr; };
+    auto b_im_at = [&](int64_t i) -> const real_t* { return kComplex ? b_im + i : nullptr; };
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bi = task / blocks, c0 = (task % blocks) * W;
       const int64_t cb = std::min(W, s.C - c0);
@@ -176,18 +190,18 @@ void solve_cpu_kernel(const TreeShape& s, const scalar_t* rhs, const at::opmath_
       }
       for (int64_t v = 0; v < s.N; ++v) {  // up-sweep, children before parents
         const int64_t node = v * W, p = parent[v];
-        divide_by_pivot<kComplex>(inv.data() + node, re.data() + node, im_at(node));
+        divide_by_pivot<kComplex>(inv + node, re + node, im_at(node));
         if (p < 0) continue;
         const int64_t row = (b_index ? b_index[v] : v) * W;  // α_p (not yet inverted: p comes later)
-        send_to_parent<kComplex>(inv.data() + p * W, re.data() + p * W, im_at(p * W), inv.data() + node,
-                                 re.data() + node, im_at(node), b_re.data() + row, b_im_at(row), sign);
+        send_to_parent<kComplex>(inv + p * W, re + p * W, im_at(p * W), inv + node,
+                                 re + node, im_at(node), b_re + row, b_im_at(row), sign);
       }
       for (int64_t v = s.N - 1; v >= 0; --v) {  // down-sweep, parents before children
         const int64_t node = v * W, p = parent[v];
         if (p >= 0) {
           const int64_t row = (b_index ? b_index[v] : v) * W;
-          subtract_parent<kComplex>(re.data() + node, im_at(node), inv.data() + node, re.data() + p * W,
-                                    im_at(p * W), b_re.data() + row, b_im_at(row));
+          subtract_parent<kComplex>(re + node, im_at(node), inv + node, re + p * W,
+                                    im_at(p * W), b_re + row, b_im_at(row));
         }
         for (int64_t j = 0; j < cb; ++j) {
           out[base + v * s.C + j] =
@@ -195,8 +209,8 @@ void solve_cpu_kernel(const TreeShape& s, const scalar_t* rhs, const at::opmath_
         }
       }
       if (grad_b == nullptr) continue;
-      std::fill(g_re.begin(), g_re.end(), real_t(0));
-      std::fill(g_im.begin(), g_im.end(), real_t(0));
+      std::fill(g_re, g_re + grad_rows * W, real_t(0));
+      std::fill(g_im, g_im + grad_im_rows * W, real_t(0));
       for (int64_t v = 0; v < s.N; ++v) {  // grad_b_v = -(ḡ_v conj(x_p) + s conj(ḡ_p) x_v)
         const int64_t p = parent[v];
         if (p < 0) continue;
@@ -210,8 +224,8 @@ void solve_cpu_kernel(const TreeShape& s, const scalar_t* rhs, const at::opmath_
           xpi[j] = imag_of(xp);
         }
         const int64_t row = (b_index ? b_index[v] : v) * W;
-        add_edge_gradient<kComplex>(g_re.data() + row, kComplex ? g_im.data() + row : nullptr, re.data() + v * W,
-                                    im_at(v * W), re.data() + p * W, im_at(p * W), xvr, xvi, xpr, xpi, sign);
+        add_edge_gradient<kComplex>(g_re + row, kComplex ? g_im + row : nullptr, re + v * W,
+                                    im_at(v * W), re + p * W, im_at(p * W), xvr, xvi, xpr, xpi, sign);
       }
       acc_t* gb = grad_b + bi * s.Nb * s.C + c0;
       for (int64_t r = 0; r < s.Nb; ++r) {

@@ -61,7 +61,7 @@ def random_weights(shape, dtype, arity, generator=None):
 
 
 def random_level_major_tree(n, generator):
-    """A random forest stored level-major: each node's parent is a later node (or none)."""
+    """A random forest with children stored before parents (parent[v] > v); levels may interleave."""
     parent = torch.full((n,), -1, dtype=torch.long)
     for v in range(n - 1):
         if torch.rand((), generator=generator) < 0.9:

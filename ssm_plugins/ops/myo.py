@@ -11,6 +11,8 @@ from . import _backend, _validate
 from .reference import myo as reference
 
 _OP = "myo_solve_fwd"
+_BWD = "myo_solve_bwd"
+_COMPILED = hasattr(torch.ops.ssm_plugins, _OP) and hasattr(torch.ops.ssm_plugins, _BWD)
 _COMPLEX_DTYPES = (torch.complex64, torch.complex128)
 _COUPLINGS = ("hermitian", "skew")
 _VIRTUAL = ("persistent", "transient")
@@ -247,7 +249,7 @@ def myo_solve(u, b, tree, *, node_mask=None, coupling="hermitian", virtual="pers
     same solve, and grad_b_v = -(grad_u_v conj(x_par v) + s conj(grad_u_par v) x_v) (s = -1 for skew).
     """
     u, b_rows, b_index, skew, tree, pyramid_b = _normalise(u, b, tree, node_mask, coupling, virtual)
-    if _backend.use_kernel(_OP, u):
+    if _backend.use_kernel(_OP, u) and _COMPILED:
         x = torch.ops.ssm_plugins.myo_solve_fwd(u, b_rows, tree.parent, b_index, skew)
     elif pyramid_b is not None and tree.kind == "kary1d":
         x = reference.myo_solve_pyramid(u, pyramid_b, tree.arity, skew=skew)
@@ -267,14 +269,14 @@ def myo_solve_flops(batch: int, nodes: int, channels: int, is_complex: bool, bac
 
 
 # ---- autograd, fake (meta) kernels and FLOP counts for the compiled ops -----------------------------
-# Registered only when the op exists (the extension may be missing).
-if hasattr(torch.ops.ssm_plugins, _OP):
+# Registered only when both ops exist (the extension may be missing).
+if _COMPILED:
 
     @torch.library.register_fake(f"ssm_plugins::{_OP}")
     def _fwd_fake(u, b, parent, b_index, skew):
         return torch.empty_like(u)
 
-    @torch.library.register_fake("ssm_plugins::myo_solve_bwd")
+    @torch.library.register_fake(f"ssm_plugins::{_BWD}")
     def _bwd_fake(grad_x, x, b, parent, b_index, skew):
         return torch.empty_like(grad_x), b.new_empty((grad_x.shape[0], b.shape[1], b.shape[2]))
 
@@ -286,7 +288,7 @@ if hasattr(torch.ops.ssm_plugins, _OP):
     def _backward(ctx, grad_x):
         # The adjoint solve (spec §2.9) in the compiled myo_solve_bwd: grad_u = T⁻ᴴ grad_x plus grad_b.
         x, b, parent, b_index = ctx.saved_tensors
-        grad_u, grad_b = torch.ops.ssm_plugins.myo_solve_bwd(grad_x, x, b, parent, b_index, ctx.skew)
+        grad_u, grad_b = getattr(torch.ops.ssm_plugins, _BWD)(grad_x, x, b, parent, b_index, ctx.skew)
         if grad_b.shape[0] != b.shape[0]:  # b shared by the batch
             grad_b = grad_b.sum(0, keepdim=True)
         return grad_u, grad_b, None, None, None
@@ -297,6 +299,6 @@ if hasattr(torch.ops.ssm_plugins, _OP):
     def _fwd_flops(u, b, parent, b_index, skew, out_val=None, **kwargs):
         return myo_solve_flops(*u.shape, u.is_complex())
 
-    @register_flop_formula(torch.ops.ssm_plugins.myo_solve_bwd, get_raw=True)
+    @register_flop_formula(getattr(torch.ops.ssm_plugins, _BWD), get_raw=True)
     def _bwd_flops(grad_x, x, b, parent, b_index, skew, out_val=None, **kwargs):
         return myo_solve_flops(*grad_x.shape, grad_x.is_complex(), backward=True)

@@ -24,7 +24,8 @@ except ImportError as exc:  # a source checkout without a build, or a broken bui
 _warned = False
 
 
-def _forced_reference() -> bool:
+def reference_forced() -> bool:
+    """True when ``SSM_PLUGINS_BACKEND=reference`` asks for the pure-PyTorch references."""
     choice = os.environ.get(_BACKEND_ENV, "auto").lower()
     if choice not in _CHOICES:
         raise ValueError(f"{_BACKEND_ENV} must be one of {_CHOICES}, got {choice!r}")
@@ -44,41 +45,43 @@ def _warn_missing_once() -> None:
         )
 
 
+def _compiled_kernels() -> frozenset:
+    """(op, device type) pairs with a compiled kernel; fixed once the extension has loaded."""
+    if _EXTENSION_ERROR is not None:
+        return frozenset()
+    names = [n.split("::", 1)[1] for n in torch._C._dispatch_get_all_op_names() if n.startswith("ssm_plugins::")]
+    return frozenset((op, device) for op in names for device, key in (("cpu", "CPU"), ("cuda", "CUDA"))
+                     if torch._C._dispatch_has_kernel_for_dispatch_key(f"ssm_plugins::{op}", key))
+
+
+# A plain set lookup (no dispatcher query per call), which torch.compile traces with fullgraph=True.
+_COMPILED = _compiled_kernels()
+
+
 def has_kernel(op: str, device_type: str) -> bool:
     """True if ``torch.ops.ssm_plugins.<op>`` has a compiled kernel for ``device_type`` ('cpu'/'cuda')."""
-    if _EXTENSION_ERROR is not None:
-        return False
-    key = {"cpu": "CPU", "cuda": "CUDA"}.get(device_type)
-    return key is not None and torch._C._dispatch_has_kernel_for_dispatch_key(f"ssm_plugins::{op}", key)
+    return (op, device_type) in _COMPILED
 
 
 def use_kernel(op: str, tensor: torch.Tensor) -> bool:
     """Decide, per call, whether ``op`` runs compiled for ``tensor``'s device (else the reference)."""
-    if _EXTENSION_ERROR is not None:
-        if not _forced_reference():
-            _warn_missing_once()
+    if reference_forced():
         return False
-    return _kernel_chosen(op, tensor.device.type)
-
-
-# A constant to torch.compile (decided once per trace), so our ops compile with fullgraph=True.
-@torch.compiler.assume_constant_result
-def _kernel_chosen(op: str, device_type: str) -> bool:
-    return not _forced_reference() and has_kernel(op, device_type)
+    if _EXTENSION_ERROR is not None:
+        _warn_missing_once()
+        return False
+    return has_kernel(op, tensor.device.type)
 
 
 def backend_info() -> dict:
     """What is available: extension status, compiled ops and the devices each has kernels for."""
-    ops = {}
-    if _EXTENSION_ERROR is None:
-        for name in sorted(torch._C._dispatch_get_all_op_names()):
-            if name.startswith("ssm_plugins::"):
-                op = name.split("::", 1)[1]
-                ops[op] = [d for d in ("cpu", "cuda") if has_kernel(op, d)]
+    ops: dict = {}
+    for op, device in sorted(_COMPILED):
+        ops.setdefault(op, []).append(device)
     return {
         "extension": _EXTENSION_ERROR is None,
         "extension_error": _EXTENSION_ERROR,
-        "forced_reference": _forced_reference(),
+        "forced_reference": reference_forced(),
         "ops": ops,
         "cuda_device": torch.cuda.is_available(),
     }

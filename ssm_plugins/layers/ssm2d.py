@@ -11,7 +11,7 @@ kernel and applied with a single FFT convolution (exactly equal to the per-direc
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Dict, Tuple
 
 import torch
 import torch.nn as nn
@@ -48,7 +48,8 @@ class SSM2D(nn.Module):
 
     In eval mode the kernel is cached per (H, W) unless gradients are being recorded for the SSM parameters;
     the cache is dropped by ``train()``, ``load_state_dict``, ``.to()`` and any in-place change of the
-    parameters (tracked through their version counters).
+    parameters (tracked through their version counters; writes through ``param.data`` bypass the counters,
+    call :meth:`clear_kernel_cache` after those).
     """
 
     no_weight_decay_names = ("A_logit", "B_logit", "C")
@@ -142,6 +143,9 @@ class SSM2D(nn.Module):
                 cached = (stamp, self.compute_kernel(height, width))
             self._kernel_cache[(height, width)] = cached
         return cached[1]
+
+    def clear_kernel_cache(self) -> None:
+        self._kernel_cache.clear()
 
     def train(self, mode: bool = True):
         self._kernel_cache.clear()

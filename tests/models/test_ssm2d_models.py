@@ -268,6 +268,25 @@ def test_native_resolution_and_set_input_size():
         assert swin(torch.randn(1, 3, 160, 160)).shape == (1, 1000)
 
 
+def test_pretrained_without_a_file_never_downloads(monkeypatch):
+    import timm.models._builder as builder
+
+    def no_network(*args, **kwargs):
+        raise AssertionError('attempted a download')
+
+    monkeypatch.setattr(builder, 'download_cached_file', no_network)
+    monkeypatch.setattr(builder, 'load_state_dict_from_hf', no_network)
+    with pytest.raises(RuntimeError, match='No pretrained weights exist'):  # timm's clear error, no fetch
+        timm.create_model('vit_cifar_patch4_32_ssm2d', pretrained=True)
+
+
+def test_fixed_size_vit_rejects_other_sizes():
+    model = timm.create_model('vit_cifar_patch4_32_ssm2d', dynamic_img_size=False)
+    assert model(torch.randn(1, 3, 32, 32)).shape == (1, 100)
+    with pytest.raises(ValueError, match=re.escape('input size (24, 40) must equal img_size (32, 32)')):
+        model(torch.randn(1, 3, 24, 40))
+
+
 def test_plain_timm_checkpoint_loads_with_fresh_ssm(tmp_path):
     torch.manual_seed(0)
     plain = timm.create_model('deit_tiny_patch16_224', depth=2, pretrained=False)

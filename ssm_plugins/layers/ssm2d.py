@@ -133,7 +133,7 @@ class SSM2D(nn.Module):
         """:meth:`compute_kernel`, served from the per-(H, W) cache in eval mode when no gradient is needed."""
         params = (self.A_logit, self.B_logit, self.C)
         recording = torch.is_grad_enabled() and any(p.requires_grad for p in params)
-        if self.training or recording:
+        if self.training or recording or torch.compiler.is_compiling():  # compiled graphs recompute it
             return self.compute_kernel(height, width)
         # the version counters move on every in-place update (optimiser step, copy_), so stale entries miss
         stamp = (self.A_logit.device, self.A_logit.dtype) + tuple(p._version for p in params)

@@ -389,3 +389,18 @@ def test_ssm2d_bad_arguments():
         SSM2D(4, complex=True, complex_param='euler')
     with pytest.raises(ValueError, match=r'x must have shape \(B, dim, H, W\) with dim=4'):
         SSM2D(4)(torch.randn(1, 3, 5, 5))
+
+
+def test_traces_with_torch_compile_fullgraph():
+    """The eval-mode cache is bypassed under torch.compile, so layer and models trace as one graph."""
+    torch.manual_seed(0)
+    layer = SSM2D(8, d_state=4, n_ssm=2)
+    x = torch.randn(2, 8, 5, 6)
+    for mode in (True, False):
+        layer.train(mode)
+        with torch.no_grad():
+            torch.testing.assert_close(torch.compile(layer, backend='eager', fullgraph=True)(x), layer(x))
+    model = timm.create_model('vit_cifar_patch4_32_ssm2d', depth=1).eval()
+    images = torch.randn(1, 3, 24, 40)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(model, backend='eager', fullgraph=True)(images), model(images))

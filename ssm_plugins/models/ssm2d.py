@@ -333,6 +333,12 @@ class SwinTransformerSSM2D(SwinTransformer):
             names.add('absolute_pos_embed')
         return names
 
+    @torch.jit.ignore
+    def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
+        matcher = super().group_matcher(coarse)
+        matcher['stem'] = r'^patch_embed|^absolute_pos_embed'  # the position embedding belongs to the stem
+        return matcher
+
     def _embed(self, x: torch.Tensor) -> torch.Tensor:
         _check_input(x, self.in_chans, self.patch_embed.patch_size, self.patch_embed.dynamic_img_pad,
                      self.patch_embed.img_size if self.patch_embed.strict_img_size else None)
@@ -433,10 +439,10 @@ default_cfgs = generate_default_cfgs({
     'deit_base_patch16_224_ssm2d': _cfg(),
     'vit_cifar_patch4_32_ssm2d': _cfg(**_cifar),
     'vit_tinyimagenet_patch8_64_ssm2d': _cfg(**_tiny_imagenet),
-    'swin_tiny_patch4_window7_224_ssm2d': _cfg(pool_size=(7, 7), crop_pct=.9, classifier='head.fc', license='mit'),
-    'swin_cifar_patch2_window4_32_ssm2d': _cfg(pool_size=(4, 4), classifier='head.fc', license='mit', **_cifar),
+    'swin_tiny_patch4_window7_224_ssm2d': _cfg(pool_size=(7, 7), crop_pct=.9, classifier='head.fc'),
+    'swin_cifar_patch2_window4_32_ssm2d': _cfg(pool_size=(4, 4), classifier='head.fc', **_cifar),
     'swin_tinyimagenet_patch4_window4_64_ssm2d': _cfg(
-        pool_size=(4, 4), classifier='head.fc', license='mit', **_tiny_imagenet),
+        pool_size=(4, 4), classifier='head.fc', **_tiny_imagenet),
 })
 
 

@@ -196,6 +196,15 @@ def test_options_complex_no_pos_embed_and_grad_checkpointing(name):
     assert model(x).shape == (2, 7)
 
 
+@pytest.mark.parametrize('name', ['vit_cifar_patch4_32_ssm2d', 'swin_cifar_patch2_window4_32_ssm2d'])
+def test_position_embedding_is_in_the_stem_group(name):
+    model = timm.create_model(name, device='meta')
+    groups = timm.models.group_parameters(model, model.group_matcher())
+    stem = groups[min(groups)]
+    assert {'pos_embed', 'absolute_pos_embed'} & set(stem), stem
+    assert not any('.ssm.' in n for n in stem)
+
+
 def test_vit_without_class_token_and_with_registers():
     model = timm.create_model('vit_cifar_patch4_32_ssm2d', class_token=False, global_pool='avg', reg_tokens=2)
     assert model(torch.randn(1, 3, 24, 40)).shape == (1, 100)

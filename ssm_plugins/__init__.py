@@ -6,6 +6,7 @@ adapters (``ssm_plugins.mmdet``, ``ssm_plugins.mmseg``, ``ssm_plugins.speechbrai
 configs and recipes that use them.
 """
 from . import ops
+from . import layers, models
 from .ops import backend_info
 
 __version__ = "0.1.0"

@@ -1,0 +1,3 @@
+from .ssm2d import SSM2D
+
+__all__ = ["SSM2D"]

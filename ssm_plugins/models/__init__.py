@@ -1,0 +1,1 @@
+from . import ssm2d

@@ -1,0 +1,517 @@
+""" 2-D SSM inside ViT / DeiT / Swin blocks
+
+A PyTorch impl of the backbones of:
+  * `2-D SSM: A General Spatial Layer for Visual Transformers` (E. Baron, I. Zimerman, L. Wolf, arXiv v1,
+    June 2023), spec ``2d-ssm.md`` §2-§3.
+
+The layer (``ssm_plugins.layers.SSM2D``) sits in the attention branch of every block, right after the
+pre-attention norm, and its output feeds Q, K and V:
+  * ViT / DeiT (§2.1): on the patch tokens only, reshaped to the token grid; prefix (class / register) tokens
+    bypass it unchanged.
+  * Swin (§2.2): on the whole stage feature map, before the cyclic shift and window partition.
+
+The models subclass timm's ``VisionTransformer`` / ``Block`` and ``SwinTransformer`` / ``SwinTransformerBlock``
+and reuse timm's builder, checkpoint filters and feature getter. The SSM kernels are global and
+resolution-free, so any input size divisible by the patch size works (position embeddings are resampled).
+
+Options for every model (timm kwargs): ``ssm_complex``, ``ssm_complex_param``, ``ssm_d_state``, ``ssm_n_ssm``,
+``ssm_directions``, ``ssm_layernorm``, ``ssm_fused`` and ``no_pos_embed`` (Table 3 ablation). No pretrained
+weights exist; load a local checkpoint with ``pretrained=True, pretrained_cfg_overlay=dict(file=path)``.
+"""
+from functools import partial
+from typing import Any, Dict, List, Optional, Set, Tuple, Union
+
+import torch
+import torch.nn as nn
+
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from timm.layers import resample_abs_pos_embed_nhwc, trunc_normal_
+from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models._features import feature_take_indices
+from timm.models._manipulate import checkpoint
+from timm.models.swin_transformer import SwinTransformer, SwinTransformerBlock
+from timm.models.swin_transformer import checkpoint_filter_fn as swin_checkpoint_filter_fn
+from timm.models.vision_transformer import Block, VisionTransformer
+from timm.models.vision_transformer import checkpoint_filter_fn as vit_checkpoint_filter_fn
+
+from ..layers.ssm2d import SSM2D
+
+__all__ = ['VisionTransformerSSM2D', 'SwinTransformerSSM2D', 'SSM2DBlock', 'SwinTransformerSSM2DBlock']
+
+CIFAR100_MEAN = (0.5071, 0.4865, 0.4409)
+CIFAR100_STD = (0.2673, 0.2564, 0.2762)
+
+
+def _ssm_layer(
+        ssm_d_state: int = 16,
+        ssm_n_ssm: int = 8,
+        ssm_directions: int = 4,
+        ssm_complex: bool = False,
+        ssm_complex_param: str = 'cartesian',
+        ssm_layernorm: bool = False,
+        ssm_fused: bool = True,
+        device=None,
+        dtype=None,
+):
+    """SSM2D factory (dim -> module) for channels-last token grids, defaults of spec §3.1 / §8."""
+    return partial(
+        SSM2D,
+        d_state=ssm_d_state,
+        n_ssm=ssm_n_ssm,
+        directions=ssm_directions,
+        complex=ssm_complex,
+        complex_param=ssm_complex_param,
+        layernorm=ssm_layernorm,
+        fused=ssm_fused,
+        input_fmt='NHWC',
+        device=device,
+        dtype=dtype,
+    )
+
+
+def _ssm_no_weight_decay(model: nn.Module) -> Set[str]:
+    """Full names of the SSM parameters without weight decay (A, B, C; paper App. E.2)."""
+    names = set()
+    for module_name, module in model.named_modules():
+        if isinstance(module, SSM2D):
+            names.update(f'{module_name}.{p}' for p in module.no_weight_decay_names)
+    return names
+
+
+def _check_input(x: torch.Tensor, in_chans: int, patch_size: Tuple[int, int], pad: bool,
+                 img_size: Optional[Tuple[int, int]] = None) -> None:
+    if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[1] != in_chans:
+        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f'x must have shape (B, {in_chans}, H, W), got {got}')
+    size = tuple(x.shape[-2:])
+    if img_size is not None and size != tuple(img_size):
+        raise ValueError(f'input size {size} must equal img_size {tuple(img_size)} (build the model with '
+                         f'dynamic_img_size=True to accept other sizes)')
+    if not pad and (size[0] % patch_size[0] or size[1] % patch_size[1] or min(size) < 1):
+        raise ValueError(f'input size {size} must be a positive multiple of the patch size {tuple(patch_size)}')
+
+
+def _fill_missing_ssm(state_dict: Dict[str, torch.Tensor], model: nn.Module) -> Dict[str, torch.Tensor]:
+    """Checkpoints of the plain timm backbone have no SSM weights: keep the model's own (fresh) ones."""
+    for name, value in model.state_dict().items():
+        if '.ssm.' in name and name not in state_dict:
+            state_dict[name] = value
+    return state_dict
+
+
+# ---- ViT / DeiT ----------------------------------------------------------------------------------------
+
+
+class SSM2DBlock(Block):
+    """timm ViT pre-norm block with the 2-D SSM on the patch tokens after norm1 (spec §2.1)."""
+
+    def __init__(self, dim: int, *args, ssm_layer=SSM2D, **kwargs):
+        super().__init__(dim, *args, **kwargs)
+        self.ssm = ssm_layer(dim)
+
+    def _norm_ssm(self, x: torch.Tensor, grid_size: Optional[Tuple[int, int]]) -> torch.Tensor:
+        if grid_size is None:
+            raise ValueError('grid_size=(H, W) of the patch tokens is required by SSM2DBlock')
+        y = self.norm1(x)
+        batch, num_tokens, dim = y.shape
+        height, width = grid_size
+        num_prefix = num_tokens - height * width
+        if num_prefix < 0:
+            raise ValueError(f'x has {num_tokens} tokens, fewer than the grid_size {tuple(grid_size)} needs')
+        patches = self.ssm(y[:, num_prefix:].reshape(batch, height, width, dim))
+        # prefix tokens (class, distillation, registers) bypass the SSM unchanged
+        return torch.cat([y[:, :num_prefix], patches.reshape(batch, height * width, dim)], dim=1)
+
+    def forward(
+            self,
+            x: torch.Tensor,
+            grid_size: Optional[Tuple[int, int]] = None,
+            attn_mask: Optional[torch.Tensor] = None,
+            is_causal: bool = False,
+    ) -> torch.Tensor:
+        y = self._norm_ssm(x, grid_size)
+        x = x + self.drop_path1(self.ls1(self.attn(y, attn_mask=attn_mask, is_causal=is_causal)))
+        x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+        return x
+
+
+class VisionTransformerSSM2D(VisionTransformer):
+    """ViT / DeiT with a 2-D SSM in every block (spec §2.1).
+
+    Takes timm ``VisionTransformer`` kwargs plus the ``ssm_*`` options of :func:`_ssm_layer` and
+    ``no_pos_embed`` (drop the learned absolute position embedding). ``dynamic_img_size`` defaults to True so
+    any input size divisible by the patch size is accepted.
+    """
+
+    def __init__(
+            self,
+            *args,
+            ssm_d_state: int = 16,
+            ssm_n_ssm: int = 8,
+            ssm_directions: int = 4,
+            ssm_complex: bool = False,
+            ssm_complex_param: str = 'cartesian',
+            ssm_layernorm: bool = False,
+            ssm_fused: bool = True,
+            no_pos_embed: bool = False,
+            **kwargs,
+    ):
+        if kwargs.get('patch_drop_rate', 0.) > 0:
+            raise ValueError('patch_drop_rate must be 0: the SSM needs the full token grid')
+        if 'block_fn' in kwargs:
+            raise ValueError('block_fn is fixed to SSM2DBlock in VisionTransformerSSM2D')
+        if no_pos_embed:
+            kwargs['pos_embed'] = 'none'
+        kwargs.setdefault('dynamic_img_size', True)
+        ssm_layer = _ssm_layer(
+            ssm_d_state, ssm_n_ssm, ssm_directions, ssm_complex, ssm_complex_param, ssm_layernorm, ssm_fused,
+            device=kwargs.get('device'), dtype=kwargs.get('dtype'))
+        super().__init__(*args, block_fn=partial(SSM2DBlock, ssm_layer=ssm_layer), **kwargs)
+
+    @torch.jit.ignore
+    def no_weight_decay(self) -> Set[str]:
+        return super().no_weight_decay() | _ssm_no_weight_decay(self)
+
+    def _embed(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
+        """Patch + position embedding; returns the tokens and the patch grid size (H, W)."""
+        _check_input(x, self.in_chans, self.patch_embed.patch_size, self.patch_embed.dynamic_img_pad,
+                     None if self.dynamic_img_size else self.patch_embed.img_size)
+        x = self.patch_embed(x)
+        grid_size = tuple(x.shape[1:3]) if self.dynamic_img_size else tuple(self.patch_embed.grid_size)
+        x = self._pos_embed(x)
+        x = self.patch_drop(x)
+        x = self.norm_pre(x)
+        return x, grid_size
+
+    def _run_block(self, block: nn.Module, x: torch.Tensor, grid_size, attn_mask, is_causal) -> torch.Tensor:
+        if self.grad_checkpointing and not torch.jit.is_scripting():
+            return checkpoint(block, x, grid_size, attn_mask, is_causal)
+        return block(x, grid_size, attn_mask, is_causal)
+
+    def forward_intermediates(
+            self,
+            x: torch.Tensor,
+            indices: Optional[Union[int, List[int]]] = None,
+            return_prefix_tokens: bool = False,
+            norm: bool = False,
+            stop_early: bool = False,
+            output_fmt: str = 'NCHW',
+            intermediates_only: bool = False,
+            output_dict: bool = False,
+            attn_mask: Optional[torch.Tensor] = None,
+            is_causal: bool = False,
+    ) -> Union[List[torch.Tensor], Tuple[torch.Tensor, List[torch.Tensor]], Dict[str, Any]]:
+        """Forward features that returns intermediates (same contract as timm's ``VisionTransformer``)."""
+        assert output_fmt in ('NCHW', 'NLC'), 'Output format must be one of NCHW or NLC.'
+        intermediates = []
+        take_indices, max_index = feature_take_indices(len(self.blocks), indices)
+
+        batch = x.shape[0]
+        x, (height, width) = self._embed(x)
+        blocks = self.blocks if torch.jit.is_scripting() or not stop_early else self.blocks[:max_index + 1]
+        for i, blk in enumerate(blocks):
+            x = self._run_block(blk, x, (height, width), attn_mask, is_causal)
+            if i in take_indices:
+                intermediates.append(self.norm(x) if norm else x)
+
+        prefix_tokens = None
+        if self.num_prefix_tokens:
+            prefix_tokens = [y[:, :self.num_prefix_tokens] for y in intermediates]
+            intermediates = [y[:, self.num_prefix_tokens:] for y in intermediates]
+        if output_fmt == 'NCHW':
+            intermediates = [y.reshape(batch, height, width, -1).permute(0, 3, 1, 2).contiguous()
+                             for y in intermediates]
+
+        if output_dict:
+            result = {'image_intermediates': intermediates}
+            if prefix_tokens is not None and return_prefix_tokens:
+                result['image_intermediates_prefix'] = prefix_tokens
+            if not intermediates_only:
+                result['image_features'] = self.norm(x)
+            return result
+        if return_prefix_tokens and prefix_tokens is not None:
+            intermediates = list(zip(intermediates, prefix_tokens))
+        if intermediates_only:
+            return intermediates
+        return self.norm(x), intermediates
+
+    def forward_features(
+            self,
+            x: torch.Tensor,
+            attn_mask: Optional[torch.Tensor] = None,
+            is_causal: bool = False,
+    ) -> torch.Tensor:
+        x, grid_size = self._embed(x)
+        for blk in self.blocks:
+            x = self._run_block(blk, x, grid_size, attn_mask, is_causal)
+        return self.norm(x)
+
+
+def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: VisionTransformerSSM2D) -> Dict[str, torch.Tensor]:
+    """timm's ViT filter (patch embed / pos embed resampling); plain ViT/DeiT checkpoints keep the fresh SSMs."""
+    return _fill_missing_ssm(vit_checkpoint_filter_fn(state_dict, model), model)
+
+
+def _create_vision_transformer_ssm2d(variant: str, pretrained: bool = False, **kwargs) -> VisionTransformerSSM2D:
+    out_indices = kwargs.pop('out_indices', 3)
+    return build_model_with_cfg(
+        VisionTransformerSSM2D,
+        variant,
+        pretrained,
+        pretrained_filter_fn=checkpoint_filter_fn,
+        pretrained_strict=kwargs.pop('pretrained_strict', True),
+        feature_cfg=dict(out_indices=out_indices, feature_cls='getter'),
+        **kwargs,
+    )
+
+
+# ---- Swin ------------------------------------------------------------------------------------------------
+
+
+class SwinTransformerSSM2DBlock(SwinTransformerBlock):
+    """timm Swin block with the 2-D SSM on the whole stage map after norm1, before shift/windows (§2.2)."""
+
+    @classmethod
+    def from_block(cls, block: SwinTransformerBlock, ssm: nn.Module) -> 'SwinTransformerSSM2DBlock':
+        """Turn a built timm block into this class in place, keeping its submodules (and state_dict names)."""
+        block.__class__ = cls
+        block.ssm = ssm
+        return block
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, H, W, C = x.shape
+        x = x + self.drop_path1(self._attn(self.ssm(self.norm1(x))))
+        x = x.reshape(B, -1, C)
+        x = x + self.drop_path2(self.mlp(self.norm2(x)))
+        x = x.reshape(B, H, W, C)
+        return x
+
+
+class SwinTransformerSSM2D(SwinTransformer):
+    """Swin Transformer with a 2-D SSM in every block (spec §2.2).
+
+    Takes timm ``SwinTransformer`` kwargs plus the ``ssm_*`` options, ``abs_pos_embed`` (learned absolute
+    position embedding added after the patch embedding, as in the small-dataset Swin of Lee et al.) and
+    ``no_pos_embed`` (remove it; the relative position bias stays, spec A20). ``strict_img_size`` defaults to
+    False so any input size divisible by the patch size is accepted.
+    """
+
+    def __init__(
+            self,
+            *args,
+            ssm_d_state: int = 16,
+            ssm_n_ssm: int = 8,
+            ssm_directions: int = 4,
+            ssm_complex: bool = False,
+            ssm_complex_param: str = 'cartesian',
+            ssm_layernorm: bool = False,
+            ssm_fused: bool = True,
+            abs_pos_embed: bool = False,
+            no_pos_embed: bool = False,
+            **kwargs,
+    ):
+        kwargs.setdefault('strict_img_size', False)
+        super().__init__(*args, **kwargs)
+        dd = {'device': kwargs.get('device'), 'dtype': kwargs.get('dtype')}
+        ssm_layer = _ssm_layer(
+            ssm_d_state, ssm_n_ssm, ssm_directions, ssm_complex, ssm_complex_param, ssm_layernorm, ssm_fused, **dd)
+        for stage in self.layers:
+            for block in stage.blocks:
+                SwinTransformerSSM2DBlock.from_block(block, ssm_layer(block.dim))
+
+        if abs_pos_embed and not no_pos_embed:
+            grid = tuple(self.patch_embed.grid_size)
+            self.absolute_pos_embed = nn.Parameter(torch.zeros(1, *grid, self.embed_dim, **dd))
+            trunc_normal_(self.absolute_pos_embed, std=.02)
+        else:
+            self.absolute_pos_embed = None
+
+    @torch.jit.ignore
+    def no_weight_decay(self) -> Set[str]:
+        names = super().no_weight_decay() | _ssm_no_weight_decay(self)
+        if self.absolute_pos_embed is not None:
+            names.add('absolute_pos_embed')
+        return names
+
+    @torch.jit.ignore
+    def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
+        matcher = super().group_matcher(coarse)
+        matcher['stem'] = r'^patch_embed|^absolute_pos_embed'  # the position embedding belongs to the stem
+        return matcher
+
+    def _embed(self, x: torch.Tensor) -> torch.Tensor:
+        _check_input(x, self.in_chans, self.patch_embed.patch_size, self.patch_embed.dynamic_img_pad,
+                     self.patch_embed.img_size if self.patch_embed.strict_img_size else None)
+        x = self.patch_embed(x)  # (B, H, W, C)
+        if self.absolute_pos_embed is not None:
+            x = x + resample_abs_pos_embed_nhwc(self.absolute_pos_embed, x.shape[1:3]).to(x.dtype)
+        return x
+
+    def forward_intermediates(
+            self,
+            x: torch.Tensor,
+            indices: Optional[Union[int, List[int]]] = None,
+            norm: bool = False,
+            stop_early: bool = False,
+            output_fmt: str = 'NCHW',
+            intermediates_only: bool = False,
+    ) -> Union[List[torch.Tensor], Tuple[torch.Tensor, List[torch.Tensor]]]:
+        """Forward features that returns intermediates (same contract as timm's ``SwinTransformer``)."""
+        assert output_fmt in ('NCHW',), 'Output shape must be NCHW.'
+        intermediates = []
+        take_indices, max_index = feature_take_indices(len(self.layers), indices)
+        x = self._embed(x)
+
+        num_stages = len(self.layers)
+        stages = self.layers if torch.jit.is_scripting() or not stop_early else self.layers[:max_index + 1]
+        i = 0
+        for i, stage in enumerate(stages):
+            x = stage(x)
+            if i in take_indices:
+                x_inter = self.norm(x) if norm and i == num_stages - 1 else x
+                intermediates.append(x_inter.permute(0, 3, 1, 2).contiguous())
+        if intermediates_only:
+            return intermediates
+        if i == num_stages - 1:
+            x = self.norm(x)
+        return x, intermediates
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        x = self._embed(x)
+        x = self.layers(x)
+        return self.norm(x)
+
+
+def swin_ssm2d_checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: SwinTransformerSSM2D) -> Dict[str, torch.Tensor]:
+    """timm's Swin filter; plain Swin checkpoints keep the fresh SSMs and position embedding."""
+    state_dict = swin_checkpoint_filter_fn(state_dict, model)
+    if model.absolute_pos_embed is not None and 'absolute_pos_embed' in state_dict:
+        state_dict['absolute_pos_embed'] = resample_abs_pos_embed_nhwc(
+            state_dict['absolute_pos_embed'], model.absolute_pos_embed.shape[1:3])
+    return _fill_missing_ssm(state_dict, model)
+
+
+def _create_swin_transformer_ssm2d(variant: str, pretrained: bool = False, **kwargs) -> SwinTransformerSSM2D:
+    default_out_indices = tuple(i for i, _ in enumerate(kwargs.get('depths', (1, 1, 3, 1))))
+    out_indices = kwargs.pop('out_indices', default_out_indices)
+    return build_model_with_cfg(
+        SwinTransformerSSM2D,
+        variant,
+        pretrained,
+        pretrained_filter_fn=swin_ssm2d_checkpoint_filter_fn,
+        pretrained_strict=kwargs.pop('pretrained_strict', True),
+        feature_cfg=dict(out_indices=out_indices, feature_cls='getter'),
+        **kwargs,
+    )
+
+
+# ---- configs and registrations -------------------------------------------------------------------------
+
+
+def _cfg(**kwargs) -> Dict[str, Any]:
+    # No weights are published for these models: no url and no hf_hub_id, so nothing is ever fetched.
+    # Local checkpoints load through pretrained_cfg_overlay=dict(file=path).
+    return {
+        'url': '',
+        'hf_hub_id': None,
+        'num_classes': 1000,
+        'input_size': (3, 224, 224),
+        'pool_size': None,
+        'crop_pct': .875,
+        'interpolation': 'bicubic',
+        'fixed_input_size': False,
+        'mean': IMAGENET_DEFAULT_MEAN,
+        'std': IMAGENET_DEFAULT_STD,
+        'first_conv': 'patch_embed.proj',
+        'classifier': 'head',
+        'license': 'apache-2.0',
+        'paper_name': '2-D SSM: A General Spatial Layer for Visual Transformers',
+        **kwargs,
+    }
+
+
+_cifar = dict(num_classes=100, input_size=(3, 32, 32), crop_pct=1.0, mean=CIFAR100_MEAN, std=CIFAR100_STD)
+_tiny_imagenet = dict(num_classes=200, input_size=(3, 64, 64), crop_pct=1.0)
+
+default_cfgs = generate_default_cfgs({
+    'deit_tiny_patch16_224_ssm2d': _cfg(),
+    'deit_small_patch16_224_ssm2d': _cfg(),
+    'deit_base_patch16_224_ssm2d': _cfg(),
+    'vit_cifar_patch4_32_ssm2d': _cfg(**_cifar),
+    'vit_tinyimagenet_patch8_64_ssm2d': _cfg(**_tiny_imagenet),
+    'swin_tiny_patch4_window7_224_ssm2d': _cfg(pool_size=(7, 7), crop_pct=.9, classifier='head.fc'),
+    'swin_cifar_patch2_window4_32_ssm2d': _cfg(pool_size=(4, 4), classifier='head.fc', **_cifar),
+    'swin_tinyimagenet_patch4_window4_64_ssm2d': _cfg(
+        pool_size=(4, 4), classifier='head.fc', **_tiny_imagenet),
+})
+
+
+@register_model
+def deit_tiny_patch16_224_ssm2d(pretrained: bool = False, **kwargs) -> VisionTransformerSSM2D:
+    """DeiT-T (ViT-Ti/16) with a 2-D SSM in every block (paper Table 2)."""
+    model_args = dict(patch_size=16, embed_dim=192, depth=12, num_heads=3)
+    return _create_vision_transformer_ssm2d('deit_tiny_patch16_224_ssm2d', pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def deit_small_patch16_224_ssm2d(pretrained: bool = False, **kwargs) -> VisionTransformerSSM2D:
+    """DeiT-S (ViT-S/16) with a 2-D SSM in every block (paper Table 2)."""
+    model_args = dict(patch_size=16, embed_dim=384, depth=12, num_heads=6)
+    return _create_vision_transformer_ssm2d('deit_small_patch16_224_ssm2d', pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def deit_base_patch16_224_ssm2d(pretrained: bool = False, **kwargs) -> VisionTransformerSSM2D:
+    """DeiT-B (ViT-B/16) with a 2-D SSM in every block (paper Table 2)."""
+    model_args = dict(patch_size=16, embed_dim=768, depth=12, num_heads=12)
+    return _create_vision_transformer_ssm2d('deit_base_patch16_224_ssm2d', pretrained, **dict(model_args, **kwargs))
+
+
+# The small-dataset ViT of Lee et al. 2021 (spec §3.2): depth 9, dim 192, 12 heads of 16, MLP ratio 2,
+# class token, learned absolute position embedding, stochastic depth 0.1, no qkv bias.
+_vit_small_datasets = dict(embed_dim=192, depth=9, num_heads=12, mlp_ratio=2., qkv_bias=False, drop_path_rate=0.1)
+
+
+@register_model
+def vit_cifar_patch4_32_ssm2d(pretrained: bool = False, **kwargs) -> VisionTransformerSSM2D:
+    """Small-dataset ViT (Lee et al.) for CIFAR-100, 32 px, patch 4 (8x8 tokens), with 2-D SSM (Table 1)."""
+    model_args = dict(img_size=32, patch_size=4, num_classes=100, **_vit_small_datasets)
+    return _create_vision_transformer_ssm2d('vit_cifar_patch4_32_ssm2d', pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def vit_tinyimagenet_patch8_64_ssm2d(pretrained: bool = False, **kwargs) -> VisionTransformerSSM2D:
+    """Small-dataset ViT (Lee et al.) for Tiny-ImageNet, 64 px, patch 8 (8x8 tokens), with 2-D SSM (Table 1)."""
+    model_args = dict(img_size=64, patch_size=8, num_classes=200, **_vit_small_datasets)
+    return _create_vision_transformer_ssm2d(
+        'vit_tinyimagenet_patch8_64_ssm2d', pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def swin_tiny_patch4_window7_224_ssm2d(pretrained: bool = False, **kwargs) -> SwinTransformerSSM2D:
+    """Swin-T with a 2-D SSM in every block (paper Table 2)."""
+    model_args = dict(patch_size=4, window_size=7, embed_dim=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24))
+    return _create_swin_transformer_ssm2d(
+        'swin_tiny_patch4_window7_224_ssm2d', pretrained, **dict(model_args, **kwargs))
+
+
+# The small-dataset Swin of Lee et al. 2021 (spec §3.2): embed 96, depths (2, 6, 4), heads (3, 6, 12),
+# window 4, MLP ratio 2, absolute position embedding plus relative position bias.
+_swin_small_datasets = dict(
+    window_size=4, embed_dim=96, depths=(2, 6, 4), num_heads=(3, 6, 12), mlp_ratio=2., abs_pos_embed=True)
+
+
+@register_model
+def swin_cifar_patch2_window4_32_ssm2d(pretrained: bool = False, **kwargs) -> SwinTransformerSSM2D:
+    """Small-dataset Swin (Lee et al.) for CIFAR-100, 32 px, patch 2 (16/8/4 maps), with 2-D SSM (Table 1)."""
+    model_args = dict(img_size=32, patch_size=2, num_classes=100, **_swin_small_datasets)
+    return _create_swin_transformer_ssm2d(
+        'swin_cifar_patch2_window4_32_ssm2d', pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def swin_tinyimagenet_patch4_window4_64_ssm2d(pretrained: bool = False, **kwargs) -> SwinTransformerSSM2D:
+    """Small-dataset Swin (Lee et al.) for Tiny-ImageNet, 64 px, patch 4 (16/8/4 maps), with 2-D SSM (Table 1)."""
+    model_args = dict(img_size=64, patch_size=4, num_classes=200, **_swin_small_datasets)
+    return _create_swin_transformer_ssm2d(
+        'swin_tinyimagenet_patch4_window4_64_ssm2d', pretrained, **dict(model_args, **kwargs))

@@ -128,3 +128,14 @@ def test_missing_extension_warns_once_and_uses_reference():
     out = _python(code)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["1", "False", "True"]
+
+
+@pytest.mark.parametrize("order", ["ssm_plugins first", "timm first"])
+def test_models_register_with_timm_in_either_import_order(order):
+    imports = "import ssm_plugins; import timm" if order == "ssm_plugins first" else "import timm; import ssm_plugins"
+    code = (f"{imports}; import importlib.resources as r; "
+            "print('deit_tiny_patch16_224_ssm2d' in timm.list_models('*_ssm2d'), "
+            "r.files('timm').joinpath('__init__.py').is_file(), ssm_plugins.models.__name__)")
+    out = _python(code)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["True", "True", "ssm_plugins.models"]

@@ -1,7 +1,7 @@
 """State-space layers for vision and audio: 2-D SSM, eSSM, MambaMixer/QSMixer (ViM2/ViQS) and Myo.
 
 ``import ssm_plugins`` loads the kernels (``ssm_plugins.ops``) and the layers, and registers the models
-with timm (at once if timm is loaded, else when the program imports timm: see ``_timm_registration``).
+with timm (at once if timm is loaded, else when the program imports timm: see ``ssm_plugins.timm``).
 It imports nothing from MMDetection, MMSegmentation, mmcv or SpeechBrain: their adapters
 (``ssm_plugins.mmdet``, ``ssm_plugins.mmseg``, ``ssm_plugins.speechbrain``) are imported by the configs
 and recipes that use them.
@@ -9,7 +9,7 @@ and recipes that use them.
 import importlib
 
 from . import layers, ops
-from ._timm_registration import install as _install_timm_registration
+from .timm import install as _install_timm_registration
 from .ops import backend_info
 
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""Register ssm_plugins' models with timm as soon as timm is imported.
+"""timm adapter: register ssm_plugins' models with timm as soon as timm is imported.
 
 timm has no entry-point discovery, so our ``@register_model`` functions must run in the user's process.
 Importing timm (with the torchvision it pulls in) costs about 1.5 s of CPU, which ``import ssm_plugins``

@@ -5,7 +5,7 @@
 // (the channel mixer scans along a strided axis); `acc` is float64 for float64 x, float32 otherwise.
 //   x                     (batch, L, H, P)  float32 / float64 / float16 / bfloat16
 //   dt, dt_rev, gamma     (batch, L, H)     acc
-//   A, A_rev              (H, N)            acc (diagonal A per head; scalar A is a constant row)
+//   A, A_rev              (H, N) or (H, 1)  acc (diagonal A per head, or scalar A per head)
 //   B, C, B_rev, C_rev    (batch, L, G, N)  acc, H % G == 0 (head h reads group h / (H / G))
 //   dt_bias, dt_bias_rev  (H,)              acc, optional
 //   y                     (batch, L, H, P)  x's dtype and memory layout
@@ -34,10 +34,11 @@ struct MixShape {
 };
 
 // One scan direction's parameters with element strides (batch, L, H) for dt and (batch, L, G, N) for B, C.
+// A is (H, A_cols) contiguous with A_cols = N (diagonal) or 1 (scalar: one exp per step instead of N).
 template <typename acc_t>
 struct Direction {
   const acc_t *dt, *A, *B, *C, *bias;
-  int64_t dt_s[3], B_s[4], C_s[4];
+  int64_t A_cols, dt_s[3], B_s[4], C_s[4];
 };
 
 MixShape check_inputs(const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A, const at::Tensor& B,
@@ -46,7 +47,7 @@ MixShape check_inputs(const at::Tensor& x, const at::Tensor& dt, const at::Tenso
                       const c10::optional<at::Tensor>& dt_bias, const c10::optional<at::Tensor>& dt_bias_rev) {
   SSM_CHECK(x.dim() == 4, "qs_mix: x must be (batch, L, H, P)");
   SSM_CHECK(A.dim() == 2 && B.dim() == 4, "qs_mix: A must be (H, N) and B (batch, L, G, N)");
-  MixShape s{x.size(0), x.size(1), x.size(2), x.size(3), A.size(1), B.size(2)};
+  MixShape s{x.size(0), x.size(1), x.size(2), x.size(3), B.size(3), B.size(2)};
   const auto acc = A.scalar_type();
   SSM_CHECK(acc == (x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat),
             "qs_mix: A must be float64 for float64 x, float32 otherwise");
@@ -56,8 +57,9 @@ MixShape check_inputs(const at::Tensor& x, const at::Tensor& dt, const at::Tenso
               "qs_mix: dt, dt_rev and gamma must be (batch, L, H) in A's dtype");
   }
   for (const at::Tensor* t : {&A, &A_rev}) {
-    SSM_CHECK(t->dim() == 2 && t->size(0) == s.H && t->size(1) == s.N && t->scalar_type() == acc,
-              "qs_mix: A and A_rev must be (H, N)");
+    SSM_CHECK(t->dim() == 2 && t->size(0) == s.H && (t->size(1) == s.N || t->size(1) == 1) &&
+                  t->scalar_type() == acc,
+              "qs_mix: A and A_rev must be (H, N) or (H, 1)");
   }
   for (const at::Tensor* t : {&B, &C, &B_rev, &C_rev}) {
     SSM_CHECK(t->dim() == 4 && t->size(0) == s.batch && t->size(1) == s.L && t->size(2) == s.G &&
@@ -86,7 +88,7 @@ struct DirectionTensors {
   template <typename acc_t>
   Direction<acc_t> view() const {
     Direction<acc_t> d{dt.data_ptr<acc_t>(), A.data_ptr<acc_t>(), B.data_ptr<acc_t>(), C.data_ptr<acc_t>(),
-                       bias ? bias->data_ptr<acc_t>() : nullptr, {}, {}, {}};
+                       bias ? bias->data_ptr<acc_t>() : nullptr, A.size(1), {}, {}, {}};
     for (int i = 0; i < 3; ++i) d.dt_s[i] = dt.stride(i);
     for (int i = 0; i < 4; ++i) d.B_s[i] = B.stride(i), d.C_s[i] = C.stride(i);
     return d;
@@ -97,6 +99,17 @@ struct DirectionTensors {
 template <typename acc_t>
 inline acc_t raw_delta(const Direction<acc_t>& d, int64_t b, int64_t t, int64_t h) {
   return d.dt[b * d.dt_s[0] + t * d.dt_s[1] + h * d.dt_s[2]] + (d.bias ? d.bias[h] : acc_t(0));
+}
+
+// Ā_t per state index n for head h: exp(Δ A[h, n]).
+template <typename acc_t>
+inline void fill_decays(const Direction<acc_t>& d, int64_t h, acc_t delta, int64_t N, acc_t* decay) {
+  const acc_t* Arow = d.A + h * d.A_cols;
+  if (d.A_cols == 1) {
+    std::fill(decay, decay + N, std::exp(delta * Arow[0]));
+  } else {
+    for (int64_t n = 0; n < N; ++n) decay[n] = std::exp(delta * Arow[n]);
+  }
 }
 
 template <typename acc_t>
@@ -135,7 +148,8 @@ struct FwdArgs {
 template <typename scalar_t>
 void scan_direction(const FwdArgs<scalar_t>& a, const Direction<at::opmath_type<scalar_t>>& d, bool reverse,
                     int64_t b, int64_t h, std::vector<at::opmath_type<scalar_t>>& state,
-                    std::vector<at::opmath_type<scalar_t>>& xt, std::vector<at::opmath_type<scalar_t>>& out) {
+                    std::vector<at::opmath_type<scalar_t>>& decays, std::vector<at::opmath_type<scalar_t>>& xt,
+                    std::vector<at::opmath_type<scalar_t>>& out) {
   using acc_t = at::opmath_type<scalar_t>;
   const MixShape& s = a.s;
   const int64_t g = h / (s.H / s.G), N = s.N, P = s.P;
@@ -150,8 +164,9 @@ void scan_direction(const FwdArgs<scalar_t>& a, const Direction<at::opmath_type<
     const acc_t* Bt = d.B + b * d.B_s[0] + t * d.B_s[1] + g * d.B_s[2];
     const acc_t* Ct = d.C + b * d.C_s[0] + t * d.C_s[1] + g * d.C_s[2];
     acc_t* yt = out.data() + t * P;
+    fill_decays(d, h, delta, N, decays.data());
     for (int64_t n = 0; n < N; ++n) {
-      const acc_t decay = std::exp(delta * d.A[h * N + n]);
+      const acc_t decay = decays[n];
       const acc_t dB = delta * Bt[n * d.B_s[3]];
       acc_t* hn = state.data() + n * P;
       if (a.hydra_shift) {
@@ -179,12 +194,12 @@ void fwd_cpu_kernel(const FwdArgs<scalar_t>& a) {
   const MixShape& s = a.s;
   // One (batch, head) row per task: both scans are sequential in L and independent across rows.
   at::parallel_for(0, s.batch * s.H, 1, [&](int64_t begin, int64_t end) {
-    std::vector<acc_t> state(s.N * s.P), xt(s.P), out(s.L * s.P);
+    std::vector<acc_t> state(s.N * s.P), decays(s.N), xt(s.P), out(s.L * s.P);
     for (int64_t row = begin; row < end; ++row) {
       const int64_t b = row / s.H, h = row % s.H;
       std::fill(out.begin(), out.end(), acc_t(0));
-      scan_direction(a, a.fwd, false, b, h, state, xt, out);
-      scan_direction(a, a.rev, true, b, h, state, xt, out);
+      scan_direction(a, a.fwd, false, b, h, state, decays, xt, out);
+      scan_direction(a, a.rev, true, b, h, state, decays, xt, out);
       for (int64_t t = 0; t < s.L; ++t) {
         const acc_t gam = a.gamma[b * a.gamma_s[0] + t * a.gamma_s[1] + h * a.gamma_s[2]];
         const scalar_t* xrow = a.x + b * a.x_s[0] + t * a.x_s[1] + h * a.x_s[2];
@@ -242,7 +257,8 @@ template <typename scalar_t>
 void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t part, int64_t b, int64_t h,
                         std::vector<at::opmath_type<scalar_t>>& ckpt,
                         std::vector<at::opmath_type<scalar_t>>& chunk_states,
-                        std::vector<at::opmath_type<scalar_t>>& lam, std::vector<at::opmath_type<scalar_t>>& xt,
+                        std::vector<at::opmath_type<scalar_t>>& lam, std::vector<at::opmath_type<scalar_t>>& decays,
+                        std::vector<at::opmath_type<scalar_t>>& xt,
                         std::vector<at::opmath_type<scalar_t>>& gt, std::vector<at::opmath_type<scalar_t>>& g_next,
                         std::vector<at::opmath_type<scalar_t>>& dx_acc, int64_t chunk) {
   using acc_t = at::opmath_type<scalar_t>;
@@ -252,7 +268,8 @@ void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t part, int64
   const bool reverse = dir == 1;
   const int64_t g = h / (s.H / s.G), N = s.N, P = s.P, NP = N * P;
   const int64_t n_chunks = (s.L + chunk - 1) / chunk;
-  const acc_t* Arow = d.A + h * N;
+  const acc_t* Arow = d.A + h * d.A_cols;
+  const int64_t a_step = d.A_cols == 1 ? 0 : 1;  // Arow[n * a_step] is A[h, n]
   auto order = [&](int64_t i) { return reverse ? s.L - 1 - i : i; };
   auto delta_at = [&](int64_t t) {
     const acc_t v = raw_delta(d, b, t, h);
@@ -266,8 +283,9 @@ void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t part, int64
     const acc_t delta = delta_at(t);
     load(f.x, f.x_s, t, xt);
     const acc_t* Bt = d.B + b * d.B_s[0] + t * d.B_s[1] + g * d.B_s[2];
+    fill_decays(d, h, delta, N, decays.data());
     for (int64_t n = 0; n < N; ++n) {
-      const acc_t decay = std::exp(delta * Arow[n]), dB = delta * Bt[n * d.B_s[3]];
+      const acc_t decay = decays[n], dB = delta * Bt[n * d.B_s[3]];
       for (int64_t p = 0; p < P; ++p) state[n * P + p] = decay * state[n * P + p] + dB * xt[p];
     }
   };
@@ -280,7 +298,7 @@ void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t part, int64
   }
   // Pass 2: chunks from last to first; lam is the adjoint of the state after the current step.
   std::fill(lam.begin(), lam.end(), acc_t(0));
-  acc_t* dA_row = a.dA[dir] + (b * s.H + h) * N;
+  acc_t* dA_row = a.dA[dir] + (b * s.H + h) * d.A_cols;
   acc_t* dB_part = a.dB[dir] + part * s.batch * s.L * s.G * N;
   acc_t* dC_part = a.dC[dir] + part * s.batch * s.L * s.G * N;
   for (int64_t c = n_chunks - 1; c >= 0; --c) {
@@ -305,8 +323,9 @@ void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t part, int64
       const acc_t* Ct = d.C + b * d.C_s[0] + t * d.C_s[1] + g * d.C_s[2];
       acc_t* dx_t = dx_acc.data() + t * P;
       acc_t ddelta = 0;
+      fill_decays(d, h, delta, N, decays.data());
       for (int64_t n = 0; n < N; ++n) {
-        const acc_t decay = std::exp(delta * Arow[n]), Bn = Bt[n * d.B_s[3]], Cn = Ct[n * d.C_s[3]];
+        const acc_t decay = decays[n], Bn = Bt[n * d.B_s[3]], Cn = Ct[n * d.C_s[3]];
         const acc_t* hp = hprev + n * P;
         acc_t* ln = lam.data() + n * P;
         acc_t dCn = 0, lam_x = 0, mu_h = 0;
@@ -339,8 +358,8 @@ void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t part, int64
         dC_part[bc + n] += dCn;
         dB_part[bc + n] += delta * lam_x;
         const acc_t d_logdecay = mu_h * decay;  // d/d(Δ A_n)
-        ddelta += Bn * lam_x + d_logdecay * Arow[n];
-        dA_row[n] += d_logdecay * delta;
+        ddelta += Bn * lam_x + d_logdecay * Arow[n * a_step];
+        dA_row[n * a_step] += d_logdecay * delta;
       }
       a.ddt[dir][(b * s.L + t) * s.H + h] = f.softplus_dt ? ddelta * softplus_grad(v) : ddelta;
     }
@@ -356,13 +375,13 @@ void bwd_cpu_kernel(const BwdArgs<scalar_t>& a) {
   const int64_t n_chunks = (s.L + chunk - 1) / chunk;
   for_each_part(s.batch * s.H, [&](int64_t part, int64_t begin, int64_t end) {
     const int64_t NP = s.N * s.P;
-    std::vector<acc_t> ckpt(n_chunks * NP), chunk_states(chunk * NP), lam(NP), xt(s.P), gt(s.P), g_next(s.P),
-        dx_acc(s.L * s.P);
+    std::vector<acc_t> ckpt(n_chunks * NP), chunk_states(chunk * NP), lam(NP), decays(s.N), xt(s.P), gt(s.P),
+        g_next(s.P), dx_acc(s.L * s.P);
     for (int64_t row = begin; row < end; ++row) {
       const int64_t b = row / s.H, h = row % s.H;
       std::fill(dx_acc.begin(), dx_acc.end(), acc_t(0));
       for (int dir = 0; dir < 2; ++dir) {
-        scan_direction_bwd(a, dir, part, b, h, ckpt, chunk_states, lam, xt, gt, g_next, dx_acc, chunk);
+        scan_direction_bwd(a, dir, part, b, h, ckpt, chunk_states, lam, decays, xt, gt, g_next, dx_acc, chunk);
       }
       // The free diagonal: y_t += gamma_t x_t.
       for (int64_t t = 0; t < s.L; ++t) {
@@ -401,7 +420,7 @@ BwdResult qs_mix_bwd_cpu(const at::Tensor& grad_y, const at::Tensor& x, const at
   at::Tensor ddt[2], dA[2], dB[2], dC[2];
   for (int dir = 0; dir < 2; ++dir) {
     ddt[dir] = at::empty({s.batch, s.L, s.H}, acc_opts);
-    dA[dir] = at::zeros({s.batch, s.H, s.N}, acc_opts);
+    dA[dir] = at::zeros({s.batch, s.H, (dir == 0 ? A : A_rev).size(1)}, acc_opts);
     dB[dir] = at::zeros({parts, s.batch, s.L, s.G, s.N}, acc_opts);
     dC[dir] = at::zeros({parts, s.batch, s.L, s.G, s.N}, acc_opts);
   }
@@ -445,6 +464,7 @@ cuda::QsMixTensors cuda_tensors(const at::Tensor& x, const DirectionTensors& fwd
     t.dir[dir].B = d.B.data_ptr();
     t.dir[dir].C = d.C.data_ptr();
     t.dir[dir].bias = d.bias ? d.bias->data_ptr() : nullptr;
+    t.dir[dir].A_cols = d.A.size(1);
     copy_strides(d.dt, t.dir[dir].dt_s);
     copy_strides(d.B, t.dir[dir].B_s);
     copy_strides(d.C, t.dir[dir].C_s);
@@ -492,7 +512,7 @@ BwdResult qs_mix_bwd_cuda(const at::Tensor& grad_y, const at::Tensor& x, const a
   void *ddt_p[2], *dA_p[2], *dB_p[2], *dC_p[2];
   for (int dir = 0; dir < 2; ++dir) {
     ddt[dir] = at::zeros({s.batch, s.L, s.H}, acc_opts);
-    dA[dir] = at::zeros({s.H, s.N}, acc_opts);
+    dA[dir] = at::zeros({s.H, (dir == 0 ? A : A_rev).size(1)}, acc_opts);
     dB[dir] = at::zeros({s.batch, s.L, s.G, s.N}, acc_opts);
     dC[dir] = at::zeros({s.batch, s.L, s.G, s.N}, acc_opts);
     ddt_p[dir] = ddt[dir].data_ptr(), dA_p[dir] = dA[dir].data_ptr();

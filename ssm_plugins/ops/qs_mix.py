@@ -53,11 +53,11 @@ def _normalise(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias, dt_b
         if t.shape[2:] != B.shape[2:]:
             raise ValueError(f"{name} must have B's groups and N {tuple(B.shape[2:])}, got {tuple(t.shape[2:])}")
 
-    def state_matrix(name, t):  # A, A_rev -> (H, N); a scalar per head is a constant diagonal
+    def state_matrix(name, t):  # A, A_rev -> (H, N), or (H, 1) for a scalar per head (one exp per step)
         t = _validate.tensor(name, t, (1, 2), a_what)
         if t.shape[0] != heads or (t.dim() == 2 and t.shape[1] != n_state):
             raise ValueError(f"{name} must have shape {a_what} with H={heads}, N={n_state}, got {tuple(t.shape)}")
-        return t[:, None].expand(heads, n_state) if t.dim() == 1 else t
+        return t[:, None] if t.dim() == 1 else t
 
     A, A_rev = state_matrix("A", A), state_matrix("A_rev", A_rev)
     gamma = _validate.tensor("gamma", gamma, (2, 3), f"{seq_what} or without batch")
@@ -149,9 +149,9 @@ if hasattr(torch.ops.ssm_plugins, _OP):
 
     torch.library.register_autograd(f"ssm_plugins::{_OP}", _backward, setup_context=_setup_context)
 
-    def _scan_flops(x_shape, A_shape, per_element, per_state):
+    def _scan_flops(x_shape, B_shape, per_element, per_state):
         batch, length, heads, feat = x_shape
-        n_state = A_shape[1]
+        n_state = B_shape[3]
         return 2 * batch * length * heads * n_state * (per_element * feat + per_state)
 
     @register_flop_formula(getattr(torch.ops.ssm_plugins, _OP))
@@ -159,7 +159,7 @@ if hasattr(torch.ops.ssm_plugins, _OP):
         # Per direction and (batch, t, head, n): Δ·A, exp, Δ·B (3); per feature p: decay, C·z FMA and the
         # state FMA (5). Plus γ x and the two additions per output element.
         batch, length, heads, feat = x
-        return _scan_flops(x, A, 5, 3) + 3 * batch * length * heads * feat
+        return _scan_flops(x, B, 5, 3) + 3 * batch * length * heads * feat
 
     @register_flop_formula(torch.ops.ssm_plugins.qs_mix_bwd)
     def _bwd_flops(grad_y, x, dt, A, B, C, *args, out_shape=None, **kwargs):
@@ -167,4 +167,4 @@ if hasattr(torch.ops.ssm_plugins, _OP):
         # the adjoint step costs 11 per state element (λ·x, λ·h, dx, μ, λ update, dC) and 8 per (t, h, n).
         # Plus dγ and γ·g per output element.
         batch, length, heads, feat = x
-        return _scan_flops(x, A, 17, 8) + 4 * batch * length * heads * feat
+        return _scan_flops(x, B, 17, 8) + 4 * batch * length * heads * feat

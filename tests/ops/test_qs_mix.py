@@ -60,7 +60,8 @@ def run_reference(t, monkeypatch, **kw):
 @pytest.mark.parametrize("scalar_a", [True, False])
 def test_reference_equals_dense_q(monkeypatch, qs_shift, scalar_a):
     t = make_inputs(scalar_a=scalar_a)
-    kw = dict(dt_bias=torch.randn(4, dtype=torch.float64), dt_softplus=True, qs_shift=qs_shift)
+    bias = torch.randn(4, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    kw = dict(dt_bias=bias, dt_softplus=True, qs_shift=qs_shift)
     dense = dense_apply(t, **kw)
     torch.testing.assert_close(run_reference(t, monkeypatch, **kw), dense, rtol=1e-12, atol=1e-12)
     if HAS_KERNEL:
@@ -144,11 +145,14 @@ SHAPES = [  # batch, L, H, P, N, groups
 @pytest.mark.parametrize("qs_shift", ["exact", "hydra"])
 def test_cpu_kernel_matches_reference(monkeypatch, shape, qs_shift):
     batch, length, heads, feat, n_state, groups = shape
+    gen = torch.Generator().manual_seed(4)
     for scalar_a, softplus in ((True, True), (False, False)):
         t = make_inputs(batch, length, heads, feat, n_state, groups, scalar_a=scalar_a, dtype=torch.float32,
                         static_gamma=scalar_a)
-        kw = dict(dt_bias=torch.randn(heads), dt_bias_rev=torch.randn(heads), dt_softplus=softplus,
-                  qs_shift=qs_shift)
+        biases = [torch.randn(heads, generator=gen) for _ in range(2)]
+        if not softplus:  # Δ = dt + dt_bias must stay positive (a decaying state) without the softplus
+            t["dt"], t["dt_rev"], biases = t["dt"].abs(), t["dt_rev"].abs(), [v.abs() for v in biases]
+        kw = dict(dt_bias=biases[0], dt_bias_rev=biases[1], dt_softplus=softplus, qs_shift=qs_shift)
         got = qs_mix(*positional(t), **kw)
         assert got.shape == t["x"].shape and got.dtype == torch.float32
         torch.testing.assert_close(got, run_reference(t, monkeypatch, **kw), rtol=1e-5, atol=1e-5)
@@ -202,7 +206,8 @@ def _grad_inputs(scalar_a, static_gamma, groups=1):
     t = make_inputs(batch=2, length=4, heads=2, feat=2, n_state=2, groups=groups, scalar_a=scalar_a,
                     static_gamma=static_gamma)
     leaves = [v.requires_grad_() for v in positional(t)]
-    biases = [torch.randn(2, dtype=torch.float64, requires_grad=True) for _ in range(2)]
+    gen = torch.Generator().manual_seed(7)
+    biases = [torch.randn(2, generator=gen, dtype=torch.float64).requires_grad_() for _ in range(2)]
     return leaves + biases
 
 
@@ -226,7 +231,7 @@ def test_gradcheck(monkeypatch, backend, qs_shift):
 def test_kernel_backward_matches_reference_long(monkeypatch, qs_shift):
     """L = 37: several checkpoint chunks of the compiled backward, the last one partial; strided grad_y."""
     t = make_inputs(batch=2, length=37, heads=3, feat=2, n_state=3, groups=3, scalar_a=True, static_gamma=True)
-    bias = torch.randn(3, dtype=torch.float64)
+    bias = torch.randn(3, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
 
     def grads(reference_path):
         leaves = [v.detach().clone().requires_grad_() for v in positional(t)] + [bias.clone().requires_grad_()]
@@ -315,7 +320,7 @@ def test_opcheck_fake_kernel_and_autograd_registration():
     args[2], args[6] = args[2].contiguous(), args[6].contiguous()
     for v in args:
         v.requires_grad_()
-    torch.library.opcheck(torch.ops.ssm_plugins.qs_mix_fwd, (*args, torch.randn(2), None, True, False))
+    torch.library.opcheck(torch.ops.ssm_plugins.qs_mix_fwd, (*args, torch.tensor([0.1, -0.2]), None, True, False))
 
 
 # ---- CUDA ----------------------------------------------------------------------------------------------
@@ -329,7 +334,7 @@ def test_cuda_matches_cpu(qs_shift):
         batch, length, heads, feat, n_state, groups = shape
         t = make_inputs(batch, length, heads, feat, n_state, groups, scalar_a=True, dtype=torch.float32,
                         static_gamma=True)
-        kw = dict(dt_bias=torch.randn(heads), dt_softplus=True, qs_shift=qs_shift)
+        kw = dict(dt_bias=torch.linspace(-1, 1, heads), dt_softplus=True, qs_shift=qs_shift)
 
         def run(device):
             leaves = [v.to(device).requires_grad_() for v in positional(t)]

@@ -39,17 +39,19 @@ template <typename acc_t>
 struct ColumnDirection {
   const acc_t *dt, *A, *B, *C;
   acc_t bias;
-  int64_t dt_s1, B_s1, B_s3, C_s1, C_s3;
+  int64_t a_step, dt_s1, B_s1, B_s3, C_s1, C_s3;  // A[h, n] = A[n * a_step]: a_step 0 for scalar A
 
   __device__ ColumnDirection(const QsMixDirection& d, int64_t b, int64_t h, int64_t g, int64_t N) {
     dt = static_cast<const acc_t*>(d.dt) + b * d.dt_s[0] + h * d.dt_s[2];
-    A = static_cast<const acc_t*>(d.A) + h * N;
+    A = static_cast<const acc_t*>(d.A) + h * d.A_cols;
+    a_step = d.A_cols == 1 ? 0 : 1;
     B = static_cast<const acc_t*>(d.B) + b * d.B_s[0] + g * d.B_s[2];
     C = static_cast<const acc_t*>(d.C) + b * d.C_s[0] + g * d.C_s[2];
     bias = d.bias ? static_cast<const acc_t*>(d.bias)[h] : acc_t(0);
     dt_s1 = d.dt_s[1], B_s1 = d.B_s[1], B_s3 = d.B_s[3], C_s1 = d.C_s[1], C_s3 = d.C_s[3];
   }
   __device__ acc_t raw_delta(int64_t t) const { return dt[t * dt_s1] + bias; }
+  __device__ acc_t Av(int64_t n) const { return A[n * a_step]; }
   __device__ acc_t Bv(int64_t t, int64_t n) const { return B[t * B_s1 + n * B_s3]; }
   __device__ acc_t Cv(int64_t t, int64_t n) const { return C[t * C_s1 + n * C_s3]; }
 };
@@ -84,9 +86,10 @@ __global__ void fwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool
       acc_t delta = d.raw_delta(t);
       if (softplus_dt) delta = softplus(delta);
       const acc_t xv = to_acc(x[t * tensors.x_s[1]]);
+      const acc_t decay0 = exp(delta * d.Av(0));  // the only one for scalar A
       acc_t out = 0;
       for (int64_t n = 0; n < s.N; ++n) {
-        const acc_t decay = exp(delta * d.A[n]);
+        const acc_t decay = d.a_step ? exp(delta * d.Av(n)) : decay0;
         if (hydra_shift) {
           if (i > 0) out += d.Cv(t_prev, n) * state[n];
           state[n] = decay * state[n] + delta * d.Bv(t, n) * xv;
@@ -171,9 +174,10 @@ __global__ void bwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool
       return softplus_dt ? softplus(v) : v;
     };
     auto step = [&](int64_t t, acc_t* state, int64_t stride) {  // state <- Ā_t state + B̄_t x_t
-      const acc_t delta = delta_at(t), xv = to_acc(x[t * tensors.x_s[1]]);
+      const acc_t delta = delta_at(t), xv = to_acc(x[t * tensors.x_s[1]]), decay0 = exp(delta * d.Av(0));
       for (int64_t n = 0; n < s.N; ++n) {
-        state[n * stride] = exp(delta * d.A[n]) * state[n * stride] + delta * d.Bv(t, n) * xv;
+        const acc_t decay = d.a_step ? exp(delta * d.Av(n)) : decay0;
+        state[n * stride] = decay * state[n * stride] + delta * d.Bv(t, n) * xv;
       }
     };
     // Pass 1: the state entering each chunk (lam is free until pass 2).
@@ -206,8 +210,9 @@ __global__ void bwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool
         const acc_t g_next = hydra_shift && has_next ? grad_at(order(i + 1)) : acc_t(0);
         const int64_t bc = ((b * s.L + t) * s.G + g) * s.N;
         acc_t ddelta = 0, dx_t = 0;
+        const acc_t decay0 = exp(delta * d.Av(0));
         for (int64_t n = 0; n < s.N; ++n) {
-          const acc_t decay = exp(delta * d.A[n]), Bn = d.Bv(t, n), Cn = d.Cv(t, n), hp = hprev[n * columns];
+          const acc_t decay = d.a_step ? exp(delta * d.Av(n)) : decay0, Bn = d.Bv(t, n), Cn = d.Cv(t, n), hp = hprev[n * columns];
           acc_t dCn, mu;
           if (hydra_shift) {
             // y_next = C_t · h_t: h_t feeds the next output through C_t.
@@ -222,7 +227,7 @@ __global__ void bwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool
           const acc_t lam_x = lam[n] * xv;
           dx_t += delta * Bn * lam[n];
           const acc_t d_logdecay = mu * hp * decay;  // d/d(Δ A_n)
-          ddelta += Bn * lam_x + d_logdecay * d.A[n];
+          ddelta += Bn * lam_x + d_logdecay * d.Av(n);
           dA_acc[n] += d_logdecay * delta;
           lam[n] = decay * mu;
           const acc_t dB_sum = segment_sum(delta * lam_x, same_group);
@@ -245,7 +250,7 @@ __global__ void bwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool
     }
     for (int64_t n = 0; n < s.N; ++n) {
       const acc_t sum = segment_sum(dA_acc[n], same_head);
-      if (head_lead) atomicAdd(out.dA[dir] + h * s.N + n, sum);
+      if (head_lead) atomicAdd(out.dA[dir] + h * tensors.dir[dir].A_cols + n * d.a_step, sum);
     }
   }
 }

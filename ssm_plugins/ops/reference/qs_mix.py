@@ -1,8 +1,8 @@
 """Quasi-separable (non-causal) mixing y = Q x, three ways (spec mambamixer.md §1.2–1.4).
 
 All functions take the op's normalised layout (see ``ssm_plugins.ops.qs_mix``):
-    x (batch, L, H, P); dt, dt_rev, gamma (batch, L, H); A, A_rev (H, N) (diagonal A per head; scalar A
-    is a constant row); B, C, B_rev, C_rev (batch, L, G, N) with H % G == 0; dt_bias, dt_bias_rev (H,).
+    x (batch, L, H, P); dt, dt_rev, gamma (batch, L, H); A, A_rev (H, N) (diagonal A per head) or (H, 1)
+    (scalar A per head); B, C, B_rev, C_rev (batch, L, G, N) with H % G == 0; dt_bias, dt_bias_rev (H,).
 Everything is computed in float32 (float64 for float64 x) and returned in x's dtype.
 
     qs_mix          sequential strict scans, the oracle: L_s x + U_s x + γ ⊙ x            O(L)
@@ -122,10 +122,8 @@ def _chunked_strict_scan(x, delta, a, B, C, chunk):
 def qs_mix_chunked(x, dt, a, B, C, dt_rev, a_rev, B_rev, C_rev, gamma, chunk=4, dt_bias=None, dt_bias_rev=None,
                    dt_softplus=False):
     """QS mixing with the chunked algorithm of App. D (scalar A: a, a_rev (H,); qs_shift='exact')."""
-    heads = x.shape[2]
-    col = lambda v: v[:, None].expand(heads, B.shape[-1])  # noqa: E731  (scalar A as a constant diagonal row)
-    xs, delta, _, Bh, Ch = _prepare(x, dt, col(a), B, C, dt_bias, dt_softplus)
-    _, delta_rev, _, Bh_rev, Ch_rev = _prepare(x, dt_rev, col(a_rev), B_rev, C_rev, dt_bias_rev, dt_softplus)
+    xs, delta, _, Bh, Ch = _prepare(x, dt, a, B, C, dt_bias, dt_softplus)
+    _, delta_rev, _, Bh_rev, Ch_rev = _prepare(x, dt_rev, a_rev, B_rev, C_rev, dt_bias_rev, dt_softplus)
     acc = xs.dtype
     flip = lambda t: t.flip(1)  # noqa: E731
     lower = _chunked_strict_scan(xs, delta, a.to(acc), Bh, Ch, chunk)

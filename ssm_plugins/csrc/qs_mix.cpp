@@ -299,22 +299,31 @@ struct BwdArgs {
   acc_t *ddt[2], *dA[2], *dB[2], *dC[2], *dgamma;
 };
 
-// Gradient of one direction for row (b, h): adds to dx_acc[t * P + p], dB/dC (this part's partial sums)
-// and writes ddt and the row's dA. `ckpt` holds one state per chunk, `chunk_states` the states of one chunk.
+// Per-task scratch of the backward: state checkpoints (one per chunk), one chunk's recomputed states and
+// decays, the adjoint λ (N, P), per-step rows of x, grad_y (P) and B, C (N), and dx for the row (L, P).
+template <typename acc_t>
+struct BwdScratch {
+  int64_t chunk;
+  std::vector<acc_t> ckpt, chunk_states, chunk_decays, lam, xt, gt, g_next, bv, cv, dx_acc;
+  BwdScratch(const MixShape& s, int64_t chunk_)
+      : chunk(chunk_), ckpt((s.L + chunk_ - 1) / chunk_ * s.N * s.P), chunk_states(chunk_ * s.N * s.P),
+        chunk_decays(chunk_ * s.N), lam(s.N * s.P), xt(s.P), gt(s.P), g_next(s.P), bv(s.N), cv(s.N),
+        dx_acc(s.L * s.P) {}
+};
+
+// Gradient of one direction for row (b, h): adds to w.dx_acc[t * P + p] and to this part's dB/dC partial
+// sums, writes ddt and adds the row's dA. Adjoint recursion, with λ_t the adjoint of h_t and g_t = dL/dy_t:
+//   exact: μ_t = λ_t + C_t g_tᵀ (adjoint of Ā_t h_{t-1});   hydra: λ_t += C_t g_{t+1}ᵀ, μ_t = λ_t
+//   λ_{t-1} = Ā_t μ_t;  dB̄_t = λ_t x_t;  dx_t = B̄_tᵀ λ_t;  d(Δ_t A) = Ā_t Σ_p μ_t h_{t-1}
 template <typename scalar_t>
 void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t part, int64_t b, int64_t h,
-                        std::vector<at::opmath_type<scalar_t>>& ckpt,
-                        std::vector<at::opmath_type<scalar_t>>& chunk_states,
-                        std::vector<at::opmath_type<scalar_t>>& lam, std::vector<at::opmath_type<scalar_t>>& decays,
-                        std::vector<at::opmath_type<scalar_t>>& xt,
-                        std::vector<at::opmath_type<scalar_t>>& gt, std::vector<at::opmath_type<scalar_t>>& g_next,
-                        std::vector<at::opmath_type<scalar_t>>& dx_acc, int64_t chunk) {
+                        BwdScratch<at::opmath_type<scalar_t>>& w) {
   using acc_t = at::opmath_type<scalar_t>;
   const FwdArgs<scalar_t>& f = a.f;
   const MixShape& s = f.s;
   const Direction<acc_t>& d = dir == 0 ? f.fwd : f.rev;
-  const bool reverse = dir == 1;
-  const int64_t g = h / (s.H / s.G), N = s.N, P = s.P, NP = N * P;
+  const bool reverse = dir == 1, hydra = f.hydra_shift;
+  const int64_t g = h / (s.H / s.G), N = s.N, P = s.P, NP = N * P, chunk = w.chunk;
   const int64_t n_chunks = (s.L + chunk - 1) / chunk;
   const acc_t* Arow = d.A + h * d.A_cols;
   const int64_t a_step = d.A_cols == 1 ? 0 : 1;  // Arow[n * a_step] is A[h, n]
@@ -327,89 +336,107 @@ void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t part, int64
     const scalar_t* row = base + b * st[0] + t * st[1] + h * st[2];
     for (int64_t p = 0; p < P; ++p) dst[p] = static_cast<acc_t>(row[p * st[3]]);
   };
-  auto step = [&](int64_t t, acc_t* state) {  // state <- Ā_t state + B̄_t x_t
+  auto B_row = [&](int64_t t) { return d.B + b * d.B_s[0] + t * d.B_s[1] + g * d.B_s[2]; };
+  auto C_row = [&](int64_t t) { return d.C + b * d.C_s[0] + t * d.C_s[1] + g * d.C_s[2]; };
+  // state <- Ā_t state + B̄_t x_t, leaving Ā_t in `decay`
+  auto step = [&](int64_t t, acc_t* state, acc_t* decay) {
     const acc_t delta = delta_at(t);
-    load(f.x, f.x_s, t, xt);
-    const acc_t* Bt = d.B + b * d.B_s[0] + t * d.B_s[1] + g * d.B_s[2];
-    fill_decays(d, h, delta, N, decays.data());
+    load(f.x, f.x_s, t, w.xt);
+    fill_decays(d, h, delta, N, decay);
+    const acc_t* Bt = B_row(t);
     for (int64_t n = 0; n < N; ++n) {
-      const acc_t decay = decays[n], dB = delta * Bt[n * d.B_s[3]];
-      for (int64_t p = 0; p < P; ++p) state[n * P + p] = decay * state[n * P + p] + dB * xt[p];
+      const acc_t dB = delta * Bt[n * d.B_s[3]];
+      for (int64_t p = 0; p < P; ++p) state[n * P + p] = decay[n] * state[n * P + p] + dB * w.xt[p];
     }
   };
-  // Pass 1: the state entering each chunk.
-  std::vector<acc_t>& state = lam;  // lam is free until pass 2
-  std::fill(state.begin(), state.end(), acc_t(0));
+  // Pass 1: the state entering each chunk (lam is free until pass 2).
+  acc_t* lam = w.lam.data();
+  std::fill(w.lam.begin(), w.lam.end(), acc_t(0));
   for (int64_t i = 0; i < s.L; ++i) {
-    if (i % chunk == 0) std::copy(state.begin(), state.end(), ckpt.begin() + (i / chunk) * NP);
-    step(order(i), state.data());
+    if (i % chunk == 0) std::copy(lam, lam + NP, w.ckpt.begin() + (i / chunk) * NP);
+    step(order(i), lam, w.chunk_decays.data());
   }
-  // Pass 2: chunks from last to first; lam is the adjoint of the state after the current step.
-  std::fill(lam.begin(), lam.end(), acc_t(0));
+  // Pass 2: chunks from last to first, each replayed from its checkpoint, then walked back.
+  std::fill(w.lam.begin(), w.lam.end(), acc_t(0));
+  std::fill(w.g_next.begin(), w.g_next.end(), acc_t(0));  // hydra: no output after the last step
   acc_t* dA_row = a.dA[dir] + (b * s.H + h) * d.A_cols;
   acc_t* dB_part = a.dB[dir] + part * s.batch * s.L * s.G * N;
   acc_t* dC_part = a.dC[dir] + part * s.batch * s.L * s.G * N;
   for (int64_t c = n_chunks - 1; c >= 0; --c) {
     const int64_t i0 = c * chunk, i1 = std::min(s.L, i0 + chunk);
-    std::copy(ckpt.begin() + c * NP, ckpt.begin() + (c + 1) * NP, chunk_states.begin());
-    for (int64_t i = i0; i + 1 < i1; ++i) {
-      acc_t* next = chunk_states.data() + (i - i0 + 1) * NP;
-      std::copy(next - NP, next, next);
-      step(order(i), next);
+    std::copy(w.ckpt.begin() + c * NP, w.ckpt.begin() + (c + 1) * NP, w.chunk_states.begin());
+    for (int64_t i = i0; i < i1; ++i) {  // states before each step, and each step's decays
+      acc_t* decay = w.chunk_decays.data() + (i - i0) * N;
+      if (i + 1 < i1) {
+        acc_t* next = w.chunk_states.data() + (i - i0 + 1) * NP;
+        std::copy(next - NP, next, next);
+        step(order(i), next, decay);
+      } else {
+        fill_decays(d, h, delta_at(order(i)), N, decay);
+      }
     }
     for (int64_t i = i1 - 1; i >= i0; --i) {
       const int64_t t = order(i);
-      const acc_t* hprev = chunk_states.data() + (i - i0) * NP;  // state before step t
+      const acc_t* hprev = w.chunk_states.data() + (i - i0) * NP;  // state before step t
+      const acc_t* decay = w.chunk_decays.data() + (i - i0) * N;
       const acc_t v = raw_delta(d, b, t, h);
       const acc_t delta = f.softplus_dt ? softplus(v) : v;
-      load(f.x, f.x_s, t, xt);
-      load(a.grad, a.grad_s, t, gt);
-      const bool has_next = i + 1 < s.L;
-      if (f.hydra_shift && has_next) load(a.grad, a.grad_s, order(i + 1), g_next);
-      const int64_t bc = ((b * s.L + t) * s.G + g) * N;  // (b, t, g, 0) in the contiguous dB/dC
-      const acc_t* Bt = d.B + b * d.B_s[0] + t * d.B_s[1] + g * d.B_s[2];
-      const acc_t* Ct = d.C + b * d.C_s[0] + t * d.C_s[1] + g * d.C_s[2];
-      acc_t* dx_t = dx_acc.data() + t * P;
+      load(f.x, f.x_s, t, w.xt);
+      load(a.grad, a.grad_s, t, w.gt);
+      const acc_t* Bt = B_row(t);
+      const acc_t* Ct = C_row(t);
+      for (int64_t n = 0; n < N; ++n) w.bv[n] = Bt[n * d.B_s[3]], w.cv[n] = Ct[n * d.C_s[3]];
+      acc_t* dB_t = dB_part + ((b * s.L + t) * s.G + g) * N;  // contiguous (batch, L, G, N)
+      acc_t* dC_t = dC_part + ((b * s.L + t) * s.G + g) * N;
+      acc_t* dx_t = w.dx_acc.data() + t * P;
+      // out_t reads g_t (exact) or the next output's gradient (hydra); the other one is zero here.
+      const acc_t* g_read = hydra ? w.g_next.data() : w.gt.data();
       acc_t ddelta = 0;
-      fill_decays(d, h, delta, N, decays.data());
-      for (int64_t n = 0; n < N; ++n) {
-        const acc_t decay = decays[n], Bn = Bt[n * d.B_s[3]], Cn = Ct[n * d.C_s[3]];
-        const acc_t* hp = hprev + n * P;
-        acc_t* ln = lam.data() + n * P;
-        acc_t dCn = 0, lam_x = 0, mu_h = 0;
-        if (f.hydra_shift) {
-          // y_{next} = C_t · h_t: h_t feeds the next output through C_t.
-          if (has_next) {
-            for (int64_t p = 0; p < P; ++p) {
-              dCn += g_next[p] * (decay * hp[p] + delta * Bn * xt[p]);
-              ln[p] += Cn * g_next[p];
-            }
-          }
-          for (int64_t p = 0; p < P; ++p) {
-            lam_x += ln[p] * xt[p];
-            mu_h += ln[p] * hp[p];
-            dx_t[p] += delta * Bn * ln[p];
-            ln[p] *= decay;
-          }
-        } else {
-          // y_t = C_t · (Ā_t h_{t-1}): the decayed state's adjoint is mu = lam + C_t g_tᵀ.
-          for (int64_t p = 0; p < P; ++p) {
-            dCn += gt[p] * hp[p];
-            lam_x += ln[p] * xt[p];
-            dx_t[p] += delta * Bn * ln[p];
-            const acc_t mu = ln[p] + Cn * gt[p];
-            mu_h += mu * hp[p];
-            ln[p] = decay * mu;
-          }
-          dCn *= decay;
+      if (P == 1) {  // the Mamba layout: scalars instead of length-1 loops
+        const acc_t x0 = w.xt[0], g0 = g_read[0];
+        acc_t dx0 = 0;
+        for (int64_t n = 0; n < N; ++n) {
+          const acc_t hp = hprev[n], Bn = w.bv[n], Cn = w.cv[n];
+          acc_t l = lam[n];
+          if (hydra) l += Cn * g0;
+          const acc_t mu = hydra ? l : l + Cn * g0;
+          dC_t[n] += g0 * (hydra ? decay[n] * hp + delta * Bn * x0 : decay[n] * hp);
+          dB_t[n] += delta * l * x0;
+          dx0 += delta * Bn * l;
+          const acc_t d_logdecay = mu * hp * decay[n];  // d/d(Δ A_n)
+          ddelta += Bn * l * x0 + d_logdecay * Arow[n * a_step];
+          dA_row[n * a_step] += d_logdecay * delta;
+          lam[n] = decay[n] * mu;
         }
-        dC_part[bc + n] += dCn;
-        dB_part[bc + n] += delta * lam_x;
-        const acc_t d_logdecay = mu_h * decay;  // d/d(Δ A_n)
-        ddelta += Bn * lam_x + d_logdecay * Arow[n * a_step];
-        dA_row[n * a_step] += d_logdecay * delta;
+        dx_t[0] += dx0;
+      } else {
+        for (int64_t n = 0; n < N; ++n) {
+          const acc_t* hp = hprev + n * P;
+          acc_t* ln = lam + n * P;
+          const acc_t Bn = w.bv[n], Cn = w.cv[n], dn = decay[n];
+          acc_t dCn = 0, lam_x = 0, mu_h = 0;
+          for (int64_t p = 0; p < P; ++p) {
+            if (hydra) {
+              dCn += g_read[p] * (dn * hp[p] + delta * Bn * w.xt[p]);  // g_{t+1} · h_t
+              ln[p] += Cn * g_read[p];
+            } else {
+              dCn += g_read[p] * dn * hp[p];  // g_t · (Ā_t h_{t-1})
+            }
+            const acc_t mu = hydra ? ln[p] : ln[p] + Cn * g_read[p];
+            lam_x += ln[p] * w.xt[p];
+            mu_h += mu * hp[p];
+            dx_t[p] += delta * Bn * ln[p];
+            ln[p] = dn * mu;
+          }
+          dC_t[n] += dCn;
+          dB_t[n] += delta * lam_x;
+          const acc_t d_logdecay = mu_h * dn;
+          ddelta += Bn * lam_x + d_logdecay * Arow[n * a_step];
+          dA_row[n * a_step] += d_logdecay * delta;
+        }
       }
       a.ddt[dir][(b * s.L + t) * s.H + h] = f.softplus_dt ? ddelta * softplus_grad(v) : ddelta;
+      if (hydra) std::copy(w.gt.begin(), w.gt.end(), w.g_next.begin());  // step i-1's next output is t
     }
   }
 }
@@ -420,17 +447,12 @@ void bwd_cpu_kernel(const BwdArgs<scalar_t>& a) {
   const FwdArgs<scalar_t>& f = a.f;
   const MixShape& s = f.s;
   const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(s.L)))));
-  const int64_t n_chunks = (s.L + chunk - 1) / chunk;
   for_each_part(s.batch * s.H, [&](int64_t part, int64_t begin, int64_t end) {
-    const int64_t NP = s.N * s.P;
-    std::vector<acc_t> ckpt(n_chunks * NP), chunk_states(chunk * NP), lam(NP), decays(s.N), xt(s.P), gt(s.P),
-        g_next(s.P), dx_acc(s.L * s.P);
+    BwdScratch<acc_t> w(s, chunk);
     for (int64_t row = begin; row < end; ++row) {
       const int64_t b = row / s.H, h = row % s.H;
-      std::fill(dx_acc.begin(), dx_acc.end(), acc_t(0));
-      for (int dir = 0; dir < 2; ++dir) {
-        scan_direction_bwd(a, dir, part, b, h, ckpt, chunk_states, lam, decays, xt, gt, g_next, dx_acc, chunk);
-      }
+      std::fill(w.dx_acc.begin(), w.dx_acc.end(), acc_t(0));
+      for (int dir = 0; dir < 2; ++dir) scan_direction_bwd(a, dir, part, b, h, w);
       // The free diagonal: y_t += gamma_t x_t.
       for (int64_t t = 0; t < s.L; ++t) {
         const acc_t gam = f.gamma[b * f.gamma_s[0] + t * f.gamma_s[1] + h * f.gamma_s[2]];
@@ -441,7 +463,7 @@ void bwd_cpu_kernel(const BwdArgs<scalar_t>& a) {
         for (int64_t p = 0; p < s.P; ++p) {
           const acc_t gv = static_cast<acc_t>(grow[p * a.grad_s[3]]);
           dgam += gv * static_cast<acc_t>(xrow[p * f.x_s[3]]);
-          dxrow[p] = static_cast<scalar_t>(dx_acc[t * s.P + p] + gam * gv);
+          dxrow[p] = static_cast<scalar_t>(w.dx_acc[t * s.P + p] + gam * gv);
         }
         a.dgamma[(b * s.L + t) * s.H + h] = dgam;
       }

@@ -97,7 +97,7 @@ struct DirectionTensors {
   }
 };
 
-// Δ before the softplus (dt + bias), and its softplus (or itself).
+// Δ before the softplus: dt + dt_bias.
 template <typename acc_t>
 inline acc_t raw_delta(const Direction<acc_t>& d, int64_t b, int64_t t, int64_t h) {
   return d.dt[b * d.dt_s[0] + t * d.dt_s[1] + h * d.dt_s[2]] + (d.bias ? d.bias[h] : acc_t(0));
@@ -149,16 +149,15 @@ inline acc_t softplus_grad(acc_t v) {
   return v > acc_t(20) ? acc_t(1) : acc_t(1) / (acc_t(1) + std::exp(-v));
 }
 
-// Work split into `parts` contiguous row ranges, one per thread, so per-part partial sums never race.
+// Rows split into `parts` contiguous ranges (one per thread) so that per-part partial sums never race.
+inline int64_t num_parts(int64_t rows) { return std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), rows)); }
+
 template <typename F>
-void for_each_part(int64_t rows, F&& body) {
-  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), rows));
+void for_each_part(int64_t rows, int64_t parts, F&& body) {
   at::parallel_for(0, parts, 1, [&](int64_t begin, int64_t end) {
     for (int64_t part = begin; part < end; ++part) body(part, rows * part / parts, rows * (part + 1) / parts);
   });
 }
-
-inline int64_t num_parts(int64_t rows) { return std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), rows)); }
 
 // ---- forward ------------------------------------------------------------------------------------------
 
@@ -293,7 +292,7 @@ struct BwdArgs {
   FwdArgs<scalar_t> f;  // the forward's inputs (f.y unused)
   const scalar_t* grad;
   int64_t grad_s[4];
-  // outputs, contiguous: dx (batch, L, H, P); ddt, dgamma (batch, L, H); dA per (batch, H, N) row;
+  // outputs, contiguous: dx (batch, L, H, P); ddt, dgamma (batch, L, H); dA per (batch, H, A_cols) row;
   // dB, dC per work part (parts, batch, L, G, N), summed by the caller.
   scalar_t* dx;
   acc_t *ddt[2], *dA[2], *dB[2], *dC[2], *dgamma;
@@ -442,12 +441,12 @@ void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t part, int64
 }
 
 template <typename scalar_t>
-void bwd_cpu_kernel(const BwdArgs<scalar_t>& a) {
+void bwd_cpu_kernel(const BwdArgs<scalar_t>& a, int64_t parts) {
   using acc_t = at::opmath_type<scalar_t>;
   const FwdArgs<scalar_t>& f = a.f;
   const MixShape& s = f.s;
   const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(s.L)))));
-  for_each_part(s.batch * s.H, [&](int64_t part, int64_t begin, int64_t end) {
+  for_each_part(s.batch * s.H, parts, [&](int64_t part, int64_t begin, int64_t end) {
     BwdScratch<acc_t> w(s, chunk);
     for (int64_t row = begin; row < end; ++row) {
       const int64_t b = row / s.H, h = row % s.H;
@@ -511,7 +510,7 @@ BwdResult qs_mix_bwd_cpu(const at::Tensor& grad_y, const at::Tensor& x, const at
       a.dB[dir] = dB[dir].data_ptr<acc_t>();
       a.dC[dir] = dC[dir].data_ptr<acc_t>();
     }
-    bwd_cpu_kernel(a);
+    bwd_cpu_kernel(a, parts);
   });
   return {dx,          ddt[0], dA[0].sum(0), dB[0].sum(0), dC[0].sum(0), ddt[1], dA[1].sum(0),
           dB[1].sum(0), dC[1].sum(0), dgamma};

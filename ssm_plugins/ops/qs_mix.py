@@ -103,9 +103,12 @@ def qs_mix(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, *, dt_bias=None, 
         Returns (batch, dim, L).
 
     Args:
-        qs_shift: 'exact' (default, spec [D] A6): the strict scan reads C_t·(Ā_t h_{t-1}), matching Eq. 8.
-            'hydra': Hydra's roll of the inclusive scan, C_{t-1}·h_{t-1} (and C'_{t+1}·h'_{t+1} backward),
-            a different but equally quasi-separable Q.
+        qs_shift: 'exact' (default, spec [D] A6): the strict scan reads C_t·(Ā_t h_{t-1}), the Q above (Eq. 8).
+            This equals the spec's "inclusive scan minus C_t·B̄_t x_t" but is computed directly (the
+            "shift" way), so nothing cancels. 'hydra': Hydra's roll of the inclusive scan, C_{t-1}·h_{t-1}
+            (and C'_{t+1}·h'_{t+1} backward), a different but equally quasi-separable Q.
+        dt_softplus, dt_bias, dt_bias_rev: Δ = softplus(dt + dt_bias) as in Mamba's fused scan, so layers
+            pass the raw projection and the bias; the bias gradients are summed in the op's backward.
     Dtypes: float32, float64, float16, bfloat16 x; accumulation in float32 (float64 for float64 x); the
     output has x's dtype. All arguments are differentiable (compiled backward ``qs_mix_bwd``).
     """

@@ -263,6 +263,19 @@ def test_low_precision_long_sequence(dtype):
     torch.testing.assert_close(y.float(), exact, rtol=1e-2, atol=1e-2 * exact.abs().max().item())
 
 
+@needs_kernel
+def test_bfloat16_backward_matches_float32():
+    t = make_inputs(batch=2, length=257, heads=2, feat=4, n_state=8, groups=1, scalar_a=True, dtype=torch.float32)
+    x16 = t["x"].to(torch.bfloat16).requires_grad_()
+    x32 = x16.detach().float().requires_grad_()
+    rest = positional(t)[1:]
+    grad = torch.randn(x16.shape, generator=torch.Generator().manual_seed(9))
+    (dx16,) = torch.autograd.grad(qs_mix(x16, *rest, dt_softplus=True), x16, grad.to(torch.bfloat16))
+    (dx32,) = torch.autograd.grad(qs_mix(x32, *rest, dt_softplus=True), x32, grad)
+    assert dx16.dtype == torch.bfloat16
+    torch.testing.assert_close(dx16.float(), dx32, rtol=2e-2, atol=2e-2 * dx32.abs().max().item())
+
+
 # ---- argument checking ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name, value, match", [

@@ -35,7 +35,8 @@ struct MixShape {
   int64_t batch, L, H, P, N, G;
 };
 
-// One scan direction's parameters with element strides (batch, L, H) for dt and (batch, L, G, N) for B, C.
+// One scan direction's parameters with element strides (batch, L, H) for dt and (batch, L, G, N) for B, C
+// (whose N stride is 1: DirectionTensors makes them contiguous).
 // A is (H, A_cols) contiguous with A_cols = N (diagonal) or 1 (scalar: one exp per step instead of N).
 template <typename acc_t>
 struct Direction {
@@ -78,13 +79,15 @@ MixShape check_inputs(const at::Tensor& x, const at::Tensor& dt, const at::Tenso
   return s;
 }
 
-// The per-op tensors behind a Direction: A and the bias are made contiguous, the rest keep their strides.
+// The per-op tensors behind a Direction. dt keeps its strides (it is as long as x's sequence axis); A, the
+// bias, B and C are made contiguous: B and C are small (no head or feature axis), and a Mamba-layout
+// (batch, N, L) B read N values L elements apart per step, 32 pages per step with C, which ran 4x slower.
 struct DirectionTensors {
   at::Tensor dt, A, B, C;
   c10::optional<at::Tensor> bias;
   DirectionTensors(const at::Tensor& dt_, const at::Tensor& A_, const at::Tensor& B_, const at::Tensor& C_,
                    const c10::optional<at::Tensor>& bias_)
-      : dt(dt_), A(A_.contiguous()), B(B_), C(C_) {
+      : dt(dt_), A(A_.contiguous()), B(B_.contiguous()), C(C_.contiguous()) {
     if (bias_) bias = bias_->contiguous();
   }
   template <typename acc_t>
@@ -144,6 +147,19 @@ inline void fill_decays(const Direction<acc_t>& d, int64_t h, acc_t delta, int64
   }
 }
 
+// v[0] + ... + v[N-1] in four interleaved partial sums (vectorises without reassociating a serial chain).
+template <typename acc_t>
+inline acc_t sum(const acc_t* v, int64_t N) {
+  acc_t part[4] = {0, 0, 0, 0};
+  int64_t n = 0;
+  for (; n + 4 <= N; n += 4) {
+    for (int k = 0; k < 4; ++k) part[k] += v[n + k];
+  }
+  acc_t total = (part[0] + part[1]) + (part[2] + part[3]);
+  for (; n < N; ++n) total += v[n];
+  return total;
+}
+
 template <typename acc_t>
 inline acc_t softplus_grad(acc_t v) {
   return v > acc_t(20) ? acc_t(1) : acc_t(1) / (acc_t(1) + std::exp(-v));
@@ -178,8 +194,8 @@ struct FwdArgs {
 // Per-task scratch of the forward: the state (N, P), and per step x_t (P) and Ā_t, B̄_t, C (N each).
 template <typename acc_t>
 struct FwdScratch {
-  std::vector<acc_t> state, xt, decay, dB, c;
-  FwdScratch(int64_t N, int64_t P) : state(N * P), xt(P), decay(N), dB(N), c(N) {}
+  std::vector<acc_t> state, xt, decay, dB, c, term;
+  FwdScratch(int64_t N, int64_t P) : state(N * P), xt(P), decay(N), dB(N), c(N), term(N) {}
 };
 
 // Adds one direction's strict-scan output for row (b, h) to out[t * P + p].
@@ -204,21 +220,20 @@ void scan_direction(const FwdArgs<scalar_t>& a, const Direction<at::opmath_type<
     const acc_t* C_read = a.hydra_shift ? C_prev : Ct;  // the C this step's output reads (none: hydra, first step)
     fill_decays(d, h, delta, N, w.decay.data());
     for (int64_t n = 0; n < N; ++n) {
-      w.dB[n] = delta * Bt[n * d.B_s[3]];
-      w.c[n] = C_read ? C_read[n * d.C_s[3]] : acc_t(0);
+      w.dB[n] = delta * Bt[n];
+      w.c[n] = C_read ? C_read[n] : acc_t(0);
     }
     // exact: out_t = C_t · (Ā_t h_{t-1});  hydra: out_t = C_{t-1} · h_{t-1} (the state before its decay)
     const bool hydra = a.hydra_shift;
     acc_t* yt = out.data() + t * P;
-    if (P == 1) {  // the Mamba layout (one channel per head): keep the output sum in a register
+    if (P == 1) {  // the Mamba layout (one channel per head): a loop over N that vectorises, then its sum
       const acc_t xv = w.xt[0];
-      acc_t y = 0;
       for (int64_t n = 0; n < N; ++n) {
         const acc_t z = w.decay[n] * state[n];
-        y += w.c[n] * (hydra ? state[n] : z);
+        w.term[n] = w.c[n] * (hydra ? state[n] : z);
         state[n] = z + w.dB[n] * xv;
       }
-      yt[0] += y;
+      yt[0] += sum(w.term.data(), N);
     } else {
       for (int64_t n = 0; n < N; ++n) {
         const acc_t decay = w.decay[n], dB = w.dB[n], c = w.c[n];
@@ -299,15 +314,16 @@ struct BwdArgs {
 };
 
 // Per-task scratch of the backward: state checkpoints (one per chunk), one chunk's recomputed states and
-// decays, the adjoint λ (N, P), per-step rows of x, grad_y (P) and B, C (N), and dx for the row (L, P).
+// decays, the adjoint λ (N, P), per-step rows of x, grad_y (P), B, C and per-n terms (N), dx for the row.
 template <typename acc_t>
 struct BwdScratch {
   int64_t chunk;
-  std::vector<acc_t> ckpt, chunk_states, chunk_decays, lam, xt, gt, g_next, bv, cv, dx_acc;
+  std::vector<acc_t> ckpt, chunk_states, chunk_decays, lam, xt, gt, g_next, bv, cv, dx_terms, ddelta_terms,
+      dlogdecay, dx_acc;
   BwdScratch(const MixShape& s, int64_t chunk_)
       : chunk(chunk_), ckpt((s.L + chunk_ - 1) / chunk_ * s.N * s.P), chunk_states(chunk_ * s.N * s.P),
         chunk_decays(chunk_ * s.N), lam(s.N * s.P), xt(s.P), gt(s.P), g_next(s.P), bv(s.N), cv(s.N),
-        dx_acc(s.L * s.P) {}
+        dx_terms(s.N), ddelta_terms(s.N), dlogdecay(s.N), dx_acc(s.L * s.P) {}
 };
 
 // Gradient of one direction for row (b, h): adds to w.dx_acc[t * P + p] and to this part's dB/dC partial
@@ -344,7 +360,7 @@ void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t part, int64
     fill_decays(d, h, delta, N, decay);
     const acc_t* Bt = B_row(t);
     for (int64_t n = 0; n < N; ++n) {
-      const acc_t dB = delta * Bt[n * d.B_s[3]];
+      const acc_t dB = delta * Bt[n];
       for (int64_t p = 0; p < P; ++p) state[n * P + p] = decay[n] * state[n * P + p] + dB * w.xt[p];
     }
   };
@@ -384,30 +400,34 @@ void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t part, int64
       load(a.grad, a.grad_s, t, w.gt);
       const acc_t* Bt = B_row(t);
       const acc_t* Ct = C_row(t);
-      for (int64_t n = 0; n < N; ++n) w.bv[n] = Bt[n * d.B_s[3]], w.cv[n] = Ct[n * d.C_s[3]];
+      for (int64_t n = 0; n < N; ++n) w.bv[n] = Bt[n], w.cv[n] = Ct[n];
       acc_t* dB_t = dB_part + ((b * s.L + t) * s.G + g) * N;  // contiguous (batch, L, G, N)
       acc_t* dC_t = dC_part + ((b * s.L + t) * s.G + g) * N;
       acc_t* dx_t = w.dx_acc.data() + t * P;
       // out_t reads g_t (exact) or the next output's gradient (hydra); the other one is zero here.
       const acc_t* g_read = hydra ? w.g_next.data() : w.gt.data();
       acc_t ddelta = 0;
-      if (P == 1) {  // the Mamba layout: scalars instead of length-1 loops
+      if (P == 1) {  // the Mamba layout: loops over N that vectorise, then their sums
         const acc_t x0 = w.xt[0], g0 = g_read[0];
-        acc_t dx0 = 0;
         for (int64_t n = 0; n < N; ++n) {
           const acc_t hp = hprev[n], Bn = w.bv[n], Cn = w.cv[n];
-          acc_t l = lam[n];
-          if (hydra) l += Cn * g0;
+          const acc_t l = hydra ? lam[n] + Cn * g0 : lam[n];
           const acc_t mu = hydra ? l : l + Cn * g0;
           dC_t[n] += g0 * (hydra ? decay[n] * hp + delta * Bn * x0 : decay[n] * hp);
           dB_t[n] += delta * l * x0;
-          dx0 += delta * Bn * l;
+          w.dx_terms[n] = Bn * l;
           const acc_t d_logdecay = mu * hp * decay[n];  // d/d(Δ A_n)
-          ddelta += Bn * l * x0 + d_logdecay * Arow[n * a_step];
-          dA_row[n * a_step] += d_logdecay * delta;
+          w.ddelta_terms[n] = Bn * l * x0 + d_logdecay * Arow[n * a_step];
+          w.dlogdecay[n] = d_logdecay;
           lam[n] = decay[n] * mu;
         }
-        dx_t[0] += dx0;
+        dx_t[0] += delta * sum(w.dx_terms.data(), N);
+        ddelta = sum(w.ddelta_terms.data(), N);
+        if (a_step == 0) {
+          dA_row[0] += delta * sum(w.dlogdecay.data(), N);
+        } else {
+          for (int64_t n = 0; n < N; ++n) dA_row[n] += delta * w.dlogdecay[n];
+        }
       } else {
         for (int64_t n = 0; n < N; ++n) {
           const acc_t* hp = hprev + n * P;

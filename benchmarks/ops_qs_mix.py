@@ -80,7 +80,8 @@ def _timed(fn, t, backward):
 def run(quick: bool) -> list[tuple]:
     rows = []
     compiled_scan = _backend.has_kernel("selective_scan_fwd", "cpu")
-    compiled_scan_bwd = _backend.has_kernel("selective_scan_bwd", "cpu")
+    compiled_scan_bwd = hasattr(torch.ops.ssm_plugins, "selective_scan_bwd") and _backend.has_kernel(
+        "selective_scan_bwd", "cpu")  # a compiled backward (else the reference's autograd runs)
     for batch, dim, length in (QUICK_CASES if quick else CASES):
         case = f"B{batch} D{dim} L{length} N{N_STATE}"
         for backward in (False, True):

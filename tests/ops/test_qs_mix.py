@@ -343,10 +343,11 @@ def test_opcheck_fake_kernel_and_autograd_registration():
 @pytest.mark.parametrize("qs_shift", ["exact", "hydra"])
 def test_cuda_matches_cpu(qs_shift):
     assert _backend.has_kernel("qs_mix_fwd", "cuda"), "extension built without CUDA"
-    for shape in SHAPES + [(2, 300, 3, 70, 16, 1)]:
+    for shape, scalar_a in [(s, True) for s in SHAPES] + [(s, False) for s in SHAPES] + [
+            ((2, 300, 3, 70, 16, 1), True)]:
         batch, length, heads, feat, n_state, groups = shape
-        t = make_inputs(batch, length, heads, feat, n_state, groups, scalar_a=True, dtype=torch.float32,
-                        static_gamma=True)
+        t = make_inputs(batch, length, heads, feat, n_state, groups, scalar_a=scalar_a, dtype=torch.float32,
+                        static_gamma=scalar_a)
         kw = dict(dt_bias=torch.linspace(-1, 1, heads), dt_softplus=True, qs_shift=qs_shift)
 
         def run(device):
@@ -356,8 +357,8 @@ def test_cuda_matches_cpu(qs_shift):
             grads = torch.autograd.grad(y, leaves + [bias], torch.ones_like(y))
             return [y.cpu()] + [g.cpu() for g in grads]
 
-        for got, want in zip(run("cuda"), run("cpu")):
-            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        for got, want in zip(run("cuda"), run("cpu")):  # atomics sum in another order than the CPU
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * (1 + want.abs().max().item()))
         # strided (channel-mixer) input and bf16 on the device
         x = t["x"].cuda().transpose(1, 3).contiguous().transpose(1, 3).to(torch.bfloat16)
         dev = [x] + [v.cuda() for v in positional(t)[1:]]

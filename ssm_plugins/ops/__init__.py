@@ -2,6 +2,7 @@
 
 Public API (names and contracts fixed; other code and tests rely on them):
     selective_scan   S6 scan with mamba_ssm.selective_scan_fn semantics
+    qs_mix           quasi-separable non-causal mixing y = Q x (MambaMixer QS, scalar or diagonal A)
     ssm2d_kernel, fft_conv2d, fuse_directions   2-D SSM kernels (Baron et al.) and zero-padded FFT convolution
     essm_conv        eSSM fast tensor convolution (causal/bidirectional, block-diagonal heads)
     myo_solve        Myosotis tree solve x = T⁻¹u (per-node and level-shared pyramid forms);
@@ -12,8 +13,9 @@ from . import reference
 from ._backend import backend_info
 from .essm import essm_conv
 from .myo import MyoTree, myo_quadtree, myo_solve, myo_tree, myo_tree_from_parent
+from .qs_mix import qs_mix
 from .selective_scan import selective_scan
 from .ssm2d import fft_conv2d, fuse_directions, ssm2d_kernel
 
-__all__ = ["selective_scan", "ssm2d_kernel", "fft_conv2d", "fuse_directions", "essm_conv", "myo_solve", "myo_tree",
-           "myo_quadtree", "myo_tree_from_parent", "MyoTree", "backend_info", "reference"]
+__all__ = ["selective_scan", "qs_mix", "ssm2d_kernel", "fft_conv2d", "fuse_directions", "essm_conv", "myo_solve",
+           "myo_tree", "myo_quadtree", "myo_tree_from_parent", "MyoTree", "backend_info", "reference"]

@@ -1,0 +1,131 @@
+"""Quasi-separable (non-causal) mixing y = Q x, three ways (spec mambamixer.md §1.2–1.4).
+
+All functions take the op's normalised layout (see ``ssm_plugins.ops.qs_mix``):
+    x (batch, L, H, P); dt, dt_rev, gamma (batch, L, H); A, A_rev (H, N) (diagonal A per head) or (H, 1)
+    (scalar A per head); B, C, B_rev, C_rev (batch, L, G, N) with H % G == 0; dt_bias, dt_bias_rev (H,).
+Everything is computed in float32 (float64 for float64 x) and returned in x's dtype.
+
+    qs_mix          sequential strict scans, the oracle: L_s x + U_s x + γ ⊙ x            O(L)
+    qs_matrix       the dense Q of §1.2, entry by entry                                     O(L²)
+    qs_mix_chunked  App. D / SSD chunked algorithm (scalar A only, exact shift only)        O(L·Q_c)
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def _prepare(x, dt, A, B, C, dt_bias, dt_softplus):
+    """Accumulation-dtype copies with per-head B, C: (batch, L, H, N); Δ after bias and softplus."""
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    heads = x.shape[2]
+    delta = dt.to(acc)
+    if dt_bias is not None:
+        delta = delta + dt_bias.to(acc)
+    if dt_softplus:
+        delta = F.softplus(delta)
+    per_group = heads // B.shape[2]
+    Bh = B.to(acc).repeat_interleave(per_group, dim=2)
+    Ch = C.to(acc).repeat_interleave(per_group, dim=2)
+    return x.to(acc), delta, A.to(acc), Bh, Ch
+
+
+def _strict_scan(x, delta, A, B, C, hydra_shift):
+    """Causal scan leaving out the current token (§1.2 S_strict), per head h and feature p:
+
+        h_t = exp(Δ_t A) ⊙ h_{t-1} + Δ_t B_t x_tᵀ
+        exact: y_t = C_tᵀ (exp(Δ_t A) ⊙ h_{t-1})        hydra: y_t = C_{t-1}ᵀ h_{t-1}  (roll of the inclusive scan)
+    """
+    batch, length, heads, feat = x.shape
+    h = x.new_zeros(batch, heads, A.shape[1], feat)
+    ys = []
+    for t in range(length):
+        decay = torch.exp(delta[:, t, :, None] * A)[..., None]  # (batch, H, N, 1)
+        if hydra_shift:
+            ys.append(torch.einsum("bhn,bhnp->bhp", C[:, t - 1], h) if t > 0 else x.new_zeros(batch, heads, feat))
+        else:
+            ys.append(torch.einsum("bhn,bhnp->bhp", C[:, t], decay * h))
+        h = decay * h + (delta[:, t, :, None] * B[:, t])[..., None] * x[:, t, :, None, :]
+    return torch.stack(ys, dim=1) if ys else x.new_zeros(x.shape)
+
+
+def qs_mix(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias=None, dt_bias_rev=None,
+           dt_softplus=False, qs_shift="exact"):
+    """y = S_strict(x) + flip(S'_strict(flip x)) + γ ⊙ x  (§1.2 "How to compute Qx in linear time")."""
+    hydra = qs_shift == "hydra"
+    xs, delta, A, B, C = _prepare(x, dt, A, B, C, dt_bias, dt_softplus)
+    _, delta_rev, A_rev, B_rev, C_rev = _prepare(x, dt_rev, A_rev, B_rev, C_rev, dt_bias_rev, dt_softplus)
+    flip = lambda t: t.flip(1)  # noqa: E731  (reverses the sequence axis)
+    lower = _strict_scan(xs, delta, A, B, C, hydra)
+    upper = flip(_strict_scan(flip(xs), flip(delta_rev), A_rev, flip(B_rev), flip(C_rev), hydra))
+    y = lower + upper + gamma.to(xs.dtype)[..., None] * xs
+    return y.to(x.dtype)
+
+
+def qs_matrix(dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias=None, dt_bias_rev=None,
+              dt_softplus=False, qs_shift="exact"):
+    """The dense (batch, H, L, L) matrix Q of §1.2 built entry by entry; y[b, :, h, p] = Q[b, h] @ x[b, :, h, p].
+
+        t > k:  C_tᵀ (Π_{j=k+1..t} Ā_j) B̄_k          t = k: γ_t          t < k:  C'_tᵀ (Π_{j=t..k-1} Ā'_j) B̄'_k
+    with Ā_j = exp(Δ_j A), B̄_k = Δ_k B_k. qs_shift='hydra' instead uses C_{t-1}ᵀ(Π_{j=k+1..t-1} Ā_j) B̄_k below
+    and C'_{t+1}ᵀ(Π_{j=t+1..k-1} Ā'_j) B̄'_k above the diagonal.
+    """
+    x_like = dt.new_zeros(*dt.shape, 1)
+    _, delta, A, B, C = _prepare(x_like, dt, A, B, C, dt_bias, dt_softplus)
+    _, delta_rev, A_rev, B_rev, C_rev = _prepare(x_like, dt_rev, A_rev, B_rev, C_rev, dt_bias_rev, dt_softplus)
+    batch, length, heads = dt.shape
+    hydra = qs_shift == "hydra"
+    Q = delta.new_zeros(batch, heads, length, length)
+    log_decay = delta[..., None] * A  # (batch, L, H, N): log Ā_j
+    log_decay_rev = delta_rev[..., None] * A_rev
+    for t in range(length):
+        Q[:, :, t, t] = gamma.to(Q.dtype)[:, t]
+        for k in range(length):
+            if t > k:
+                reader, first, last = (t - 1, k + 1, t - 1) if hydra else (t, k + 1, t)
+                decay = torch.exp(log_decay[:, first:last + 1].sum(1))  # (batch, H, N)
+                Q[:, :, t, k] = (C[:, reader] * decay * delta[:, k, :, None] * B[:, k]).sum(-1)
+            elif t < k:
+                reader, first, last = (t + 1, t + 1, k - 1) if hydra else (t, t, k - 1)
+                decay = torch.exp(log_decay_rev[:, first:last + 1].sum(1))
+                Q[:, :, t, k] = (C_rev[:, reader] * decay * delta_rev[:, k, :, None] * B_rev[:, k]).sum(-1)
+    return Q
+
+
+def _chunked_strict_scan(x, delta, a, B, C, chunk):
+    """App. D / SSD form of the exact strict scan for scalar A (a: (H,)), chunk length ``chunk``.
+
+    Per chunk: y += tril(C B̄ᵀ ∘ exp(cs_i − cs_k), −1) x + (C ∘ exp(cs)) h_in;
+               h_out = exp(cs_end) h_in + (B̄ ∘ exp(cs_end − cs))ᵀ x,   cs = cumsum of log Ā within the chunk.
+    """
+    batch, length, heads, feat = x.shape
+    h = x.new_zeros(batch, heads, B.shape[-1], feat)
+    out = []
+    for start in range(0, length, chunk):
+        sl = slice(start, min(start + chunk, length))
+        xc, dc, Bc, Cc = x[:, sl], delta[:, sl], B[:, sl], C[:, sl]  # (batch, c, H, ...)
+        cs = torch.cumsum(dc * a, dim=1).transpose(1, 2)  # (batch, H, c)
+        size = cs.shape[-1]
+        Bbar = (dc[..., None] * Bc).transpose(1, 2)  # (batch, H, c, N)
+        Ch = Cc.transpose(1, 2)
+        strict = torch.ones(size, size, dtype=torch.bool, device=x.device).tril(-1)
+        seg = (cs[..., :, None] - cs[..., None, :]).masked_fill(~strict, float("-inf"))
+        within = (Ch @ Bbar.transpose(-1, -2)) * torch.exp(seg)  # (batch, H, c, c)
+        xh = xc.transpose(1, 2)  # (batch, H, c, P)
+        y = within @ xh + (Ch * torch.exp(cs)[..., None]) @ h
+        out.append(y.transpose(1, 2))
+        h = torch.exp(cs[..., -1])[..., None, None] * h + (Bbar * torch.exp(cs[..., -1:] - cs)[..., None]).transpose(
+            -1, -2) @ xh
+    return torch.cat(out, dim=1) if out else x.new_zeros(x.shape)
+
+
+def qs_mix_chunked(x, dt, a, B, C, dt_rev, a_rev, B_rev, C_rev, gamma, chunk=4, dt_bias=None, dt_bias_rev=None,
+                   dt_softplus=False):
+    """QS mixing with the chunked algorithm of App. D (scalar A: a, a_rev (H,); qs_shift='exact')."""
+    xs, delta, _, Bh, Ch = _prepare(x, dt, a, B, C, dt_bias, dt_softplus)
+    _, delta_rev, _, Bh_rev, Ch_rev = _prepare(x, dt_rev, a_rev, B_rev, C_rev, dt_bias_rev, dt_softplus)
+    acc = xs.dtype
+    flip = lambda t: t.flip(1)  # noqa: E731
+    lower = _chunked_strict_scan(xs, delta, a.to(acc), Bh, Ch, chunk)
+    upper = flip(_chunked_strict_scan(flip(xs), flip(delta_rev), a_rev.to(acc), flip(Bh_rev), flip(Ch_rev), chunk))
+    return (lower + upper + gamma.to(acc)[..., None] * xs).to(x.dtype)

@@ -1,0 +1,367 @@
+"""qs_mix (mambamixer.md §1.2–1.4): dense Q, chunked algorithm, f+b S6 identity, kernels vs oracle, gradients."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from ssm_plugins.ops import _backend, qs_mix, reference
+from ssm_plugins.ops.reference import qs_matrix, qs_mix_chunked
+
+HAS_KERNEL = _backend.has_kernel("qs_mix_fwd", "cpu")
+needs_kernel = pytest.mark.skipif(not HAS_KERNEL, reason="ssm_plugins._C without the qs_mix kernel")
+
+
+def make_inputs(batch=2, length=11, heads=4, feat=3, n_state=5, groups=2, scalar_a=False, dtype=torch.float64,
+                static_gamma=False, seed=0):
+    """Head-layout inputs; dt centred on 0 so that dt_softplus and dt_bias both matter."""
+    gen = torch.Generator().manual_seed(seed)
+    rand = lambda *shape: torch.randn(*shape, generator=gen, dtype=torch.float64)  # noqa: E731
+    a_shape = (heads,) if scalar_a else (heads, n_state)
+    t = dict(
+        x=rand(batch, length, heads, feat),
+        dt=0.5 * rand(batch, length, heads),
+        A=-torch.rand(*a_shape, generator=gen, dtype=torch.float64) - 0.1,
+        B=rand(batch, length, groups, n_state),
+        C=rand(batch, length, groups, n_state),
+        dt_rev=0.5 * rand(batch, length, heads),
+        A_rev=-torch.rand(*a_shape, generator=gen, dtype=torch.float64) - 0.1,
+        B_rev=rand(batch, length, groups, n_state),
+        C_rev=rand(batch, length, groups, n_state),
+        gamma=rand(length, heads) if static_gamma else rand(batch, length, heads),
+    )
+    return {k: v.to(dtype) for k, v in t.items()}
+
+
+def positional(t):
+    return [t[k] for k in ("x", "dt", "A", "B", "C", "dt_rev", "A_rev", "B_rev", "C_rev", "gamma")]
+
+
+def dense_apply(t, **kw):
+    """y = Q x with Q built entry by entry (§1.2), Q per (batch, head) mixing every feature of the head."""
+    A, A_rev = t["A"], t["A_rev"]
+    n_state = t["B"].shape[-1]
+    if A.dim() == 1:
+        A, A_rev = A[:, None].expand(-1, n_state), A_rev[:, None].expand(-1, n_state)
+    gamma = t["gamma"].expand(t["dt"].shape)
+    Q = qs_matrix(t["dt"], A, t["B"], t["C"], t["dt_rev"], A_rev, t["B_rev"], t["C_rev"], gamma, **kw)
+    return torch.einsum("bhtk,bkhp->bthp", Q, t["x"])
+
+
+def run_reference(t, monkeypatch, **kw):
+    with monkeypatch.context() as m:
+        m.setenv("SSM_PLUGINS_BACKEND", "reference")
+        return qs_mix(*positional(t), **kw)
+
+
+# ---- the oracle against the definitions -----------------------------------------------------------------
+
+@pytest.mark.parametrize("qs_shift", ["exact", "hydra"])
+@pytest.mark.parametrize("scalar_a", [True, False])
+def test_reference_equals_dense_q(monkeypatch, qs_shift, scalar_a):
+    t = make_inputs(scalar_a=scalar_a)
+    bias = torch.randn(4, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    kw = dict(dt_bias=bias, dt_softplus=True, qs_shift=qs_shift)
+    dense = dense_apply(t, **kw)
+    torch.testing.assert_close(run_reference(t, monkeypatch, **kw), dense, rtol=1e-12, atol=1e-12)
+    if HAS_KERNEL:
+        torch.testing.assert_close(qs_mix(*positional(t), **kw), dense, rtol=1e-12, atol=1e-12)
+
+
+def test_dense_q_structure():
+    """Q's strict triangles have rank <= N (N-quasi-separable) and its diagonal is gamma."""
+    t = make_inputs(batch=1, length=12, heads=1, feat=1, n_state=2, groups=1)
+    Q = qs_matrix(t["dt"], t["A"], t["B"], t["C"], t["dt_rev"], t["A_rev"], t["B_rev"], t["C_rev"], t["gamma"])[0, 0]
+    torch.testing.assert_close(Q.diagonal(), t["gamma"][0, :, 0])
+    for k in range(1, 12):
+        assert torch.linalg.matrix_rank(Q[k:, :k]) <= 2  # block strictly below the diagonal
+        assert torch.linalg.matrix_rank(Q[:k, k:]) <= 2  # block strictly above
+    assert torch.linalg.matrix_rank(Q[6:, :6]) == 2
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 4, 11, 16])
+def test_chunked_algorithm_equals_dense_q(chunk):
+    t = make_inputs(scalar_a=True)
+    got = qs_mix_chunked(*positional(t), chunk=chunk)
+    torch.testing.assert_close(got, dense_apply(t), rtol=1e-12, atol=1e-12)
+
+
+def _fb_s6(x_bdl, dt_bdl, A, B_bnl, C_bnl, dt_rev, A_rev, B_rev, C_rev):
+    """Forward S6 plus flipped backward S6 (D = 0) with the reference selective scan, (batch, dim, L)."""
+    fwd = reference.selective_scan(x_bdl, dt_bdl, A, B_bnl, C_bnl)
+    flip = lambda v: v.flip(-1)  # noqa: E731
+    bwd = reference.selective_scan(flip(x_bdl), flip(dt_rev), A_rev, flip(B_rev), flip(C_rev))
+    return fwd + flip(bwd)
+
+
+def test_fb_s6_identity_diagonal_a_mamba_layout(monkeypatch):
+    """QS with gamma_t = C_t·B̄_t + C'_t·B̄'_t is forward + backward S6 (§1.2), Mamba layout (K3)."""
+    gen = torch.Generator().manual_seed(1)
+    batch, dim, length, n_state = 2, 6, 9, 4
+    r = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)  # noqa: E731
+    x, dt, dt_rev = r(batch, dim, length), r(batch, dim, length).exp() * 0.3, r(batch, dim, length).exp() * 0.3
+    A, A_rev = -r(dim, n_state).exp(), -r(dim, n_state).exp()
+    B, C, B_rev, C_rev = (r(batch, 2, n_state, length) for _ in range(4))  # two groups of 3 channels
+    per_channel = lambda m: m.repeat_interleave(3, dim=1)  # noqa: E731  (batch, dim, N, L)
+    gamma = dt * (per_channel(C) * per_channel(B)).sum(2) + dt_rev * (per_channel(C_rev) * per_channel(B_rev)).sum(2)
+    expected = _fb_s6(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev)
+    args = (x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma)
+    torch.testing.assert_close(qs_mix(*args), expected, rtol=1e-12, atol=1e-12)
+    with monkeypatch.context() as m:
+        m.setenv("SSM_PLUGINS_BACKEND", "reference")
+        torch.testing.assert_close(qs_mix(*args), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_fb_s6_identity_scalar_a_heads():
+    """The same identity for QSMixer's scalar A: every feature p of head h is an S6 channel with a_h."""
+    t = make_inputs(batch=2, length=10, heads=3, feat=2, n_state=4, groups=1, scalar_a=True)
+    heads, feat, n_state = 3, 2, 4
+    cb = lambda C, B: (C * B).sum(-1)  # noqa: E731  (batch, L, groups)
+    t["gamma"] = t["dt"] * cb(t["C"], t["B"]) + t["dt_rev"] * cb(t["C_rev"], t["B_rev"])
+    to_channels = lambda v: v.repeat_interleave(feat, dim=2).transpose(1, 2)  # noqa: E731 (batch, H*P, L)
+    x = t["x"].flatten(2).transpose(1, 2)
+    A = t["A"].repeat_interleave(feat)[:, None].expand(heads * feat, n_state)
+    A_rev = t["A_rev"].repeat_interleave(feat)[:, None].expand(heads * feat, n_state)
+    mamba_bc = lambda v: v[:, :, 0].transpose(1, 2)  # noqa: E731  (batch, N, L)
+    expected = _fb_s6(x, to_channels(t["dt"]), A, mamba_bc(t["B"]), mamba_bc(t["C"]), to_channels(t["dt_rev"]),
+                      A_rev, mamba_bc(t["B_rev"]), mamba_bc(t["C_rev"]))
+    got = qs_mix(*positional(t))
+    torch.testing.assert_close(got.flatten(2).transpose(1, 2), expected, rtol=1e-12, atol=1e-12)
+
+
+# ---- compiled kernel against the oracle ----------------------------------------------------------------
+
+SHAPES = [  # batch, L, H, P, N, groups
+    (1, 1, 1, 1, 1, 1),
+    (2, 13, 4, 3, 5, 2),
+    (1, 7, 6, 1, 16, 3),
+    (3, 2, 2, 5, 1, 1),
+    (1, 31, 2, 8, 4, 2),
+]
+
+
+@needs_kernel
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("qs_shift", ["exact", "hydra"])
+def test_cpu_kernel_matches_reference(monkeypatch, shape, qs_shift):
+    batch, length, heads, feat, n_state, groups = shape
+    gen = torch.Generator().manual_seed(4)
+    for scalar_a, softplus in ((True, True), (False, False)):
+        t = make_inputs(batch, length, heads, feat, n_state, groups, scalar_a=scalar_a, dtype=torch.float32,
+                        static_gamma=scalar_a)
+        biases = [torch.randn(heads, generator=gen) for _ in range(2)]
+        if not softplus:  # Δ = dt + dt_bias must stay positive (a decaying state) without the softplus
+            t["dt"], t["dt_rev"], biases = t["dt"].abs(), t["dt_rev"].abs(), [v.abs() for v in biases]
+        kw = dict(dt_bias=biases[0], dt_bias_rev=biases[1], dt_softplus=softplus, qs_shift=qs_shift)
+        got = qs_mix(*positional(t), **kw)
+        assert got.shape == t["x"].shape and got.dtype == torch.float32
+        torch.testing.assert_close(got, run_reference(t, monkeypatch, **kw), rtol=1e-5, atol=1e-5)
+
+
+@needs_kernel
+def test_strided_sequence_axis_channel_mixer(monkeypatch):
+    """The channel mixer's call: scan along D of u (batch, tokens, D) without materialising the transpose."""
+    gen = torch.Generator().manual_seed(2)
+    batch, tokens, dim, n_state = 2, 7, 12, 3
+    u = torch.randn(batch, tokens, dim, generator=gen)
+    x = u.transpose(1, 2).unsqueeze(2)  # (batch, L=dim, H=1, P=tokens); sequence stride 1, feature stride dim
+    sel = torch.randn(batch, n_state * 4 + 1, dim, generator=gen)  # projections from one matmul, sliced
+    B, C, B_rev, C_rev = (sel[:, i * n_state:(i + 1) * n_state].transpose(1, 2) for i in range(4))
+    dt_all = torch.randn(batch, dim, 2, generator=gen)
+    dt, dt_rev = dt_all[..., :1], dt_all[..., 1:]
+    a, a_rev = torch.tensor([-0.7]), torch.tensor([-1.3])
+    gamma = torch.randn(dim, 1, generator=gen)  # static channel-axis gamma
+    args = (x, dt, a, B, C, dt_rev, a_rev, B_rev, C_rev, gamma)
+    assert not any(v.is_contiguous() for v in (x, dt, B, C))
+    kw = dict(dt_bias=torch.tensor([0.2]), dt_softplus=True)
+    got = qs_mix(*args, **kw)
+    contiguous = [v.contiguous() for v in args]
+    torch.testing.assert_close(got, qs_mix(*contiguous, **kw), rtol=1e-6, atol=1e-6)
+    with monkeypatch.context() as m:
+        m.setenv("SSM_PLUGINS_BACKEND", "reference")
+        torch.testing.assert_close(got, qs_mix(*contiguous, **kw), rtol=1e-5, atol=1e-5)
+    # y keeps x's layout, so transposing back to (batch, tokens, dim) is free
+    assert got[:, :, 0].transpose(1, 2).is_contiguous()
+
+
+@needs_kernel
+def test_mamba_layout_matches_head_layout():
+    gen = torch.Generator().manual_seed(3)
+    batch, dim, length, n_state = 2, 4, 9, 3
+    r = lambda *s: torch.randn(*s, generator=gen)  # noqa: E731
+    x, dt, dt_rev, gamma = r(batch, dim, length), r(batch, dim, length), r(batch, dim, length), r(dim, length)
+    A, A_rev = -r(dim, n_state).exp(), -r(dim, n_state).exp()
+    B, C, B_rev, C_rev = (r(batch, n_state, length) for _ in range(4))
+    got = qs_mix(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_softplus=True)
+    assert got.shape == (batch, dim, length)
+    head = lambda v: v.transpose(1, 2)  # noqa: E731
+    expected = qs_mix(head(x)[..., None], head(dt), A, head(B), head(C), head(dt_rev), A_rev, head(B_rev),
+                      head(C_rev), gamma.t(), dt_softplus=True)[..., 0].transpose(1, 2)
+    torch.testing.assert_close(got, expected)
+
+
+# ---- gradients -----------------------------------------------------------------------------------------
+
+def _grad_inputs(scalar_a, static_gamma, groups=1):
+    t = make_inputs(batch=2, length=4, heads=2, feat=2, n_state=2, groups=groups, scalar_a=scalar_a,
+                    static_gamma=static_gamma)
+    leaves = [v.requires_grad_() for v in positional(t)]
+    gen = torch.Generator().manual_seed(7)
+    biases = [torch.randn(2, generator=gen, dtype=torch.float64).requires_grad_() for _ in range(2)]
+    return leaves + biases
+
+
+@pytest.mark.parametrize("backend", [
+    pytest.param("kernel", marks=needs_kernel),
+    "reference",
+])
+@pytest.mark.parametrize("qs_shift", ["exact", "hydra"])
+def test_gradcheck(monkeypatch, backend, qs_shift):
+    if backend == "reference":
+        monkeypatch.setenv("SSM_PLUGINS_BACKEND", "reference")
+    for scalar_a, static_gamma, groups in ((True, True, 1), (False, False, 2)):
+        inputs = _grad_inputs(scalar_a, static_gamma, groups)
+        fn = lambda *v: qs_mix(*v[:10], dt_bias=v[10], dt_bias_rev=v[11], dt_softplus=True,  # noqa: E731
+                               qs_shift=qs_shift)
+        assert torch.autograd.gradcheck(fn, inputs)
+
+
+@needs_kernel
+@pytest.mark.parametrize("qs_shift", ["exact", "hydra"])
+def test_kernel_backward_matches_reference_long(monkeypatch, qs_shift):
+    """L = 37: several checkpoint chunks of the compiled backward, the last one partial; strided grad_y."""
+    t = make_inputs(batch=2, length=37, heads=3, feat=2, n_state=3, groups=3, scalar_a=True, static_gamma=True)
+    bias = torch.randn(3, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+
+    def grads(reference_path):
+        leaves = [v.detach().clone().requires_grad_() for v in positional(t)] + [bias.clone().requires_grad_()]
+        with monkeypatch.context() as m:
+            if reference_path:
+                m.setenv("SSM_PLUGINS_BACKEND", "reference")
+            y = qs_mix(*leaves[:10], dt_bias=leaves[10], dt_softplus=True, qs_shift=qs_shift)
+        grad_y = torch.randn(y.shape[::-1], generator=torch.Generator().manual_seed(5), dtype=y.dtype).permute(
+            3, 2, 1, 0)
+        return torch.autograd.grad(y, leaves, grad_y)
+
+    for got, want in zip(grads(False), grads(True)):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+
+# ---- low precision, large L ----------------------------------------------------------------------------
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_long_sequence(dtype):
+    t = make_inputs(batch=1, length=16384, heads=2, feat=4, n_state=16, groups=1, scalar_a=True,
+                    dtype=torch.float32)
+    t["dt"], t["dt_rev"] = t["dt"] - 3.0, t["dt_rev"] - 3.0  # softplus(dt) ~ 0.05: long memory
+    low = {k: (v.to(dtype) if k in ("x", "B", "C", "B_rev", "C_rev") else v) for k, v in t.items()}
+    y = qs_mix(*positional(low), dt_softplus=True)
+    assert y.dtype == dtype and torch.isfinite(y).all()
+    # fp32 accumulation: the only differences are the rounding of the inputs and of the output
+    exact = qs_mix(*positional({k: v.float() for k, v in low.items()}), dt_softplus=True)
+    torch.testing.assert_close(y.float(), exact, rtol=1e-2, atol=1e-2 * exact.abs().max().item())
+
+
+@needs_kernel
+def test_bfloat16_backward_matches_float32():
+    t = make_inputs(batch=2, length=257, heads=2, feat=4, n_state=8, groups=1, scalar_a=True, dtype=torch.float32)
+    x16 = t["x"].to(torch.bfloat16).requires_grad_()
+    x32 = x16.detach().float().requires_grad_()
+    rest = positional(t)[1:]
+    grad = torch.randn(x16.shape, generator=torch.Generator().manual_seed(9))
+    (dx16,) = torch.autograd.grad(qs_mix(x16, *rest, dt_softplus=True), x16, grad.to(torch.bfloat16))
+    (dx32,) = torch.autograd.grad(qs_mix(x32, *rest, dt_softplus=True), x32, grad)
+    assert dx16.dtype == torch.bfloat16
+    torch.testing.assert_close(dx16.float(), dx32, rtol=2e-2, atol=2e-2 * dx32.abs().max().item())
+
+
+# ---- argument checking ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, value, match", [
+    ("x", torch.zeros(2, 11), "x"),
+    ("x", torch.zeros(2, 11, 4, 3, dtype=torch.int64), "x"),
+    ("dt", torch.zeros(2, 10, 4), "dt"),
+    ("dt_rev", torch.zeros(2, 11, 3), "dt_rev"),
+    ("A", torch.zeros(3, 5), "A"),
+    ("A_rev", torch.zeros(4, 6), "A_rev"),
+    ("B", torch.zeros(2, 11, 3, 5), "B"),
+    ("C", torch.zeros(2, 11, 2, 4), "C"),
+    ("C_rev", torch.zeros(1, 11, 2, 5), "C_rev"),
+    ("gamma", torch.zeros(11, 3), "gamma"),
+    ("gamma", torch.zeros(3, 11, 4), "gamma"),
+])
+def test_bad_arguments_raise_value_error(name, value, match):
+    t = make_inputs(dtype=torch.float32)
+    t[name] = value
+    with pytest.raises(ValueError, match=match):
+        qs_mix(*positional(t))
+
+
+def test_bad_options_raise_value_error():
+    args = positional(make_inputs(dtype=torch.float32))
+    with pytest.raises(ValueError, match="qs_shift"):
+        qs_mix(*args, qs_shift="roll")
+    with pytest.raises(ValueError, match="dt_bias"):
+        qs_mix(*args, dt_bias=torch.zeros(5))
+    with pytest.raises(ValueError, match="dt_bias_rev"):
+        qs_mix(*args, dt_bias_rev=torch.zeros(4, 1))
+
+
+# ---- registration: FLOPs, fake kernel ------------------------------------------------------------------
+
+@needs_kernel
+def test_flop_counter_counts_forward_and_backward():
+    batch, length, heads, feat, n_state = 2, 11, 4, 3, 5
+    t = make_inputs(batch, length, heads, feat, n_state, dtype=torch.float32)
+    leaves = [v.requires_grad_() for v in positional(t)]
+    with FlopCounterMode(display=False) as counter:
+        y = qs_mix(*leaves)
+    scan_elems = 2 * batch * length * heads * n_state
+    expected_fwd = scan_elems * (5 * feat + 3) + 3 * batch * length * heads * feat
+    assert counter.get_total_flops() == expected_fwd > 0
+    with FlopCounterMode(display=False) as counter:
+        y.sum().backward()
+    expected_bwd = scan_elems * (17 * feat + 8) + 4 * batch * length * heads * feat
+    assert counter.get_flop_counts()["Global"][torch.ops.ssm_plugins.qs_mix_bwd] == expected_bwd
+
+
+@needs_kernel
+def test_opcheck_fake_kernel_and_autograd_registration():
+    t = make_inputs(batch=1, length=5, heads=2, feat=2, n_state=2, groups=1, dtype=torch.float32)
+    args = positional(t)
+    args[2], args[6] = args[2].contiguous(), args[6].contiguous()
+    for v in args:
+        v.requires_grad_()
+    torch.library.opcheck(torch.ops.ssm_plugins.qs_mix_fwd, (*args, torch.tensor([0.1, -0.2]), None, True, False))
+
+
+# ---- CUDA ----------------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("qs_shift", ["exact", "hydra"])
+def test_cuda_matches_cpu(qs_shift):
+    assert _backend.has_kernel("qs_mix_fwd", "cuda"), "extension built without CUDA"
+    for shape, scalar_a in [(s, True) for s in SHAPES] + [(s, False) for s in SHAPES] + [
+            ((2, 300, 3, 70, 16, 1), True)]:
+        batch, length, heads, feat, n_state, groups = shape
+        t = make_inputs(batch, length, heads, feat, n_state, groups, scalar_a=scalar_a, dtype=torch.float32,
+                        static_gamma=scalar_a)
+        kw = dict(dt_bias=torch.linspace(-1, 1, heads), dt_softplus=True, qs_shift=qs_shift)
+
+        def run(device):
+            leaves = [v.to(device).requires_grad_() for v in positional(t)]
+            bias = kw["dt_bias"].to(device).requires_grad_()
+            y = qs_mix(*leaves, dt_bias=bias, dt_softplus=True, qs_shift=qs_shift)
+            grads = torch.autograd.grad(y, leaves + [bias], torch.ones_like(y))
+            return [y.cpu()] + [g.cpu() for g in grads]
+
+        for got, want in zip(run("cuda"), run("cpu")):  # atomics sum in another order than the CPU
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * (1 + want.abs().max().item()))
+        # strided (channel-mixer) input and bf16 on the device
+        x = t["x"].cuda().transpose(1, 3).contiguous().transpose(1, 3).to(torch.bfloat16)
+        dev = [x] + [v.cuda() for v in positional(t)[1:]]
+        y = qs_mix(*dev, **{**kw, "dt_bias": kw["dt_bias"].cuda()})
+        want = qs_mix(*[v.cpu() for v in dev], **kw)
+        torch.testing.assert_close(y.cpu().float(), want.float(), rtol=1e-2, atol=1e-2)

@@ -32,5 +32,6 @@ def test_unknown_backend_setting_is_an_error(monkeypatch):
 
 def test_backend_info_lists_every_compiled_op_on_cpu():
     ops = backend_info()["ops"]
-    for op in ("selective_scan_fwd", "selective_scan_bwd", "ssm2d_kernel_fwd", "essm_kernel"):
+    for op in ("selective_scan_fwd", "selective_scan_bwd", "qs_mix_fwd", "qs_mix_bwd", "ssm2d_kernel_fwd",
+               "ssm2d_kernel_bwd", "essm_kernel", "essm_kernel_bwd", "myo_solve_fwd", "myo_solve_bwd"):
         assert "cpu" in ops.get(op, []), (op, ops)

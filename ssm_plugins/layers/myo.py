@@ -10,6 +10,7 @@ SequenceLayer around it (§3); ``MyoMixer2d`` the gated 2-D token mixer of the b
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional
 
@@ -30,11 +31,12 @@ _GLUS = ("half_glu1", "half_glu2", "none")
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
+@functools.lru_cache(maxsize=16)  # eigh of a (P/J)² matrix: built once per shape
 def hippo_n_init(block_size: int, blocks: int, conj_sym: bool = True):
     """S5's block-diagonal HiPPO-N initialisation (§2.6), in complex128.
 
     Returns (Lambda (P_c,), V (P, P_c), Vinv (P_c, P)) with P = block_size * blocks and P_c = P/2 under
-    conjugate symmetry (the first half of the eigenpairs of every block), else P.
+    conjugate symmetry (the first half of the eigenpairs of every block), else P. Cached: do not modify them.
     """
     n = torch.arange(block_size, dtype=torch.float64)
     p = torch.sqrt(n + 0.5)

@@ -15,6 +15,7 @@ A PyTorch impl of the image models of:
 Any input size >= 1 px works (ceil quadtrees; the backbones pad the right / bottom border to the conv strides).
 No pretrained weights exist; load a local checkpoint with ``pretrained=True, pretrained_cfg_overlay=dict(file=path)``.
 """
+import contextlib
 import math
 from functools import partial
 from typing import Any, Dict, List, Optional, Set, Tuple, Union
@@ -353,9 +354,19 @@ class MyoNet(nn.Module):
             heads_ratio: float = 0.5,
             ssm_blocks: int = 1,
             dwconv: bool = True,
+            device=None,
+            dtype=None,
             **ssm_kwargs,
     ):
         super().__init__()
+        with torch.device(device) if device is not None else contextlib.nullcontext():
+            self._build(in_chans, num_classes, global_pool, dims, depths, mlp_ratio, drop_rate, drop_path_rate,
+                        heads_ratio, ssm_blocks, dwconv, ssm_kwargs)
+        if dtype is not None:
+            self.to(dtype)
+
+    def _build(self, in_chans, num_classes, global_pool, dims, depths, mlp_ratio, drop_rate, drop_path_rate,
+               heads_ratio, ssm_blocks, dwconv, ssm_kwargs) -> None:
         unknown = set(ssm_kwargs) - set(_SSM_KWARGS)
         if unknown:
             raise TypeError(f'MyoNet got unexpected arguments {sorted(unknown)}')
@@ -371,7 +382,7 @@ class MyoNet(nn.Module):
 
         self.stem = nn.Conv2d(in_chans, dims[0], 4, stride=4)
         self.stem_norm = norm_layer(dims[0])
-        rates = [r.tolist() for r in torch.linspace(0, drop_path_rate, sum(depths)).split(list(depths))]
+        rates = [r.tolist() for r in torch.linspace(0, drop_path_rate, sum(depths), device='cpu').split(list(depths))]
         stages, self.feature_info, in_dim = [], [], dims[0]
         for i, (dim, depth) in enumerate(zip(dims, depths)):
             mixer_kwargs = dict(heads=max(int(dim * heads_ratio), 1), blocks=ssm_blocks, dwconv=dwconv, **ssm_kwargs)

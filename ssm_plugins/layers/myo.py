@@ -191,9 +191,11 @@ class MyoSSM(nn.Module):
         with torch.autocast(u.device.type, enabled=False):
             x_in = u.float() if u.dtype in _LOW_PRECISION else u
             cdtype = torch.complex128 if x_in.dtype == torch.float64 else torch.complex64
-            B = torch.view_as_complex(self.B.to(x_in.dtype).contiguous())
-            C = torch.view_as_complex(self.C.to(x_in.dtype).contiguous())
-            v = x_in.to(cdtype) @ B.transpose(0, 1)  # (B, N, P_c); no ZOH input factor in tree mode (§2.7)
+            if x_in.is_complex():
+                raise ValueError(f"u must be real (float16/bfloat16/float32/float64), got {u.dtype}")
+            B, C = self.B.to(x_in.dtype), self.C.to(x_in.dtype)
+            # real input times complex B̃ as two real matmuls; no ZOH input factor in tree mode (§2.7)
+            v = torch.complex(x_in @ B[..., 0].transpose(0, 1), x_in @ B[..., 1].transpose(0, 1))  # (B, N, P_c)
             b = self.edge_weights(len(tree.level_sizes), tree.arity)
             if self.real:  # real b: solve Re and Im as separate real channels
                 batch, nodes, heads = v.shape
@@ -204,7 +206,7 @@ class MyoSSM(nn.Module):
             else:
                 x = ops.myo_solve(v, b.to(cdtype), tree, node_mask=node_mask, coupling=self.coupling,
                                   virtual=virtual)
-            y = (x @ C.transpose(0, 1)).real
+            y = x.real @ C[..., 0].transpose(0, 1) - x.imag @ C[..., 1].transpose(0, 1)  # Re(x C̃ᵀ)
             if self.conj_sym:
                 y = 2 * y
             y = y + self.D.to(x_in.dtype) * x_in
@@ -268,17 +270,22 @@ class MyoMixer2d(nn.Module):
     Args:
         dim: channels. heads: complex Myo heads P_c [D: dim // 2]; state_size = 2 heads under conj_sym.
         blocks: HiPPO-N blocks [D: 1]. dwconv: the depthwise 3x3 conv before the solve [D: True].
+        shift: roll the map by s = 2^(D-3) pixels along H and W before the solve and back after it
+            (D = quadtree levels; s = half the span of the root's children, as Swin shifts by half a window),
+            so the coarsest block boundaries move [D: False]. Rolling by the root's span 2^(D-1) (the spec's
+            reading) or by its children's span 2^(D-2) only permutes siblings on power-of-two maps: a no-op.
         **ssm_kwargs: :class:`MyoSSM` options (C_init, dt_min, dt_max, level_step, real, coupling).
     Any H x W >= 1 works (ceil quadtree).
     """
 
     def __init__(self, dim: int, heads: Optional[int] = None, blocks: int = 1, dwconv: bool = True,
-                 device=None, dtype=None, **ssm_kwargs):
+                 shift: bool = False, device=None, dtype=None, **ssm_kwargs):
         super().__init__()
         dd = {"device": device, "dtype": dtype}
         heads = max(dim // 2, 1) if heads is None else heads
         conj_sym = ssm_kwargs.pop("conj_sym", True)
         self.dim = dim
+        self.shift = bool(shift)
         self.dwconv = nn.Conv2d(dim, dim, 3, padding=1, groups=dim, **dd) if dwconv else nn.Identity()
         self.ssm = MyoSSM(dim, 2 * heads if conj_sym else heads, blocks, conj_sym=conj_sym, **ssm_kwargs, **dd)
         self.in_gate = nn.Linear(dim, dim, **dd)
@@ -292,5 +299,13 @@ class MyoMixer2d(nn.Module):
         gate = F.silu(self.in_gate(x))
         x = self.dwconv(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
         tree = ops.myo_quadtree(height, width, device=x.device)  # leaves: pixels in raster order
-        y = self.ssm(x.reshape(batch, height * width, dim), tree, virtual="transient")
-        return self.proj(y.reshape(batch, height, width, dim) * gate)
+        roll = 2 ** max(len(tree.level_sizes) - 3, 0) if self.shift else 0
+        if roll:
+            x = torch.roll(x, (roll, roll), dims=(1, 2))
+        y = self.ssm(x.reshape(batch, height * width, dim), tree, virtual="transient").reshape(x.shape)
+        if roll:
+            y = torch.roll(y, (-roll, -roll), dims=(1, 2))
+        return self.proj(y * gate)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, shift={self.shift}"

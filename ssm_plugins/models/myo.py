@@ -312,12 +312,14 @@ class MyoNetStage(nn.Module):
     """Optional 2x2/2 conv + LN downsampling, then MyoNet blocks; NHWC in and out."""
 
     def __init__(self, in_dim: int, dim: int, depth: int, downsample: bool, drop_path: List[float],
-                 mlp_ratio: float = 4., norm_layer=LayerNorm, mixer_kwargs: Optional[Dict[str, Any]] = None):
+                 mlp_ratio: float = 4., norm_layer=LayerNorm, mixer_kwargs: Optional[Dict[str, Any]] = None,
+                 shift: bool = False):
         super().__init__()
         self.downsample = nn.Conv2d(in_dim, dim, 2, stride=2) if downsample else None
         self.downsample_norm = norm_layer(dim) if downsample else nn.Identity()
         self.blocks = nn.Sequential(*[
-            MyoNetBlock(dim, mlp_ratio, drop_path[i], norm_layer, mixer_kwargs) for i in range(depth)])
+            MyoNetBlock(dim, mlp_ratio, drop_path[i], norm_layer, dict(mixer_kwargs or {}, shift=shift and i % 2 == 1))
+            for i in range(depth)])
         self.grad_checkpointing = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -337,6 +339,7 @@ class MyoNet(nn.Module):
         drop_path_rate: stochastic depth, linear over blocks. drop_rate: dropout before the classifier.
         heads_ratio: complex Myo heads per channel, P_c = dim * heads_ratio [D: 0.5, §7.2 P_c = C // 2].
         ssm_blocks: HiPPO-N blocks J per mixer [D: 1]. dwconv: depthwise 3x3 conv in the mixer [D: True].
+        shift: every odd block of a stage rolls its map before the solve (MyoMixer2d ``shift``) [D: False].
         C_init, dt_min, dt_max, conj_sym, level_step, real, coupling: MyoSSM options (spec §2.6)
             [D: "trunc_standard_normal" (S5 default), 1e-3, 1e-1, True, "span", False, "hermitian"].
     """
@@ -354,6 +357,7 @@ class MyoNet(nn.Module):
             heads_ratio: float = 0.5,
             ssm_blocks: int = 1,
             dwconv: bool = True,
+            shift: bool = False,
             device=None,
             dtype=None,
             **ssm_kwargs,
@@ -361,12 +365,12 @@ class MyoNet(nn.Module):
         super().__init__()
         with torch.device(device) if device is not None else contextlib.nullcontext():
             self._build(in_chans, num_classes, global_pool, dims, depths, mlp_ratio, drop_rate, drop_path_rate,
-                        heads_ratio, ssm_blocks, dwconv, ssm_kwargs)
+                        heads_ratio, ssm_blocks, dwconv, shift, ssm_kwargs)
         if dtype is not None:
             self.to(dtype)
 
     def _build(self, in_chans, num_classes, global_pool, dims, depths, mlp_ratio, drop_rate, drop_path_rate,
-               heads_ratio, ssm_blocks, dwconv, ssm_kwargs) -> None:
+               heads_ratio, ssm_blocks, dwconv, shift, ssm_kwargs) -> None:
         unknown = set(ssm_kwargs) - set(_SSM_KWARGS)
         if unknown:
             raise TypeError(f'MyoNet got unexpected arguments {sorted(unknown)}')
@@ -386,7 +390,8 @@ class MyoNet(nn.Module):
         stages, self.feature_info, in_dim = [], [], dims[0]
         for i, (dim, depth) in enumerate(zip(dims, depths)):
             mixer_kwargs = dict(heads=max(int(dim * heads_ratio), 1), blocks=ssm_blocks, dwconv=dwconv, **ssm_kwargs)
-            stages.append(MyoNetStage(in_dim, dim, depth, i > 0, rates[i], mlp_ratio, norm_layer, mixer_kwargs))
+            stages.append(MyoNetStage(in_dim, dim, depth, i > 0, rates[i], mlp_ratio, norm_layer, mixer_kwargs,
+                                      shift=shift))
             self.feature_info.append(dict(num_chs=dim, reduction=4 * 2 ** i, module=f'stages.{i}'))
             in_dim = dim
         self.stages = nn.Sequential(*stages)

@@ -429,3 +429,20 @@ def test_layer_bad_arguments():
         MyoPix(virtual_init='ones')
     with pytest.raises(ValueError, match='dims and depths'):
         MyoNet(dims=(8, 16), depths=(1,))
+
+
+def test_mixer_shift_rolls_the_map_around_the_solve():
+    torch.manual_seed(0)
+    plain = MyoMixer2d(4, dwconv=False).double()
+    shifted = MyoMixer2d(4, dwconv=False, shift=True).double()
+    shifted.load_state_dict(plain.state_dict())
+    img = torch.randn(1, 8, 8, 4, dtype=torch.float64)  # 4-level quadtree: roll by 2^(4-3) = 2
+    gate = nn.functional.silu(plain.in_gate(img))
+    rolled = torch.roll(img, (2, 2), dims=(1, 2))
+    y = plain.ssm(rolled.reshape(1, 64, 4), ops.myo_quadtree(8, 8), virtual='transient').reshape(1, 8, 8, 4)
+    expected = plain.proj(torch.roll(y, (-2, -2), dims=(1, 2)) * gate)
+    torch.testing.assert_close(shifted(img), expected, rtol=1e-10, atol=1e-10)
+    assert not torch.allclose(shifted(img), plain(img))
+    model = timm.create_model('myonet_tiny', shift=True, **SMALL['myonet_tiny'])
+    assert [b.mixer.shift for b in model.stages[2].blocks] == [False, True]
+    assert model(torch.randn(1, 3, 40, 72)).shape == (1, 1000)

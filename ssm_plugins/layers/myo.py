@@ -54,6 +54,12 @@ def hippo_n_init(block_size: int, blocks: int, conj_sym: bool = True):
     return lam, v_full, vinv
 
 
+@torch.compiler.disable  # the op's tree builders are data-dependent Python: built eagerly (a graph break)
+def quadtree(height: int, width: int, device=None) -> MyoTree:
+    """``ops.myo_quadtree`` (cached per size and device), callable from torch.compile'd code."""
+    return ops.myo_quadtree(height, width, device=device)
+
+
 def _lecun_normal(shape, fan_in: int, generator=None) -> torch.Tensor:
     """Flax's lecun_normal: truncated normal (±2σ) with variance 1/fan_in."""
     std = 1.0 / math.sqrt(fan_in) / 0.87962566103423978  # flax rescales the truncated normal
@@ -298,7 +304,7 @@ class MyoMixer2d(nn.Module):
         batch, height, width, dim = x.shape
         gate = F.silu(self.in_gate(x))
         x = self.dwconv(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
-        tree = ops.myo_quadtree(height, width, device=x.device)  # leaves: pixels in raster order
+        tree = quadtree(height, width, device=x.device)  # leaves: pixels in raster order
         roll = 2 ** max(len(tree.level_sizes) - 3, 0) if self.shift else 0
         if roll:
             x = torch.roll(x, (roll, roll), dims=(1, 2))

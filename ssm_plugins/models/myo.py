@@ -31,7 +31,7 @@ from timm.models._features import feature_take_indices
 from timm.models._manipulate import checkpoint, checkpoint_seq
 
 from .. import ops
-from ..layers.myo import MyoBlock, MyoMixer2d, MyoSSM
+from ..layers.myo import MyoBlock, MyoMixer2d, MyoSSM, quadtree
 
 __all__ = ['MyoPix', 'MyoNet', 'MyoNetBlock', 'MyoNetStage']
 
@@ -179,7 +179,7 @@ class MyoPix(nn.Module):
         """Pixels -> encoded leaves + layer-1 virtual inputs: (B, N, H) node features and the quadtree."""
         _check_image(x, self.in_chans)
         batch, _, height, width = x.shape
-        tree = ops.myo_quadtree(height, width, device=x.device)
+        tree = quadtree(height, width, device=x.device)
         num_virtual = len(tree.level_sizes) - 1
         if self.level_embed is not None and num_virtual > self.level_embed.shape[0]:
             raise ValueError(
@@ -215,7 +215,7 @@ class MyoPix(nn.Module):
         grid = grid or self._grid
         if grid is None:
             raise ValueError('readout needs the image grid: call forward_features first or pass grid=(H, W)')
-        tree = ops.myo_quadtree(*grid, device=x.device)
+        tree = quadtree(*grid, device=x.device)
         if x.dim() != 3 or x.shape[1] != tree.parent.numel():
             raise ValueError(f'x must have shape (B, N, dim) with N={tree.parent.numel()} nodes of the {grid} '
                              f'quadtree, got {tuple(x.shape)}')

@@ -446,3 +446,15 @@ def test_mixer_shift_rolls_the_map_around_the_solve():
     model = timm.create_model('myonet_tiny', shift=True, **SMALL['myonet_tiny'])
     assert [b.mixer.shift for b in model.stages[2].blocks] == [False, True]
     assert model(torch.randn(1, 3, 40, 72)).shape == (1, 1000)
+
+
+def test_compiles_with_torch_compile():
+    """The tree builder runs eagerly (torch.compiler.disable, one graph break); the rest compiles."""
+    torch.manual_seed(0)
+    mixer = MyoMixer2d(8).eval()
+    x = torch.randn(1, 5, 6, 8)
+    model = timm.create_model('myopix_zcifar', embed_dim=16, depth=1, state_size=8, blocks=1).eval()
+    img = torch.randn(1, 3, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(mixer, backend='eager')(x), mixer(x))
+        torch.testing.assert_close(torch.compile(model, backend='eager')(img), model(img))

@@ -145,14 +145,16 @@ class MyoSSM(nn.Module):
     def reset_parameters(self) -> None:
         """HiPPO-N Λ, B̃ = V⁻¹B₀, C̃ per C_init, D ~ N(0, 1), log Δ ~ U[log dt_min, log dt_max] (§2.6)."""
         lam, v_full, vinv = hippo_n_init(self.state_size // self.blocks, self.blocks, self.conj_sym)
-        b0 = _lecun_normal((self.state_size, self.dim), fan_in=self.dim)
+        # S5 (jax lecun_normal, fan_in = shape[-2] x the receptive field): B₀ (P, H) has fan_in P
+        b0 = _lecun_normal((self.state_size, self.dim), fan_in=self.state_size)
         b_tilde = vinv @ b0.to(torch.complex128)
         if self.C_init == "complex_normal":
             c_tilde = torch.complex(torch.randn(self.dim, self.num_heads, dtype=torch.float64),
                                     torch.randn(self.dim, self.num_heads, dtype=torch.float64)) * math.sqrt(0.5)
-        else:
-            fan_in = self.dim if self.C_init == "lecun_normal" else 1
-            c_tilde = _lecun_normal((self.dim, self.state_size), fan_in=fan_in).to(torch.complex128) @ v_full
+        else:  # a complex (H, P) matrix, times V; lecun_normal draws (H, P, 2) at once, trunc_standard_normal by row
+            fan_in = self.state_size * (self.dim if self.C_init == "lecun_normal" else 1)
+            c_pair = _lecun_normal((self.dim, self.state_size, 2), fan_in=fan_in)
+            c_tilde = torch.complex(c_pair[..., 0], c_pair[..., 1]) @ v_full
         with torch.no_grad():
             self.Lambda_re.copy_(lam.real)
             self.Lambda_im.copy_(lam.imag)

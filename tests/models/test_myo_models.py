@@ -458,3 +458,18 @@ def test_compiles_with_torch_compile():
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(mixer, backend='eager')(x), mixer(x))
         torch.testing.assert_close(torch.compile(model, backend='eager')(img), model(img))
+
+
+def test_myo_ssm_projection_init_scales_follow_s5():
+    """S5 (jax lecun_normal): B₀ (P, H) std 1/sqrt(P); complex C (H, P) per part 1/sqrt(P H) (lecun_normal) or
+    1/sqrt(P) (trunc_standard_normal, row by row); V has orthonormal columns, so the rms survives V⁻¹ / V."""
+    torch.manual_seed(0)
+    P, H = 128, 64
+    expected_c = {'lecun_normal': math.sqrt(2 / (P * H)), 'trunc_standard_normal': math.sqrt(2 / P),
+                  'complex_normal': 1.0}
+    for C_init, c_rms in expected_c.items():
+        layer = MyoSSM(H, P, 1, C_init=C_init)
+        B = torch.view_as_complex(layer.B.contiguous())
+        C = torch.view_as_complex(layer.C.contiguous())
+        assert math.isclose(B.abs().pow(2).mean().sqrt().item(), 1 / math.sqrt(P), rel_tol=0.1)
+        assert math.isclose(C.abs().pow(2).mean().sqrt().item(), c_rms, rel_tol=0.1), C_init

@@ -266,6 +266,8 @@ class MyoBlock(nn.Module):
             y = y * torch.sigmoid(self.gate(y))
         elif self.glu == "half_glu2":
             y = y_pre * torch.sigmoid(self.gate(y))
+        else:  # plain SiLU: S5's single-dropout activation path
+            return x + y
         return x + self._dropout(y)
 
 

@@ -473,3 +473,23 @@ def test_myo_ssm_projection_init_scales_follow_s5():
         C = torch.view_as_complex(layer.C.contiguous())
         assert math.isclose(B.abs().pow(2).mean().sqrt().item(), 1 / math.sqrt(P), rel_tol=0.1)
         assert math.isclose(C.abs().pow(2).mean().sqrt().item(), c_rms, rel_tol=0.1), C_init
+
+
+@pytest.mark.parametrize('name', ['myopix_zcifar', 'myonet_tiny'])
+def test_group_matcher_supports_layer_decay(name):
+    from timm.optim import create_optimizer_v2
+
+    model = timm.create_model(name, **SMALL[name])
+    optimizer = create_optimizer_v2(model, 'adamw', lr=1e-3, weight_decay=0.05, layer_decay=0.7)
+    assert sum(len(g['params']) for g in optimizer.param_groups) == len(list(model.parameters()))
+    assert len({g['lr_scale'] for g in optimizer.param_groups}) > 2
+
+
+def test_myo_block_without_glu_is_plain_silu():
+    torch.manual_seed(0)
+    tree = ops.myo_tree(7, 2)
+    block = MyoBlock(4, 4, glu='none', dropout=0.5).eval()
+    x = torch.randn(1, tree.parent.numel(), 4)
+    z = block.norm(x.transpose(1, 2)).transpose(1, 2)
+    torch.testing.assert_close(block(x, tree), x + nn.functional.silu(block.ssm(z, tree)))
+    assert block.gate is None

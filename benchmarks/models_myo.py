@@ -9,8 +9,8 @@ parameters equal S5's (§2.6), so the only difference is Myo's learned virtual-n
 ``myonet_*`` are [X] scaffolding with no paper numbers.
 
 GFLOPs: one image at the model's default input size, eval mode, torch.utils.flop_counter.FlopCounterMode
-(the Myo solve op registers its formula). FLOPs are 2 x multiply-adds; FlopCounterMode counts a complex
-matmul like a real one of the same shape (the B̃ / C̃ projections really cost up to 4x that).
+(the Myo solve op registers its formula). FLOPs are 2 x multiply-adds; the complex B̃ / C̃ projections run as
+real matmuls (2 each), so they are counted at their true cost.
 """
 from __future__ import annotations
 

@@ -493,3 +493,15 @@ def test_myo_block_without_glu_is_plain_silu():
     z = block.norm(x.transpose(1, 2)).transpose(1, 2)
     torch.testing.assert_close(block(x, tree), x + nn.functional.silu(block.ssm(z, tree)))
     assert block.gate is None
+
+
+def test_myopix_zcifar_parameter_count_equals_s5_cifar_network():
+    """The paper reports no parameter counts (spec §4.1); Myo's heads carry exactly S5's parameters (§2.6), so
+    myopix_zcifar = the S5 sCIFAR network (§4.3) + 5 learned virtual-level inputs of width 512."""
+    depth, dim, heads = 6, 512, 192
+    s5_layer = (3 * heads + 4 * heads * dim + dim) + 2 * dim + (dim * dim + dim)  # SSM, BatchNorm, GLU dense
+    s5 = (3 * dim + dim) + depth * s5_layer + (dim * 10 + 10)  # encoder, layers, decoder
+    model = timm.create_model('myopix_zcifar', device='meta')
+    count = sum(p.numel() for p in model.parameters())
+    assert count == s5 + 5 * dim
+    assert abs(count - 3.955e6) / 3.955e6 < 0.01

@@ -1,1 +1,2 @@
+from . import myo
 from . import ssm2d

@@ -29,3 +29,15 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
     line = lambda vals: "| " + " | ".join(v.ljust(w) for v, w in zip(vals, widths)) + " |"
     return "\n".join([line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, cells)])
+
+
+def gflops(model, size) -> tuple[float, float]:
+    """(total, ssm_plugins ops' part) GFLOPs of one no-grad forward of a (1, 3, *size) image."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    x = torch.randn(1, 3, *size)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(x)
+    ours = sum(n for op, n in counter.get_flop_counts()["Global"].items() if "ssm_plugins" in str(op))
+    return counter.get_total_flops() / 1e9, ours / 1e9

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
-from torch.utils.flop_counter import FlopCounterMode
 
 import ssm_plugins  # noqa: F401  (registers the models)
 from ssm_plugins.layers import MyoSSM
 
-from ._common import table
+from ._common import gflops, table
 
 # (model, paper's params in M, paper's accuracy in % for the row it reproduces)
 PAPER = [
@@ -41,15 +40,6 @@ def s5_cifar_params(depth: int = 6, dim: int = 512, state_size: int = 384, in_ch
     return in_chans * dim + dim + depth * layer + dim * num_classes + num_classes
 
 
-def _gflops(model: nn.Module, size) -> tuple[float, float]:
-    """(total, Myo solve part) GFLOPs of one eval forward of a (1, 3, *size) image."""
-    x = torch.randn(1, 3, *size)
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        model(x)
-    solve = sum(n for op, n in counter.get_flop_counts()["Global"].items() if "ssm_plugins" in str(op))
-    return counter.get_total_flops() / 1e9, solve / 1e9
-
-
 def measure(name: str) -> dict:
     import timm
 
@@ -58,7 +48,7 @@ def measure(name: str) -> dict:
     size = model.pretrained_cfg["input_size"][-2:]
     params = sum(p.numel() for p in model.parameters())
     ssm_params = sum(p.numel() for m in model.modules() if isinstance(m, MyoSSM) for p in m.parameters())
-    total, solve = _gflops(model, size)
+    total, solve = gflops(model, size)
     return dict(params=params / 1e6, ssm_params=ssm_params / 1e6, gflops=total, solve_gflops=solve, size=tuple(size))
 
 

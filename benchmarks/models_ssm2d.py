@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
-from torch.utils.flop_counter import FlopCounterMode
 
 import ssm_plugins  # noqa: F401  (registers the models)
 from ssm_plugins.layers import SSM2D
 
-from ._common import table
+from ._common import gflops, table
 
 # (model, kwargs for the paper's setting, paper's baseline, SSM-r and SSM-c parameter counts in M)
 PAPER = [
@@ -34,15 +33,6 @@ PAPER = [
 ]
 
 
-def _gflops(model: nn.Module, size) -> tuple[float, float]:
-    """(total, SSM part) GFLOPs of one eval forward of a (1, 3, *size) image, kernel generation included."""
-    x = torch.randn(1, 3, *size)
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        model(x)
-    ssm = sum(n for op, n in counter.get_flop_counts()["Global"].items() if "ssm_plugins" in str(op))
-    return counter.get_total_flops() / 1e9, ssm / 1e9
-
-
 def measure(name: str, kwargs: dict, complex_ssm: bool) -> dict:
     import timm
 
@@ -51,11 +41,11 @@ def measure(name: str, kwargs: dict, complex_ssm: bool) -> dict:
     size = model.pretrained_cfg["input_size"][-2:]
     params = sum(p.numel() for p in model.parameters())
     ssm_params = sum(p.numel() for m in model.modules() if isinstance(m, SSM2D) for p in m.parameters())
-    total, ssm = _gflops(model, size)
+    total, ssm = gflops(model, size)
     for module in model.modules():
         if hasattr(module, "ssm"):
             module.ssm = nn.Identity()
-    base, _ = _gflops(model, size)
+    base, _ = gflops(model, size)
     return dict(params=params / 1e6, base_params=(params - ssm_params) / 1e6, gflops=total, ssm_gflops=ssm,
                 base_gflops=base, size=tuple(size))
 

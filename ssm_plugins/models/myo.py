@@ -24,13 +24,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.layers import DropPath, LayerNorm, Mlp, trunc_normal_
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models._features import feature_take_indices
 from timm.models._manipulate import checkpoint, checkpoint_seq
 
 from .. import ops
+from ._common import local_weights_cfg
 from ..layers.myo import MyoBlock, MyoMixer2d, MyoSSM, quadtree
 
 __all__ = ['MyoPix', 'MyoNet', 'MyoNetBlock', 'MyoNetStage']
@@ -505,25 +505,12 @@ def _create(cls, variant: str, pretrained: bool = False, **kwargs):
 
 
 def _cfg(**kwargs) -> Dict[str, Any]:
-    # No weights are published for these models: no url and no hf_hub_id, so nothing is ever fetched.
-    # Local checkpoints load through pretrained_cfg_overlay=dict(file=path).
-    return {
-        'url': '',
-        'hf_hub_id': None,
-        'num_classes': 1000,
-        'input_size': (3, 224, 224),
+    return local_weights_cfg(**{
         'pool_size': (7, 7),
-        'crop_pct': .875,
-        'interpolation': 'bicubic',
-        'fixed_input_size': False,
-        'mean': IMAGENET_DEFAULT_MEAN,
-        'std': IMAGENET_DEFAULT_STD,
         'first_conv': 'stem',
-        'classifier': 'head',
-        'license': 'apache-2.0',
         'paper_name': 'Myosotis: structured computation for attention like layer',
         **kwargs,
-    }
+    })
 
 
 default_cfgs = generate_default_cfgs({

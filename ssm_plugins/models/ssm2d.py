@@ -24,7 +24,6 @@ from typing import Any, Dict, List, Optional, Set, Tuple, Union
 import torch
 import torch.nn as nn
 
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.layers import resample_abs_pos_embed_nhwc, trunc_normal_
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models._features import feature_take_indices
@@ -34,6 +33,7 @@ from timm.models.swin_transformer import checkpoint_filter_fn as swin_checkpoint
 from timm.models.vision_transformer import Block, VisionTransformer
 from timm.models.vision_transformer import checkpoint_filter_fn as vit_checkpoint_filter_fn
 
+from ._common import local_weights_cfg
 from ..layers.ssm2d import SSM2D
 
 __all__ = ['VisionTransformerSSM2D', 'SwinTransformerSSM2D', 'SSM2DBlock', 'SwinTransformerSSM2DBlock']
@@ -409,25 +409,11 @@ def _create_swin_transformer_ssm2d(variant: str, pretrained: bool = False, **kwa
 
 
 def _cfg(**kwargs) -> Dict[str, Any]:
-    # No weights are published for these models: no url and no hf_hub_id, so nothing is ever fetched.
-    # Local checkpoints load through pretrained_cfg_overlay=dict(file=path).
-    return {
-        'url': '',
-        'hf_hub_id': None,
-        'num_classes': 1000,
-        'input_size': (3, 224, 224),
-        'pool_size': None,
-        'crop_pct': .875,
-        'interpolation': 'bicubic',
-        'fixed_input_size': False,
-        'mean': IMAGENET_DEFAULT_MEAN,
-        'std': IMAGENET_DEFAULT_STD,
-        'first_conv': 'patch_embed.proj',
-        'classifier': 'head',
-        'license': 'apache-2.0',
-        'paper_name': '2-D SSM: A General Spatial Layer for Visual Transformers',
+    return local_weights_cfg(
+        first_conv='patch_embed.proj',
+        paper_name='2-D SSM: A General Spatial Layer for Visual Transformers',
         **kwargs,
-    }
+    )
 
 
 _cifar = dict(num_classes=100, input_size=(3, 32, 32), crop_pct=1.0, mean=CIFAR100_MEAN, std=CIFAR100_STD)

@@ -1,3 +1,4 @@
 from .ssm2d import SSM2D
+from .essm import ESSM, ESSMBlock
 
-__all__ = ["SSM2D"]
+__all__ = ["SSM2D", "ESSM", "ESSMBlock"]

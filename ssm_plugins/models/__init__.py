@@ -1,1 +1,2 @@
 from . import ssm2d
+from . import essm

@@ -1,2 +1,2 @@
-from . import myo
-from . import ssm2d
+"""Backbones, one file per paper family, registered in timm (``@register_model``) when imported."""
+from . import essm, myo, ssm2d

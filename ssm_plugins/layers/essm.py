@@ -1,0 +1,419 @@
+"""eSSM layer and residual block (Liang & Li, "Efficient State Space Model via Fast Tensor Convolution and Block
+Diagonalization"), spec essm.md §1.9 (parameters, initialisation), §1.11 (layer), §1.12 (block), §8.1 (API).
+
+One layer, per head s of S (channels split into contiguous groups of h = H/S, state split n = N/S):
+
+    y_s = γ C_s (k_s * (B_s u_s)) + D_s ⊙ u_s          k_{s,i,j} = Re(g_{s,i} e^{j λ_{s,i} Δ_{s,i}})  (ZOH)
+
+computed by ``ssm_plugins.ops.essm_conv`` (fast tensor convolution over the N state channels, fp32), then
+
+    y = pre_act(y);  y = W_mix drop(y) + b   (only when S > 1);  a = drop(GELU(y));  y = a ⊙ σ(W_gate a + b)
+
+(``glu="half_glu1"``, the paper's default; ``half_glu2``, ``full_glu``, ``gelu`` and ``leakyrelu`` are selectable).
+
+The block (§1.12):  z = norm(x) if prenorm;  z = Dropout1d(eSSM(z));  x = x + z;  x = norm(x) if not prenorm.
+
+Markers in the docstrings: [D] a default the spec settles, [X] an extension beyond the paper.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .. import ops
+from ..ops.reference.essm import DISCRETIZATIONS, essm_discretize
+
+__all__ = ["ESSM", "ESSMBlock", "BatchNormNLC", "make_norm", "hippo_legs_normal", "hippo_diagonal_init",
+           "essm_layer_param_count"]
+
+GLUS = ("half_glu1", "half_glu2", "full_glu", "gelu", "leakyrelu")
+PRE_ACTIVATIONS = (None, "identity", "leakyrelu", "gelu")
+INITS = ("paper", "official")
+C_INITS = ("trunc_normal", "hippo")
+NORMS = ("batch", "layer")
+LEAKY_SLOPE = 0.05  # spec A9: leakyrelu(0.05)
+
+# parameter names of the SSM core: LR_SSM group (C often on LR_other, spec §2.1), never weight-decayed
+SSM_PARAM_NAMES = ("Lambda_re", "Lambda_im", "log_dt", "B", "C", "D")
+
+
+# ---- HiPPO initialisation (spec §1.9) -----------------------------------------------------------------------
+
+
+def hippo_legs_normal(size: int) -> torch.Tensor:
+    """Normal part A^N = A + p pᵀ of HiPPO-LegS (size x size, float64): -1/2 on the diagonal, skew off it.
+
+    A^N_{jk} = -sqrt((j+1/2)(k+1/2)) for j > k and +sqrt(...) for j < k (the paper's Eq. 17/35 prints - on both
+    branches, a typo; spec §1.9 step 2).
+    """
+    q = torch.sqrt(torch.arange(size, dtype=torch.float64) + 0.5)
+    outer = q[:, None] * q[None, :]
+    return torch.tril(-outer, -1) + torch.triu(outer, 1) - 0.5 * torch.eye(size, dtype=torch.float64)
+
+
+def hippo_diagonal_init(n: int, conj_sym: bool = True, init: str = "paper") -> Tuple[torch.Tensor, torch.Tensor]:
+    """Initial eigenvalues Λ (n,) complex128 and the matching eigenvectors V_keep (P, n), P = 2n under conj_sym.
+
+    ``init="paper"`` (spec §1.9 steps 3-4, A4): Hermitian eigendecomposition of -i(A^N + I/2), λ = -1/2 + iω; with
+    conj_sym the n eigenvalues with ω > 0 (one per conjugate pair, ascending ω), else all P = n of them.
+    ``init="official"`` (the released code, A4): general ``torch.linalg.eig`` of -i A^N, then λ = -1/2 + i·eig
+    (so Re λ = -1), the first n in LAPACK order, then -|·| on real and imaginary parts. LAPACK's order is
+    implementation-dependent and may keep both members of a pair; this reproduces the code, not a better init.
+    """
+    if n < 1:
+        raise ValueError(f"n (modes per head) must be >= 1, got {n}")
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+    size = 2 * n if conj_sym else n
+    normal = hippo_legs_normal(size)
+    if init == "paper":
+        skew = normal + 0.5 * torch.eye(size, dtype=torch.float64)
+        omega, V = torch.linalg.eigh(-1j * skew.to(torch.complex128))  # ascending real ω, unitary V
+        keep = slice(size - n, size)  # conj_sym: the n largest ω (> 0); otherwise all of them
+        lam = torch.complex(torch.full((n,), -0.5, dtype=torch.float64), omega[keep])
+        return lam, V[:, keep]
+    eig, V = torch.linalg.eig(-1j * normal.to(torch.complex128))
+    lam = -0.5 + 1j * eig[:n]
+    lam = torch.complex(-lam.real.abs(), -lam.imag.abs())
+    return lam, V[:, :n]
+
+
+def _trunc_normal(*shape: int) -> torch.Tensor:
+    """N(0, 1) truncated to [-2, 2], float64 on the CPU (drawn from the global generator)."""
+    return nn.init.trunc_normal_(torch.empty(*shape, dtype=torch.float64), 0.0, 1.0, -2.0, 2.0)
+
+
+def essm_layer_param_count(d_model: int, d_state: int, n_heads: int, glu: str = "half_glu1",
+                           norm: bool = True) -> int:
+    """Spec §4.3: 2N (Λ) + N (log Δ) + NH/S (B) + MN/S (C) + M (D) + [S>1](M²+M) + k_glu(M²+M) [+ 2H norm]."""
+    H = M = d_model
+    N, S = d_state, n_heads
+    k_glu = {"half_glu1": 1, "half_glu2": 1, "full_glu": 2}.get(glu, 0)
+    return (3 * N + N * H // S + M * N // S + M + (S > 1) * (M * M + M) + k_glu * (M * M + M)
+            + (2 * H if norm else 0))
+
+
+# ---- the layer -------------------------------------------------------------------------------------------
+
+
+class ESSM(nn.Module):
+    """Multi-head eSSM layer (spec §1.11), (B, L, H) -> (B, L, H) (or channels-first (B, H, L) -> (B, H, L)).
+
+    Args:
+        d_model: H = M, the width (the paper always has M = H).
+        d_state: N, total number of stored complex modes over all heads [D: H]; n = N/S per head (A1). Under
+            ``conj_sym`` each stands for a pair (λ, λ*), the real state size is 2N (A2).
+        n_heads: S, diagonal blocks over contiguous channel groups; S must divide H and N [D: 1].
+        bidirectional: add the time-flipped kernel on the future samples, no extra parameters (§1.7) [D: True].
+        conj_sym: output scale γ = 2, HiPPO at size 2n per head (§1.6) [D: True].
+        dt_min, dt_max: log-uniform range of the initial Δ, one per mode [D: 1e-3, 1e-1].
+        dt_scale: multiplies Δ at run time (zero-shot resampling, Path-X; A20) [D: 1]. Also a forward kwarg.
+        real_clip: ε in Re λ = min(θ_re, -ε) (A5) [D: 1e-4, the official value; the paper text says 1e-3].
+        discretization: "zoh" [D] or "gbt" with ``gbt_alpha`` (§1.2).
+        C_init: "trunc_normal" [D] or "hippo" (ListOps) (§1.9 step 6).
+        init: "paper" [D] or "official" (A4) for Λ and the HiPPO eigenvectors.
+        glu: the activation after the head mixer (§1.11, §8.1): "half_glu1" [D], "half_glu2", "full_glu", or
+            "gelu" / "leakyrelu" without a gate.
+        pre_act: None/"identity" [D], "leakyrelu" or "gelu", before the head mixer (A9's ListOps preset).
+        dropout: elementwise dropout before the head mixer (S > 1) and after the GELU (A17) [D: 0].
+        channels_last: inputs and outputs are (B, L, H) when True [D], (B, H, L) when False.
+
+    Parameters: ``Lambda_re``, ``Lambda_im`` (S, n) (raw θ; Re λ is clipped in the forward), ``log_dt`` (S, n),
+    ``B`` (S, n, h), ``C`` (S, m, n), ``D`` (S, m); ``head_mixer`` Linear(H, H) when S > 1; ``gate`` Linear(H, H)
+    (and ``out`` Linear(H, H) for full_glu). ``no_weight_decay_names`` lists the SSM core parameters (§2.1).
+
+    Extensions [X]: ``step`` / ``init_state`` (causal streaming, §1.10), ``padding_mask`` in the forward
+    (zeroes padded steps before the convolution, A19), ``dt_scale`` as a forward kwarg.
+    """
+
+    no_weight_decay_names = SSM_PARAM_NAMES
+
+    def __init__(
+            self,
+            d_model: int,
+            d_state: Optional[int] = None,
+            n_heads: int = 1,
+            bidirectional: bool = True,
+            conj_sym: bool = True,
+            dt_min: float = 1e-3,
+            dt_max: float = 1e-1,
+            dt_scale: float = 1.0,
+            real_clip: float = 1e-4,
+            discretization: str = "zoh",
+            gbt_alpha: float = 0.5,
+            C_init: str = "trunc_normal",
+            init: str = "paper",
+            glu: str = "half_glu1",
+            pre_act: Optional[str] = None,
+            dropout: float = 0.0,
+            channels_last: bool = True,
+            device=None,
+            dtype=None,
+    ):
+        super().__init__()
+        d_state = d_model if d_state is None else d_state
+        for name, value in (("d_model", d_model), ("d_state", d_state), ("n_heads", n_heads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if d_model % n_heads or d_state % n_heads:
+            raise ValueError(f"n_heads={n_heads} must divide d_model={d_model} and d_state={d_state} (spec A1)")
+        if not 0 < dt_min <= dt_max:
+            raise ValueError(f"need 0 < dt_min <= dt_max, got dt_min={dt_min}, dt_max={dt_max}")
+        if not dt_scale > 0:
+            raise ValueError(f"dt_scale must be > 0, got {dt_scale}")
+        if not real_clip > 0:
+            raise ValueError(f"real_clip must be > 0, got {real_clip}")
+        if discretization not in DISCRETIZATIONS:
+            raise ValueError(f"discretization must be one of {DISCRETIZATIONS}, got {discretization!r}")
+        if C_init not in C_INITS:
+            raise ValueError(f"C_init must be one of {C_INITS}, got {C_init!r}")
+        if init not in INITS:
+            raise ValueError(f"init must be one of {INITS}, got {init!r}")
+        if glu not in GLUS:
+            raise ValueError(f"glu must be one of {GLUS}, got {glu!r}")
+        if pre_act not in PRE_ACTIVATIONS:
+            raise ValueError(f"pre_act must be one of {PRE_ACTIVATIONS}, got {pre_act!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        dd = {"device": device, "dtype": dtype}
+        self.d_model = d_model
+        self.d_state = d_state
+        self.n_heads = n_heads
+        self.head_dim = d_model // n_heads  # h = m
+        self.head_state = d_state // n_heads  # n
+        self.bidirectional = bool(bidirectional)
+        self.conj_sym = bool(conj_sym)
+        self.dt_min, self.dt_max = float(dt_min), float(dt_max)
+        self.dt_scale = float(dt_scale)
+        self.real_clip = float(real_clip)
+        self.discretization = discretization
+        self.gbt_alpha = float(gbt_alpha)
+        self.C_init = C_init
+        self.init = init
+        self.glu = glu
+        self.pre_act = None if pre_act == "identity" else pre_act
+        self.channels_last = bool(channels_last)
+
+        S, n, h = n_heads, self.head_state, self.head_dim
+        self.Lambda_re = nn.Parameter(torch.empty(S, n, **dd))
+        self.Lambda_im = nn.Parameter(torch.empty(S, n, **dd))
+        self.log_dt = nn.Parameter(torch.empty(S, n, **dd))
+        self.B = nn.Parameter(torch.empty(S, n, h, **dd))
+        self.C = nn.Parameter(torch.empty(S, h, n, **dd))
+        self.D = nn.Parameter(torch.empty(S, h, **dd))
+        self.head_mixer = nn.Linear(d_model, d_model, **dd) if n_heads > 1 else None
+        self.gate = nn.Linear(d_model, d_model, **dd) if glu in ("half_glu1", "half_glu2", "full_glu") else None
+        self.out = nn.Linear(d_model, d_model, **dd) if glu == "full_glu" else None
+        self.drop = nn.Dropout(dropout)
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Spec §1.9: HiPPO Λ (the same in every head), HiPPO-projected B (one draw shared by the heads), C
+        trunc-normal per head (or HiPPO-projected), D = 1, log Δ log-uniform per head and mode; Linear layers
+        keep PyTorch's default init (the official code does not change it)."""
+        S, n, h = self.n_heads, self.head_state, self.head_dim
+        lam, V = hippo_diagonal_init(n, self.conj_sym, self.init)  # (n,), (P, n)
+        size = V.shape[0]
+        B0 = torch.complex(_trunc_normal(size, h), _trunc_normal(size, h))
+        B = (V.conj().T @ B0).real  # (n, h)
+        if self.C_init == "hippo":
+            C0 = torch.complex(_trunc_normal(S, h, size), _trunc_normal(S, h, size))
+            C = (C0 @ V).real  # (S, m, n)
+        else:
+            C = _trunc_normal(S, h, n)
+        log_dt = torch.rand(S, n, dtype=torch.float64) * (math.log(self.dt_max) - math.log(self.dt_min)) \
+            + math.log(self.dt_min)
+        for param, value in ((self.Lambda_re, lam.real.expand(S, n)), (self.Lambda_im, lam.imag.expand(S, n)),
+                             (self.log_dt, log_dt), (self.B, B.expand(S, n, h)), (self.C, C)):
+            param.copy_(value.to(param.dtype))
+        self.D.fill_(1.0)
+        for linear in (self.head_mixer, self.gate, self.out):
+            if linear is not None:
+                linear.reset_parameters()
+
+    def extra_repr(self) -> str:
+        return (f"{self.d_model}, d_state={self.d_state}, n_heads={self.n_heads}, "
+                f"bidirectional={self.bidirectional}, conj_sym={self.conj_sym}, glu={self.glu!r}"
+                + (f", pre_act={self.pre_act!r}" if self.pre_act else "")
+                + (f", discretization={self.discretization!r}" if self.discretization != "zoh" else "")
+                + (f", dt_scale={self.dt_scale}" if self.dt_scale != 1.0 else "")
+                + f", channels_last={self.channels_last}")
+
+    # ---- the SSM core --------------------------------------------------------------------------------------
+
+    @property
+    def lambda_re(self) -> torch.Tensor:
+        """Re λ = min(θ_re, -ε) (the "clip" of §1.9; zero gradient while θ_re > -ε)."""
+        return self.Lambda_re.clamp(max=-self.real_clip)
+
+    def _dt_scale(self, dt_scale: Optional[float]) -> float:
+        scale = self.dt_scale if dt_scale is None else dt_scale
+        if isinstance(scale, torch.Tensor) or not scale > 0:
+            raise ValueError(f"dt_scale must be a positive number, got {scale!r}")
+        return float(scale)
+
+    def ssm(self, u: torch.Tensor, dt_scale: Optional[float] = None) -> torch.Tensor:
+        """The core before any mixing: (B, H, L) channels-first -> (B, H, L), heads concatenated (§1.11)."""
+        return ops.essm_conv(u, self.lambda_re, self.Lambda_im, self.log_dt, self.B, self.C, self.D,
+                             bidirectional=self.bidirectional, conj_sym=self.conj_sym,
+                             dt_scale=self._dt_scale(dt_scale), discretization=self.discretization,
+                             gbt_alpha=self.gbt_alpha)
+
+    def mix(self, y: torch.Tensor) -> torch.Tensor:
+        """Pre-activation, head mixer (S > 1), activation / gate, on (..., H) channels-last (§1.11)."""
+        if self.pre_act == "leakyrelu":
+            y = F.leaky_relu(y, LEAKY_SLOPE)
+        elif self.pre_act == "gelu":
+            y = F.gelu(y)
+        if self.head_mixer is not None:
+            y = self.head_mixer(self.drop(y))
+        if self.glu == "leakyrelu":
+            return self.drop(F.leaky_relu(y, LEAKY_SLOPE))
+        a = self.drop(F.gelu(y))
+        if self.glu == "half_glu1":
+            return a * torch.sigmoid(self.gate(a))
+        if self.glu == "half_glu2":
+            return y * torch.sigmoid(self.gate(a))
+        if self.glu == "full_glu":
+            return self.out(a) * torch.sigmoid(self.gate(a))
+        return a  # "gelu"
+
+    def forward(self, x: torch.Tensor, dt_scale: Optional[float] = None,
+                padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """x: (B, L, H) if ``channels_last`` else (B, H, L); same layout out.
+
+        dt_scale: overrides the module's ``dt_scale`` for this call. padding_mask [X]: (B, L) bool, True at
+        padded steps, which are zeroed before the convolution so they do not leak into valid outputs (A19).
+        """
+        channel_dim = 2 if self.channels_last else 1
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[channel_dim] != self.d_model:
+            what = "(B, L, H)" if self.channels_last else "(B, H, L)"
+            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x must have shape {what} with H={self.d_model}, got {got}")
+        u = x.transpose(1, 2) if self.channels_last else x
+        if padding_mask is not None:
+            if padding_mask.shape != (u.shape[0], u.shape[2]):
+                raise ValueError(f"padding_mask must have shape (B, L) = {(u.shape[0], u.shape[2])}, "
+                                 f"got {tuple(padding_mask.shape)}")
+            u = u.masked_fill(padding_mask[:, None, :].to(torch.bool), 0.0)
+        y = self.mix(self.ssm(u, dt_scale).transpose(1, 2))
+        return y if self.channels_last else y.transpose(1, 2)
+
+    # ---- causal streaming [X] (§1.10) ---------------------------------------------------------------------
+
+    def init_state(self, batch: int, device=None) -> torch.Tensor:
+        """Zero complex state σ (batch, S, n) for :meth:`step` (complex64, complex128 for float64 params)."""
+        dtype = torch.complex128 if self.B.dtype == torch.float64 else torch.complex64
+        return torch.zeros(batch, self.n_heads, self.head_state, dtype=dtype, device=device or self.B.device)
+
+    def step(self, x: torch.Tensor, state: torch.Tensor,
+             dt_scale: Optional[float] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """One causal time step (§1.10): x (B, H) -> (y (B, H), new state). Only for ``bidirectional=False``.
+
+        σ_t = e^{λΔ} ⊙ σ_{t-1} + g ⊙ (B u_t),  y_t = γ C Re(σ_t) + D ⊙ u_t, then the same mixing as the forward.
+        """
+        if self.bidirectional:
+            raise ValueError("step() needs a causal layer (bidirectional=False): a bidirectional layer has no "
+                             "recurrent mode (spec §1.7)")
+        if x.dim() != 2 or x.shape[1] != self.d_model:
+            raise ValueError(f"x must have shape (B, H) with H={self.d_model}, got {tuple(x.shape)}")
+        acc = torch.float64 if self.B.dtype == torch.float64 else torch.float32
+        with torch.autocast(x.device.type, enabled=False):
+            g, z = essm_discretize(self.lambda_re.to(acc), self.Lambda_im.to(acc), self.log_dt.to(acc),
+                                   self._dt_scale(dt_scale), self.discretization, self.gbt_alpha)
+            u = x.to(acc).reshape(x.shape[0], self.n_heads, self.head_dim)
+            v = torch.einsum("snh,bsh->bsn", self.B.to(acc), u)
+            state = torch.exp(z) * state + g * v
+            gamma = 2.0 if self.conj_sym else 1.0
+            y = gamma * torch.einsum("smn,bsn->bsm", self.C.to(acc), state.real) + self.D.to(acc) * u
+        return self.mix(y.reshape(x.shape[0], self.d_model).to(x.dtype)), state
+
+
+# ---- the residual block ------------------------------------------------------------------------------------
+
+
+class BatchNormNLC(nn.BatchNorm1d):
+    """BatchNorm1d over the last (channel) dimension of a channels-last (B, ..., C) tensor: statistics over the
+    batch and every other position (time, or the pixels of an (B, H, W, C) map). Same state_dict as BatchNorm1d."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        y = super().forward(x.reshape(shape[0], -1, shape[-1]).transpose(1, 2))
+        return y.transpose(1, 2).reshape(shape)
+
+
+def make_norm(kind: str, dim: int, device=None, dtype=None) -> nn.Module:
+    """The block norm over channels of channels-last input: "batch" (:class:`BatchNormNLC`) or "layer"."""
+    if kind not in NORMS:
+        raise ValueError(f"norm must be one of {NORMS}, got {kind!r}")
+    cls = BatchNormNLC if kind == "batch" else nn.LayerNorm
+    return cls(dim, device=device, dtype=dtype)
+
+
+def _drop_path(x: torch.Tensor, prob: float, training: bool) -> torch.Tensor:
+    if prob == 0.0 or not training:
+        return x
+    keep = 1.0 - prob
+    mask = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(keep)
+    return x * mask / keep
+
+
+class ESSMBlock(nn.Module):
+    """Residual eSSM block (spec §1.12), (B, L, H) -> (B, L, H) (channels-first with ``channels_last=False``).
+
+        z = norm(x) if prenorm else x;  z = Dropout1d(eSSM(z));  x = x + drop_path(z);  x = norm(x) if not prenorm
+
+    Args:
+        dim: H.
+        norm: "batch" (BatchNorm1d over the channels, statistics over batch and time) [D, A14] or "layer".
+        prenorm: normalise the branch input (True) or the residual sum (False) [D: False, the paper's "BN after
+            eSSM"; Table 10 sets it per task].
+        dropout: the model dropout: elementwise inside the layer (twice) and channel-tied ``Dropout1d`` on the
+            layer output (A17) [D: 0].
+        drop_path: stochastic depth on the branch [X] [D: 0, not in the paper].
+        **ssm_kwargs: the :class:`ESSM` options (d_state, n_heads, bidirectional, conj_sym, glu, ...).
+    """
+
+    def __init__(
+            self,
+            dim: int,
+            norm: str = "batch",
+            prenorm: bool = False,
+            dropout: float = 0.0,
+            drop_path: float = 0.0,
+            channels_last: bool = True,
+            device=None,
+            dtype=None,
+            **ssm_kwargs,
+    ):
+        super().__init__()
+        if not 0.0 <= drop_path < 1.0:
+            raise ValueError(f"drop_path must be in [0, 1), got {drop_path}")
+        dd = {"device": device, "dtype": dtype}
+        self.dim = dim
+        self.prenorm = bool(prenorm)
+        self.channels_last = bool(channels_last)
+        self.drop_path_prob = float(drop_path)
+        self.norm = make_norm(norm, dim, **dd)
+        self.ssm = ESSM(dim, dropout=dropout, channels_last=True, **dd, **ssm_kwargs)
+        self.drop = nn.Dropout1d(dropout)
+
+    def extra_repr(self) -> str:
+        return f"prenorm={self.prenorm}, drop_path={self.drop_path_prob}, channels_last={self.channels_last}"
+
+    def forward(self, x: torch.Tensor, dt_scale: Optional[float] = None,
+                padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if not self.channels_last:
+            x = x.transpose(1, 2)
+        z = self.norm(x) if self.prenorm else x
+        z = self.ssm(z, dt_scale=dt_scale, padding_mask=padding_mask)
+        z = self.drop(z.transpose(1, 2)).transpose(1, 2)  # drops whole channels across time
+        x = x + _drop_path(z, self.drop_path_prob, self.training)
+        if not self.prenorm:
+            x = self.norm(x)
+        return x if self.channels_last else x.transpose(1, 2)

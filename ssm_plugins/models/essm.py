@@ -1,0 +1,648 @@
+""" eSSM sequence models and a 2-D eSSM backbone
+
+A PyTorch impl of the models of:
+  * `Efficient State Space Model via Fast Tensor Convolution and Block Diagonalization` (T. Liang, H.-X. Li,
+    arXiv 2402.15290), spec ``essm.md`` §1.11-1.12 (layer, block, model), §2 (configs), §3.4 (Table 9).
+
+Two model classes, both built from ``ssm_plugins.layers.ESSMBlock``:
+
+``ESSMSequence`` -- the paper's model (§1.12): Linear(in_chans -> H) encoder, ``depth`` residual eSSM blocks at a
+constant width, a final norm if prenorm, mean pool over time, Linear(H -> classes). Images (B, C, H, W) are
+flattened row-major into a pixel sequence of length H*W (sCIFAR, LRA-Image, sMNIST: §8.4); (B, L, C) sequences
+are taken as they are. The eSSM kernel is generated at the runtime length, so any image size works.
+Registered with the paper's configurations (Table 10 rows; ``*_official`` where the released config differs in
+the architecture, §2.3): ``essm_scifar``, ``essm_lra_image``, ``essm_smnist(_official)``,
+``essm_psmnist(_official)``, and ``essm_scifar_tiny`` [X] for quick tests.
+
+``ESSMBackbone2D`` -- an extension [X] (no dense-prediction design exists in the paper; §8.4): patch embedding
+-> 4 stages of eSSM blocks scanning the flattened patch grid bidirectionally -> patch merging between stages,
+feature maps at strides 4/8/16/32 for ``features_only`` / ``forward_intermediates`` (MMDetection/MMSegmentation).
+Registered: ``essm_2d_tiny``. Its design choices are listed in the class docstring.
+
+Markers: [D] a default taken from the spec / paper, [X] an extension beyond the paper. The paper's training
+hyperparameters for the registered sequence models are in ``PAPER_RECIPES``; ``essm_param_groups`` builds the
+two-learning-rate AdamW groups of §2.1. No pretrained weights exist; load a local checkpoint with
+``pretrained=True, pretrained_cfg_overlay=dict(file=path)``.
+"""
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
+
+import torch
+import torch.nn as nn
+
+from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from timm.layers import ClassifierHead, PatchEmbed
+from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models._features import feature_take_indices
+from timm.models._manipulate import checkpoint
+from timm.models.swin_transformer import PatchMerging
+
+from ..layers.essm import ESSM, SSM_PARAM_NAMES, ESSMBlock, make_norm
+
+__all__ = ['ESSMSequence', 'ESSMBackbone2D', 'ESSMStage', 'PAPER_RECIPES', 'essm_param_groups']
+
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+LRA_GRAY_MEAN = (122.6 / 255.,)  # spec §2.1: grayscale CIFAR normalised with 122.6/255, 61/255
+LRA_GRAY_STD = (61. / 255.,)
+
+# The eSSM layer options every model passes through to ESSMBlock (names as in ssm_plugins.layers.ESSM).
+_SSM_OPTIONS = ('bidirectional', 'conj_sym', 'dt_min', 'dt_max', 'dt_scale', 'real_clip', 'discretization',
+                'gbt_alpha', 'C_init', 'init', 'glu', 'pre_act')
+
+
+def _ssm_modules(model: nn.Module):
+    return [(name, m) for name, m in model.named_modules() if isinstance(m, ESSM)]
+
+
+def _ssm_no_weight_decay(model: nn.Module) -> Set[str]:
+    """Full names of the SSM core parameters: weight decay 0 in the official code (§2.1)."""
+    return {f'{name}.{p}' for name, m in _ssm_modules(model) for p in m.no_weight_decay_names}
+
+
+def essm_param_groups(
+        model: nn.Module,
+        lr: float,
+        lr_ssm: float,
+        weight_decay: float = 0.,
+        lr_other_params: Sequence[str] = ('C',),
+) -> List[Dict[str, Any]]:
+    """AdamW parameter groups of spec §2.1: the SSM core (Λ, log Δ, B, C, D) at ``lr_ssm`` with weight decay 0,
+    except the core parameters named in ``lr_other_params`` (C in most tasks; B and C for Image, sCIFAR, sMNIST),
+    which take ``lr`` (LR_other) and still no weight decay; everything else at ``lr`` with ``weight_decay``
+    (biases and norm parameters without decay, as timm does)."""
+    unknown = set(lr_other_params) - set(SSM_PARAM_NAMES)
+    if unknown:
+        raise ValueError(f'lr_other_params must name SSM parameters {SSM_PARAM_NAMES}, got {sorted(unknown)}')
+    ssm_names = {}
+    for name, m in _ssm_modules(model):
+        for p in m.no_weight_decay_names:
+            ssm_names[f'{name}.{p}' if name else p] = p
+    groups = {k: [] for k in ('ssm', 'ssm_other_lr', 'decay', 'no_decay')}
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        if name in ssm_names:
+            groups['ssm_other_lr' if ssm_names[name] in lr_other_params else 'ssm'].append(param)
+        elif param.ndim <= 1:
+            groups['no_decay'].append(param)
+        else:
+            groups['decay'].append(param)
+    settings = {'ssm': (lr_ssm, 0.), 'ssm_other_lr': (lr, 0.), 'decay': (lr, weight_decay), 'no_decay': (lr, 0.)}
+    return [dict(params=params, lr=settings[k][0], weight_decay=settings[k][1], name=k)
+            for k, params in groups.items() if params]
+
+
+def _block_kwargs(kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: kwargs[k] for k in _SSM_OPTIONS if k in kwargs}
+
+
+# ---- the paper's sequence model ---------------------------------------------------------------------------
+
+
+class ESSMSequence(nn.Module):
+    """eSSM sequence classifier (spec §1.12): encoder -> depth x ESSMBlock -> [final norm] -> mean pool -> head.
+
+    Args:
+        in_chans: input features per step (3 for sCIFAR, 1 for grayscale / MNIST / raw audio).
+        num_classes: classifier outputs (0: no head).
+        d_model: H = M, the constant width.
+        depth: number of residual blocks.
+        d_state: N, total complex modes per layer [D: H]. n_heads: S (must divide H and N).
+        prenorm: Table 10 "Pre" column; a final norm follows the blocks when True.
+        norm: "batch" [D, A14] or "layer".
+        drop_rate: the paper's model dropout (inside the layer twice and channel-tied after it, A17).
+        drop_path_rate: stochastic depth, linearly increasing over the blocks [X] [D: 0].
+        global_pool: "avg" (mean over time, the paper's decoder) or "" (none; the head sees every step).
+        **ssm_kwargs: ESSM options (bidirectional [D: True], conj_sym [D: True], glu [D: "half_glu1"], pre_act,
+            dt_min, dt_max, dt_scale, real_clip, discretization, gbt_alpha, C_init, init).
+
+    Input: (B, C, H, W) images, flattened row-major to (B, H*W, C) [D, §8.4], or (B, L, C) sequences.
+    ``forward(x, dt_scale=...)`` rescales Δ for this call (zero-shot resampling, A20).
+    """
+
+    def __init__(
+            self,
+            in_chans: int = 3,
+            num_classes: int = 10,
+            d_model: int = 256,
+            depth: int = 6,
+            d_state: Optional[int] = None,
+            n_heads: int = 1,
+            prenorm: bool = False,
+            norm: str = 'batch',
+            drop_rate: float = 0.,
+            drop_path_rate: float = 0.,
+            global_pool: str = 'avg',
+            device=None,
+            dtype=None,
+            **ssm_kwargs,
+    ):
+        super().__init__()
+        unknown = set(ssm_kwargs) - set(_SSM_OPTIONS)
+        if unknown:
+            raise TypeError(f'ESSMSequence got unexpected keyword arguments {sorted(unknown)}')
+        if global_pool not in ('avg', ''):
+            raise ValueError(f"global_pool must be 'avg' or '', got {global_pool!r}")
+        dd = {'device': device, 'dtype': dtype}
+        self.in_chans = in_chans
+        self.num_classes = num_classes
+        self.global_pool = global_pool
+        self.num_features = self.head_hidden_size = self.embed_dim = d_model
+        self.prenorm = prenorm
+        self.grad_checkpointing = False
+
+        self.encoder = nn.Linear(in_chans, d_model, **dd)
+        dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth)] if depth > 1 else [drop_path_rate]
+        self.blocks = nn.Sequential(*[
+            ESSMBlock(d_model, norm=norm, prenorm=prenorm, dropout=drop_rate, drop_path=dpr[i], d_state=d_state,
+                      n_heads=n_heads, **dd, **ssm_kwargs)
+            for i in range(depth)])
+        self.norm = make_norm(norm, d_model, **dd) if prenorm else nn.Identity()
+        self.head = nn.Linear(d_model, num_classes, **dd) if num_classes > 0 else nn.Identity()
+        self.feature_info = [dict(num_chs=d_model, reduction=1, module=f'blocks.{i}') for i in range(depth)]
+
+    @torch.jit.ignore
+    def no_weight_decay(self) -> Set[str]:
+        return _ssm_no_weight_decay(self)
+
+    @torch.jit.ignore
+    def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
+        return dict(stem=r'^encoder', blocks=[(r'^blocks\.(\d+)', None), (r'^norm', (99999,))])
+
+    @torch.jit.ignore
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        self.grad_checkpointing = enable
+
+    @torch.jit.ignore
+    def get_classifier(self) -> nn.Module:
+        return self.head
+
+    def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
+        self.num_classes = num_classes
+        if global_pool is not None:
+            if global_pool not in ('avg', ''):
+                raise ValueError(f"global_pool must be 'avg' or '', got {global_pool!r}")
+            self.global_pool = global_pool
+        dd = {'device': self.encoder.weight.device, 'dtype': self.encoder.weight.dtype}
+        self.head = nn.Linear(self.num_features, num_classes, **dd) if num_classes > 0 else nn.Identity()
+
+    def _embed(self, x: torch.Tensor) -> Tuple[torch.Tensor, Optional[Tuple[int, int]]]:
+        """Pixel sequence (row-major) or sequence -> encoded (B, L, H); also the image grid (or None)."""
+        if isinstance(x, torch.Tensor) and x.dim() == 4 and x.shape[1] == self.in_chans:
+            grid = (x.shape[2], x.shape[3])
+            x = x.flatten(2).transpose(1, 2)  # (B, H*W, C): index r * W + c
+        elif isinstance(x, torch.Tensor) and x.dim() == 3 and x.shape[2] == self.in_chans:
+            grid = None
+        else:
+            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f'x must have shape (B, {self.in_chans}, H, W) or (B, L, {self.in_chans}), got {got}')
+        if x.shape[1] < 1:
+            raise ValueError(f'x must have at least one step, got shape {tuple(x.shape)}')
+        return self.encoder(x), grid
+
+    def _run_block(self, block: nn.Module, x: torch.Tensor, dt_scale: Optional[float]) -> torch.Tensor:
+        if self.grad_checkpointing and not torch.jit.is_scripting():
+            return checkpoint(block, x, dt_scale)
+        return block(x, dt_scale)
+
+    def forward_intermediates(
+            self,
+            x: torch.Tensor,
+            indices: Optional[Union[int, List[int]]] = None,
+            norm: bool = False,
+            stop_early: bool = False,
+            output_fmt: str = 'NCHW',
+            intermediates_only: bool = False,
+            dt_scale: Optional[float] = None,
+    ) -> Union[List[torch.Tensor], Tuple[torch.Tensor, List[torch.Tensor]]]:
+        """Block outputs (``norm``: through the final norm). NCHW on the image grid for image input; NLC
+        (B, L, H) for either input."""
+        if output_fmt not in ('NCHW', 'NLC'):
+            raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
+        take_indices, max_index = feature_take_indices(len(self.blocks), indices)
+        x, grid = self._embed(x)
+        if output_fmt == 'NCHW' and grid is None:
+            raise ValueError("output_fmt='NCHW' needs image input (B, C, H, W); use 'NLC' for sequences")
+        blocks = self.blocks if torch.jit.is_scripting() or not stop_early else self.blocks[:max_index + 1]
+        intermediates = []
+        for i, block in enumerate(blocks):
+            x = self._run_block(block, x, dt_scale)
+            if i in take_indices:
+                y = self.norm(x) if norm else x
+                if output_fmt == 'NCHW':
+                    y = y.transpose(1, 2).reshape(y.shape[0], -1, *grid)
+                intermediates.append(y)
+        if intermediates_only:
+            return intermediates
+        return self.norm(x), intermediates
+
+    def prune_intermediate_layers(
+            self,
+            indices: Union[int, List[int]] = 1,
+            prune_norm: bool = False,
+            prune_head: bool = True,
+    ) -> List[int]:
+        take_indices, max_index = feature_take_indices(len(self.blocks), indices)
+        self.blocks = self.blocks[:max_index + 1]
+        if prune_norm:
+            self.norm = nn.Identity()
+        if prune_head:
+            self.reset_classifier(0, '')
+        return take_indices
+
+    def forward_features(self, x: torch.Tensor, dt_scale: Optional[float] = None) -> torch.Tensor:
+        x, _ = self._embed(x)
+        for block in self.blocks:
+            x = self._run_block(block, x, dt_scale)
+        return self.norm(x)
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        if self.global_pool == 'avg':
+            x = x.mean(dim=1)
+        return x if pre_logits else self.head(x)
+
+    def forward(self, x: torch.Tensor, dt_scale: Optional[float] = None) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x, dt_scale))
+
+
+# ---- 2-D backbone (extension) ---------------------------------------------------------------------------------
+
+
+class ESSMStage(nn.Module):
+    """One stage of :class:`ESSMBackbone2D` on an (B, H, W, C) map: [patch merging] -> eSSM blocks, each on the
+    flattened grid (row-major; column-major for odd blocks when ``scan='alternate'``), reshaped back."""
+
+    def __init__(
+            self,
+            dim: int,
+            out_dim: int,
+            depth: int,
+            downsample: bool,
+            scan: str = 'row',
+            drop_path: Sequence[float] = (),
+            device=None,
+            dtype=None,
+            **block_kwargs,
+    ):
+        super().__init__()
+        dd = {'device': device, 'dtype': dtype}
+        self.scan = scan
+        self.grad_checkpointing = False
+        self.downsample = PatchMerging(dim, out_dim, **dd) if downsample else nn.Identity()
+        drop_path = list(drop_path) or [0.] * depth
+        self.blocks = nn.ModuleList([ESSMBlock(out_dim, drop_path=drop_path[i], **dd, **block_kwargs)
+                                     for i in range(depth)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.downsample(x)
+        for i, block in enumerate(self.blocks):
+            column_major = self.scan == 'alternate' and i % 2 == 1
+            if column_major:
+                x = x.transpose(1, 2)
+            batch, height, width, channels = x.shape
+            seq = x.reshape(batch, height * width, channels)
+            if self.grad_checkpointing and not torch.jit.is_scripting():
+                seq = checkpoint(block, seq)
+            else:
+                seq = block(seq)
+            x = seq.reshape(batch, height, width, channels)
+            if column_major:
+                x = x.transpose(1, 2)
+        return x
+
+
+class ESSMBackbone2D(nn.Module):
+    """Hierarchical 2-D eSSM backbone [X] (spec §8.4; the paper has no such design, no reference numbers).
+
+    Design choices:
+      * [X] Stem: timm ``PatchEmbed`` (Conv2d k=s=``patch_size``, LayerNorm), NHWC; inputs that the patch size
+        does not divide are zero-padded at the bottom/right, so any size works (map = ceil(size / stride)).
+      * [X] Down-sampling: Swin's ``PatchMerging`` (2x2 concat, LayerNorm, Linear 4C -> 2C; odd maps padded)
+        between stages: feature maps at strides 4, 8, 16, 32 (4 stages).
+      * [D, §8.4] Scan: each block flattens the stage map row-major and runs a **bidirectional** eSSM over the
+        H*W tokens (the kernel is length-agnostic, §1.7), then reshapes back; ``scan='alternate'`` [X] makes every
+        odd block scan column-major instead, so vertical neighbours are also adjacent in some block.
+      * [D, §1.12] Block: the paper's residual block (no MLP; the layer's GLU gate and head mixer do the channel
+        mixing), with drop path [X]. Norm: LayerNorm [X] and prenorm [X] by default (§8.4: BN needs SyncBN at
+        detection batch sizes); ``norm='batch'`` and ``prenorm=False`` give the paper's BN post-norm block.
+      * [D, Table 10 Image/sCIFAR] Heads of h = ``ssm_head_dim`` = 4 channels with n = ``ssm_head_state`` = 8
+        complex modes each: S = C/4 heads and N = 2C modes per layer at stage width C.
+      * [X] Head: final norm (prenorm only) -> global average pool -> Linear, as timm's Swin/ConvNeXt.
+      * Outputs: ``forward_intermediates`` / ``features_only`` give NCHW maps of every stage (no extra norms;
+        ``norm=True`` applies the final norm to the last stage), ``forward_features`` the NHWC last map.
+    """
+
+    def __init__(
+            self,
+            in_chans: int = 3,
+            num_classes: int = 1000,
+            patch_size: int = 4,
+            embed_dim: Sequence[int] = (96, 192, 384, 768),
+            depths: Sequence[int] = (2, 2, 6, 2),
+            ssm_head_dim: int = 4,
+            ssm_head_state: int = 8,
+            norm: str = 'layer',
+            prenorm: bool = True,
+            scan: str = 'row',
+            drop_rate: float = 0.,
+            drop_path_rate: float = 0.,
+            global_pool: str = 'avg',
+            device=None,
+            dtype=None,
+            **ssm_kwargs,
+    ):
+        super().__init__()
+        unknown = set(ssm_kwargs) - set(_SSM_OPTIONS)
+        if unknown:
+            raise TypeError(f'ESSMBackbone2D got unexpected keyword arguments {sorted(unknown)}')
+        if scan not in ('row', 'alternate'):
+            raise ValueError(f"scan must be 'row' or 'alternate', got {scan!r}")
+        if isinstance(embed_dim, int):
+            embed_dim = tuple(embed_dim * 2 ** i for i in range(len(depths)))
+        embed_dim, depths = tuple(embed_dim), tuple(depths)
+        if len(embed_dim) != len(depths) or not depths:
+            raise ValueError(f'embed_dim {embed_dim} and depths {depths} must have the same (nonzero) length')
+        for dim in embed_dim:
+            if dim % ssm_head_dim:
+                raise ValueError(f'ssm_head_dim={ssm_head_dim} must divide every stage width, got {embed_dim}')
+        dd = {'device': device, 'dtype': dtype}
+        self.in_chans = in_chans
+        self.num_classes = num_classes
+        self.patch_size = patch_size
+        self.num_features = self.head_hidden_size = embed_dim[-1]
+        self.embed_dim = embed_dim
+        self.grad_checkpointing = False
+
+        self.patch_embed = PatchEmbed(
+            img_size=None, patch_size=patch_size, in_chans=in_chans, embed_dim=embed_dim[0],
+            norm_layer=nn.LayerNorm, output_fmt='NHWC', strict_img_size=False, dynamic_img_pad=True, **dd)
+        dpr = [x.tolist() for x in torch.linspace(0, drop_path_rate, sum(depths)).split(depths)]
+        ssm_kwargs.setdefault('bidirectional', True)
+        stages, feature_info, in_dim = [], [], embed_dim[0]
+        for i, (dim, depth) in enumerate(zip(embed_dim, depths)):
+            heads = dim // ssm_head_dim
+            stages.append(ESSMStage(
+                in_dim, dim, depth, downsample=i > 0, scan=scan, drop_path=dpr[i], norm=norm, prenorm=prenorm,
+                dropout=drop_rate, d_state=heads * ssm_head_state, n_heads=heads, **dd, **ssm_kwargs))
+            feature_info.append(dict(num_chs=dim, reduction=patch_size * 2 ** i, module=f'stages.{i}'))
+            in_dim = dim
+        self.stages = nn.Sequential(*stages)
+        self.feature_info = feature_info
+        self.norm = make_norm(norm, self.num_features, **dd) if prenorm else nn.Identity()
+        self.head = ClassifierHead(self.num_features, num_classes, pool_type=global_pool, input_fmt='NHWC', **dd)
+
+    @torch.jit.ignore
+    def no_weight_decay(self) -> Set[str]:
+        return _ssm_no_weight_decay(self)
+
+    @torch.jit.ignore
+    def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
+        return dict(
+            stem=r'^patch_embed',
+            blocks=r'^stages\.(\d+)' if coarse else [
+                (r'^stages\.(\d+)\.downsample', (0,)),
+                (r'^stages\.(\d+)\.blocks\.(\d+)', None),
+                (r'^norm', (99999,)),
+            ])
+
+    @torch.jit.ignore
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        self.grad_checkpointing = enable
+        for stage in self.stages:
+            stage.grad_checkpointing = enable
+
+    @torch.jit.ignore
+    def get_classifier(self) -> nn.Module:
+        return self.head.fc
+
+    def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
+        self.num_classes = num_classes
+        self.head.reset(num_classes, pool_type=global_pool)
+
+    def _embed(self, x: torch.Tensor) -> torch.Tensor:
+        if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[1] != self.in_chans or min(x.shape[2:]) < 1:
+            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f'x must have shape (B, {self.in_chans}, H, W), got {got}')
+        return self.patch_embed(x)  # (B, H/p, W/p, C)
+
+    def forward_intermediates(
+            self,
+            x: torch.Tensor,
+            indices: Optional[Union[int, List[int]]] = None,
+            norm: bool = False,
+            stop_early: bool = False,
+            output_fmt: str = 'NCHW',
+            intermediates_only: bool = False,
+    ) -> Union[List[torch.Tensor], Tuple[torch.Tensor, List[torch.Tensor]]]:
+        """Stage outputs as NCHW (or NHWC) maps (same contract as timm's Swin)."""
+        if output_fmt not in ('NCHW', 'NHWC'):
+            raise ValueError(f"output_fmt must be 'NCHW' or 'NHWC', got {output_fmt!r}")
+        take_indices, max_index = feature_take_indices(len(self.stages), indices)
+        x = self._embed(x)
+        num_stages = len(self.stages)
+        stages = self.stages if torch.jit.is_scripting() or not stop_early else self.stages[:max_index + 1]
+        intermediates, last = [], -1
+        for last, stage in enumerate(stages):
+            x = stage(x)
+            if last in take_indices:
+                y = self.norm(x) if norm and last == num_stages - 1 else x
+                intermediates.append(y.permute(0, 3, 1, 2).contiguous() if output_fmt == 'NCHW' else y)
+        if intermediates_only:
+            return intermediates
+        if last == num_stages - 1:
+            x = self.norm(x)
+        return x, intermediates
+
+    def prune_intermediate_layers(
+            self,
+            indices: Union[int, List[int]] = 1,
+            prune_norm: bool = False,
+            prune_head: bool = True,
+    ) -> List[int]:
+        take_indices, max_index = feature_take_indices(len(self.stages), indices)
+        self.stages = self.stages[:max_index + 1]
+        if prune_norm:
+            self.norm = nn.Identity()
+        if prune_head:
+            self.reset_classifier(0, '')
+        return take_indices
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stages(self._embed(x))
+        return self.norm(x)
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        return self.head(x, pre_logits=True) if pre_logits else self.head(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+
+# ---- builders, configs, registrations --------------------------------------------------------------------------
+
+
+def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: nn.Module) -> Dict[str, torch.Tensor]:
+    """Unwrap training checkpoints ({'state_dict': ...} / {'model': ...}, DDP 'module.' prefixes); no remapping."""
+    for key in ('state_dict', 'model', 'state_dict_ema'):
+        if key in state_dict and isinstance(state_dict[key], dict):
+            state_dict = state_dict[key]
+            break
+    return {k[len('module.'):] if k.startswith('module.') else k: v for k, v in state_dict.items()}
+
+
+def _create_essm_sequence(variant: str, pretrained: bool = False, **kwargs) -> ESSMSequence:
+    out_indices = kwargs.pop('out_indices', min(3, kwargs.get('depth', 6)))  # the last (up to) 3 blocks
+    return build_model_with_cfg(
+        ESSMSequence,
+        variant,
+        pretrained,
+        pretrained_filter_fn=checkpoint_filter_fn,
+        feature_cfg=dict(out_indices=out_indices, feature_cls='getter'),
+        **kwargs,
+    )
+
+
+def _create_essm_2d(variant: str, pretrained: bool = False, **kwargs) -> ESSMBackbone2D:
+    default_out_indices = tuple(range(len(kwargs.get('depths', (2, 2, 6, 2)))))
+    out_indices = kwargs.pop('out_indices', default_out_indices)
+    return build_model_with_cfg(
+        ESSMBackbone2D,
+        variant,
+        pretrained,
+        pretrained_filter_fn=checkpoint_filter_fn,
+        feature_cfg=dict(out_indices=out_indices, feature_cls='getter'),
+        **kwargs,
+    )
+
+
+def _cfg(**kwargs) -> Dict[str, Any]:
+    # No weights are published for these models: no url and no hf_hub_id, so nothing is ever fetched.
+    return {
+        'url': '',
+        'hf_hub_id': None,
+        'num_classes': 10,
+        'input_size': (3, 32, 32),
+        'pool_size': None,
+        'crop_pct': 1.0,
+        'interpolation': 'bilinear',
+        'fixed_input_size': False,
+        'mean': CIFAR10_MEAN,
+        'std': CIFAR10_STD,
+        'first_conv': 'encoder',
+        'classifier': 'head',
+        'license': 'apache-2.0',
+        'paper_name': 'Efficient State Space Model via Fast Tensor Convolution and Block Diagonalization',
+        'paper_ids': 'arXiv:2402.15290',
+        **kwargs,
+    }
+
+
+# LRA-Image: grayscale CIFAR-10 (spec §2.1); MNIST: the spec names no normalisation, so raw [0, 1] pixels.
+_lra_image = dict(input_size=(1, 32, 32), mean=LRA_GRAY_MEAN, std=LRA_GRAY_STD)
+_mnist = dict(input_size=(1, 28, 28), mean=(0.,), std=(1.,))
+
+default_cfgs = generate_default_cfgs({
+    'essm_scifar': _cfg(),
+    'essm_scifar_tiny': _cfg(),
+    'essm_lra_image': _cfg(**_lra_image),
+    'essm_smnist': _cfg(**_mnist),
+    'essm_smnist_official': _cfg(**_mnist),
+    'essm_psmnist': _cfg(**_mnist),
+    'essm_psmnist_official': _cfg(**_mnist),
+    'essm_2d_tiny': _cfg(
+        num_classes=1000, input_size=(3, 224, 224), pool_size=(7, 7), crop_pct=.9, interpolation='bicubic',
+        mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD, first_conv='patch_embed.proj', classifier='head.fc',
+        paper_name=None, paper_ids=None),
+})
+
+# The paper's training hyperparameters for the registered sequence models (spec §2.1-2.3), for recipes:
+# batch, epochs, LR_SSM, LR_other (for essm_param_groups' lr_ssm / lr), the SSM parameters trained at LR_other,
+# weight decay of the non-SSM parameters (the paper reports none; the values are the official configs'), and the
+# scheduler. Table 10 rows, and the released configs for the *_official models and the "official" entries.
+PAPER_RECIPES: Dict[str, Dict[str, Any]] = {
+    'essm_scifar': dict(
+        batch_size=50, epochs=200, lr_ssm=1e-3, lr=5e-3, lr_other_params=('B', 'C'), weight_decay=0.05,
+        scheduler='plateau(mode=max, factor=0.6, patience=5)', augment='RandomCrop(32, pad 4) + hflip',
+        official=dict(epochs=300, scheduler='plateau(mode=max, factor=0.6, patience=8, min_lr=5e-5)')),
+    'essm_lra_image': dict(
+        batch_size=50, epochs=200, lr_ssm=1e-3, lr=5e-3, lr_other_params=('B', 'C'), weight_decay=0.,
+        scheduler='plateau(mode=max, factor=0.6, patience=5)', augment='RandomCrop(32, pad 4) + hflip',
+        official=dict(batch_size=100, scheduler='cosine(warmup=1000, total=100000)')),
+    'essm_smnist': dict(
+        batch_size=50, epochs=150, lr_ssm=2e-3, lr=8e-3, lr_other_params=('B', 'C'), weight_decay=0.01,
+        scheduler='plateau(mode=max, factor=0.2, patience=10)'),
+    'essm_smnist_official': dict(
+        batch_size=50, epochs=60, lr_ssm=2e-3, lr=8e-3, lr_other_params=('B', 'C'), weight_decay=0.01,
+        scheduler='cosine(warmup=200, total=35000)'),
+    'essm_psmnist': dict(
+        batch_size=50, epochs=200, lr_ssm=1e-3, lr=4e-3, lr_other_params=('C',), weight_decay=0.,
+        scheduler='cosine(warmup=1000, total=81000)', permutation='one fixed random pixel permutation'),
+    'essm_psmnist_official': dict(
+        batch_size=50, epochs=150, lr_ssm=1e-3, lr=1e-3, lr_other_params=(), weight_decay=0.,
+        scheduler='cosine(warmup=1000, total=81000)', permutation='one fixed random pixel permutation',
+        note='official lr: C 4e-3, other SSM parameters 1e-3, non-SSM 1e-3'),
+}
+
+
+def _sequence(variant: str, pretrained: bool, model_args: Dict[str, Any], kwargs: Dict[str, Any]) -> ESSMSequence:
+    return _create_essm_sequence(variant, pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def essm_scifar(pretrained: bool = False, **kwargs) -> ESSMSequence:
+    """sCIFAR (Table 9: 88.12%), Table 10 row = released config: depth 6, H 256, S 64, N 512 (h 4, n 8), dropout
+    0.1, BN prenorm, bidirectional, half_glu1; RGB pixels as a 1024-step sequence."""
+    model_args = dict(in_chans=3, d_model=256, depth=6, d_state=512, n_heads=64, prenorm=True, drop_rate=0.1)
+    return _sequence('essm_scifar', pretrained, model_args, kwargs)
+
+
+@register_model
+def essm_scifar_tiny(pretrained: bool = False, **kwargs) -> ESSMSequence:
+    """[X] A small sCIFAR model for tests and smoke runs: depth 2, H 32, S 8, N 64 (the sCIFAR h 4, n 8)."""
+    model_args = dict(in_chans=3, d_model=32, depth=2, d_state=64, n_heads=8, prenorm=True, drop_rate=0.1)
+    return _sequence('essm_scifar_tiny', pretrained, model_args, kwargs)
+
+
+@register_model
+def essm_lra_image(pretrained: bool = False, **kwargs) -> ESSMSequence:
+    """LRA Image (Table 7: 87.25%), grayscale CIFAR-10: depth 6, H 256, S 64, N 512, dropout 0.1, BN post-norm."""
+    model_args = dict(in_chans=1, d_model=256, depth=6, d_state=512, n_heads=64, prenorm=False, drop_rate=0.1)
+    return _sequence('essm_lra_image', pretrained, model_args, kwargs)
+
+
+@register_model
+def essm_smnist(pretrained: bool = False, **kwargs) -> ESSMSequence:
+    """sMNIST (Table 9: 99.54%), Table 10: depth 4, H 128, S 16, N 96 (h 8, n 6), dropout 0.1, BN prenorm."""
+    model_args = dict(in_chans=1, d_model=128, depth=4, d_state=96, n_heads=16, prenorm=True, drop_rate=0.1)
+    return _sequence('essm_smnist', pretrained, model_args, kwargs)
+
+
+@register_model
+def essm_smnist_official(pretrained: bool = False, **kwargs) -> ESSMSequence:
+    """sMNIST, released config (§2.3): as ``essm_smnist`` with S 64, N 128 (h 2, n 2)."""
+    model_args = dict(in_chans=1, d_model=128, depth=4, d_state=128, n_heads=64, prenorm=True, drop_rate=0.1)
+    return _sequence('essm_smnist_official', pretrained, model_args, kwargs)
+
+
+@register_model
+def essm_psmnist(pretrained: bool = False, **kwargs) -> ESSMSequence:
+    """psMNIST (Table 9: 98.45%), Table 10: depth 4, H 128, S 8, N 128 (h 16, n 16), dropout 0.15, BN prenorm.
+    The fixed pixel permutation belongs to the data pipeline."""
+    model_args = dict(in_chans=1, d_model=128, depth=4, d_state=128, n_heads=8, prenorm=True, drop_rate=0.15)
+    return _sequence('essm_psmnist', pretrained, model_args, kwargs)
+
+
+@register_model
+def essm_psmnist_official(pretrained: bool = False, **kwargs) -> ESSMSequence:
+    """psMNIST, released config (§2.3): as ``essm_psmnist`` with the full_glu activation."""
+    model_args = dict(in_chans=1, d_model=128, depth=4, d_state=128, n_heads=8, prenorm=True, drop_rate=0.15,
+                      glu='full_glu')
+    return _sequence('essm_psmnist_official', pretrained, model_args, kwargs)
+
+
+@register_model
+def essm_2d_tiny(pretrained: bool = False, **kwargs) -> ESSMBackbone2D:
+    """[X] Hierarchical 2-D eSSM backbone: patch 4, widths 96/192/384/768, depths 2/2/6/2, heads of 4 channels
+    with 8 modes, LayerNorm prenorm blocks, row-major bidirectional scans (see ``ESSMBackbone2D``)."""
+    model_args = dict(patch_size=4, embed_dim=(96, 192, 384, 768), depths=(2, 2, 6, 2))
+    return _create_essm_2d('essm_2d_tiny', pretrained, **dict(model_args, **kwargs))

@@ -36,6 +36,7 @@ from timm.models._features import feature_take_indices
 from timm.models._manipulate import checkpoint
 from timm.models.swin_transformer import PatchMerging
 
+from ._common import local_weights_cfg
 from ..layers.essm import ESSM, SSM_PARAM_NAMES, ESSMBlock, make_norm
 
 __all__ = ['ESSMSequence', 'ESSMBackbone2D', 'ESSMStage', 'PAPER_RECIPES', 'essm_param_groups']
@@ -516,25 +517,18 @@ def _create_essm_2d(variant: str, pretrained: bool = False, **kwargs) -> ESSMBac
 
 
 def _cfg(**kwargs) -> Dict[str, Any]:
-    # No weights are published for these models: no url and no hf_hub_id, so nothing is ever fetched.
-    return {
-        'url': '',
-        'hf_hub_id': None,
+    return local_weights_cfg(**{
         'num_classes': 10,
         'input_size': (3, 32, 32),
-        'pool_size': None,
         'crop_pct': 1.0,
         'interpolation': 'bilinear',
-        'fixed_input_size': False,
         'mean': CIFAR10_MEAN,
         'std': CIFAR10_STD,
         'first_conv': 'encoder',
-        'classifier': 'head',
-        'license': 'apache-2.0',
         'paper_name': 'Efficient State Space Model via Fast Tensor Convolution and Block Diagonalization',
         'paper_ids': 'arXiv:2402.15290',
         **kwargs,
-    }
+    })
 
 
 # LRA-Image: grayscale CIFAR-10 (spec §2.1); MNIST: the spec names no normalisation, so raw [0, 1] pixels.

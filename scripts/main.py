@@ -1,14 +1,17 @@
-"""Main job on the embedded default data.
+"""Main job on the embedded default data: each family's smallest image model learns scikit-learn's digits.
 
-At this stage of the project: report what the kernel extension provides, then train a small S6
-(selective-scan) classifier over the image rows of scikit-learn's digits for a short time on the CPU and print
-top-1 before and after. Later issues extend this into one trained and evaluated model per toolbox.
+For every family: build the model (through timm, as a user would), report top-1 on the held-out digits,
+train for a short time on the CPU, report top-1 again. Ends with one JSON line per family.
+
+    .venv/bin/python scripts/main.py                      # all families (about a minute on 2 cores)
+    .venv/bin/python scripts/main.py --families essm myo  # some of them
 """
 from __future__ import annotations
 
 import argparse
 import json
 import time
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -21,9 +24,9 @@ from ssm_plugins.ops import selective_scan
 
 class RowS6Classifier(nn.Module):
     """Image rows as a sequence (8 tokens of 8 pixels) -> one selective-scan layer with a residual ->
-    mean pool -> linear head."""
+    mean pool -> linear head. The MambaMixer family's stand-in until ViM2/ViQS are registered in timm."""
 
-    def __init__(self, dim: int = 32, state: int = 8, classes: int = 10, rows: int = 8, cols: int = 8):
+    def __init__(self, dim: int = 32, state: int = 8, num_classes: int = 10, rows: int = 8, cols: int = 8):
         super().__init__()
         self.embed = nn.Linear(cols, dim)
         self.pos = nn.Parameter(torch.randn(rows, dim) * 0.02)
@@ -31,14 +34,43 @@ class RowS6Classifier(nn.Module):
         self.to_bc = nn.Linear(dim, 2 * state)
         self.A_log = nn.Parameter(torch.log(torch.arange(1, state + 1, dtype=torch.float32)).repeat(dim, 1))
         self.D = nn.Parameter(torch.ones(dim))
-        self.head = nn.Linear(dim, classes)
+        self.head = nn.Linear(dim, num_classes)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         x = self.embed(images.flatten(1, 2)) + self.pos  # (batch, rows, dim)
-        B, C = self.to_bc(x).chunk(2, dim=-1)  # (batch, L, state) each
+        B, C = self.to_bc(x).chunk(2, dim=-1)  # (batch, rows, state) each
         y = selective_scan(x.transpose(1, 2), self.to_delta(x).transpose(1, 2), -torch.exp(self.A_log),
                            B.transpose(1, 2), C.transpose(1, 2), self.D, delta_softplus=True)
         return self.head((F.silu(y).transpose(1, 2) + x).mean(1))
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one family's smallest model meets 8x8 one-channel digits, and how long it trains."""
+    family: str
+    model: str  # a timm name, or 'row_s6'
+    kwargs: dict = field(default_factory=dict)
+    image_size: int = 8  # digits are 8x8; upsampled for models whose stem needs a larger image
+    epochs: int = 5
+    lr: float = 3e-3
+
+
+RECIPES = (
+    Recipe("mambamixer", "row_s6", epochs=10, lr=1e-2),
+    Recipe("ssm2d", "vit_cifar_patch4_32_ssm2d",
+           dict(img_size=8, patch_size=2, embed_dim=64, depth=2, num_heads=2), epochs=6),
+    Recipe("essm", "essm_scifar_tiny", dict(norm="layer"), epochs=20, lr=1e-2),
+    Recipe("myo", "myonet_tiny", dict(dims=(32, 64, 96, 128), depths=(1, 1, 1, 1), drop_path_rate=0.0),
+           image_size=32, epochs=5),
+)
+
+
+def build(recipe: Recipe) -> nn.Module:
+    if recipe.model == "row_s6":
+        return RowS6Classifier()
+    import timm  # registers ssm_plugins' models on import (ssm_plugins.timm)
+
+    return timm.create_model(recipe.model, num_classes=10, in_chans=1, **recipe.kwargs)
 
 
 @torch.no_grad()
@@ -47,34 +79,45 @@ def top1(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> float:
     return (model(images).argmax(-1) == labels).float().mean().item() * 100
 
 
-def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--lr", type=float, default=1e-2)
-    args = parser.parse_args(argv)
-
-    torch.manual_seed(0)
-    print("ssm_plugins", ssm_plugins.__version__, "backends:", json.dumps(ssm_plugins.backend_info()["ops"]))
-    train_x, train_y = digits_split("train")
-    test_x, test_y = digits_split("test")
-    model = RowS6Classifier()
+def run(recipe: Recipe, epochs: int, batch_size: int = 64, seed: int = 0) -> dict:
+    torch.manual_seed(seed)
+    (train_x, train_y), (test_x, test_y) = digits_split("train"), digits_split("test")
+    if recipe.image_size != 8:
+        train_x, test_x = (F.interpolate(x, size=recipe.image_size, mode="bilinear") for x in (train_x, test_x))
+    model = build(recipe)
     before = top1(model, test_x, test_y)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.01)
     start = time.perf_counter()
-    for epoch in range(args.epochs):
+    for _ in range(epochs):
         model.train()
-        for idx in torch.randperm(len(train_y)).split(args.batch_size):
+        for idx in torch.randperm(len(train_y)).split(batch_size):
             loss = F.cross_entropy(model(train_x[idx]), train_y[idx])
             opt.zero_grad()
             loss.backward()
             opt.step()
-        print(f"epoch {epoch + 1}/{args.epochs}: loss {loss.item():.3f}, test top-1 {top1(model, test_x, test_y):.1f}%")
-    after = top1(model, test_x, test_y)
-    result = {"model": "row-sequence S6 on digits", "top1_before": round(before, 1), "top1_after": round(after, 1),
-              "train_seconds": round(time.perf_counter() - start, 1)}
-    print(json.dumps(result))
-    return result
+    return {"family": recipe.family, "model": recipe.model, "params": sum(p.numel() for p in model.parameters()),
+            "epochs": epochs, "top1_before": round(before, 1), "top1_after": round(top1(model, test_x, test_y), 1),
+            "train_seconds": round(time.perf_counter() - start, 1)}
+
+
+def main(argv=None) -> list:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    families = [r.family for r in RECIPES]
+    parser.add_argument("--families", nargs="+", choices=families, default=families)
+    parser.add_argument("--epochs-scale", type=float, default=1.0,
+                        help="multiply every recipe's epochs (the test uses a shorter run)")
+    args = parser.parse_args(argv)
+    if args.epochs_scale <= 0:
+        parser.error(f"--epochs-scale must be > 0, got {args.epochs_scale}")
+
+    print("ssm_plugins", ssm_plugins.__version__, "compiled ops:", json.dumps(ssm_plugins.backend_info()["ops"]))
+    results = []
+    for recipe in RECIPES:
+        if recipe.family in args.families:
+            result = run(recipe, max(1, round(recipe.epochs * args.epochs_scale)))
+            print(json.dumps(result), flush=True)
+            results.append(result)
+    return results
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
-"""What every model family shares: the timm pretrained_cfg of a model with no published weights."""
+"""What the model families share: the pretrained_cfg of a model with no published weights, and the
+forward_intermediates of hierarchical NHWC backbones."""
 from __future__ import annotations
 
 from typing import Any, Dict
 
+import torch
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from timm.models._features import feature_take_indices
 
 
 def local_weights_cfg(**kwargs) -> Dict[str, Any]:
@@ -24,3 +27,28 @@ def local_weights_cfg(**kwargs) -> Dict[str, Any]:
         'license': 'apache-2.0',
         **kwargs,
     }
+
+
+def stage_intermediates(stages, final_norm, x, indices=None, norm: bool = False, stop_early: bool = False,
+                        output_fmt: str = 'NCHW', intermediates_only: bool = False):
+    """timm's ``forward_intermediates`` for a stack of NHWC stages (Swin-like hierarchical backbones).
+
+    ``x`` is the embedded input; ``norm`` applies ``final_norm`` to the last stage's map when it is taken.
+    Returns the taken stage maps (NCHW or NHWC), preceded by the final features unless ``intermediates_only``.
+    """
+    if output_fmt not in ('NCHW', 'NHWC'):
+        raise ValueError(f"output_fmt must be 'NCHW' or 'NHWC', got {output_fmt!r}")
+    num_stages = len(stages)
+    take_indices, max_index = feature_take_indices(num_stages, indices)
+    run = stages if torch.jit.is_scripting() or not stop_early else stages[:max_index + 1]
+    intermediates, last = [], -1
+    for last, stage in enumerate(run):
+        x = stage(x)
+        if last in take_indices:
+            y = final_norm(x) if norm and last == num_stages - 1 else x
+            intermediates.append(y.permute(0, 3, 1, 2).contiguous() if output_fmt == 'NCHW' else y)
+    if intermediates_only:
+        return intermediates
+    if last == num_stages - 1:
+        x = final_norm(x)
+    return x, intermediates

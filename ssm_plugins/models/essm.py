@@ -36,7 +36,7 @@ from timm.models._features import feature_take_indices
 from timm.models._manipulate import checkpoint
 from timm.models.swin_transformer import PatchMerging
 
-from ._common import local_weights_cfg
+from ._common import local_weights_cfg, stage_intermediates
 from ..layers.essm import ESSM, SSM_PARAM_NAMES, ESSMBlock, make_norm
 
 __all__ = ['ESSMSequence', 'ESSMBackbone2D', 'ESSMStage', 'PAPER_RECIPES', 'essm_param_groups']
@@ -436,23 +436,8 @@ class ESSMBackbone2D(nn.Module):
             intermediates_only: bool = False,
     ) -> Union[List[torch.Tensor], Tuple[torch.Tensor, List[torch.Tensor]]]:
         """Stage outputs as NCHW (or NHWC) maps (same contract as timm's Swin)."""
-        if output_fmt not in ('NCHW', 'NHWC'):
-            raise ValueError(f"output_fmt must be 'NCHW' or 'NHWC', got {output_fmt!r}")
-        take_indices, max_index = feature_take_indices(len(self.stages), indices)
-        x = self._embed(x)
-        num_stages = len(self.stages)
-        stages = self.stages if torch.jit.is_scripting() or not stop_early else self.stages[:max_index + 1]
-        intermediates, last = [], -1
-        for last, stage in enumerate(stages):
-            x = stage(x)
-            if last in take_indices:
-                y = self.norm(x) if norm and last == num_stages - 1 else x
-                intermediates.append(y.permute(0, 3, 1, 2).contiguous() if output_fmt == 'NCHW' else y)
-        if intermediates_only:
-            return intermediates
-        if last == num_stages - 1:
-            x = self.norm(x)
-        return x, intermediates
+        return stage_intermediates(self.stages, self.norm, self._embed(x), indices, norm, stop_early,
+                                   output_fmt, intermediates_only)
 
     def prune_intermediate_layers(
             self,

@@ -30,7 +30,7 @@ from timm.models._features import feature_take_indices
 from timm.models._manipulate import checkpoint, checkpoint_seq
 
 from .. import ops
-from ._common import local_weights_cfg
+from ._common import local_weights_cfg, stage_intermediates
 from ..layers.myo import MyoBlock, MyoMixer2d, MyoSSM, quadtree
 
 __all__ = ['MyoPix', 'MyoNet', 'MyoNetBlock', 'MyoNetStage']
@@ -460,22 +460,8 @@ class MyoNet(nn.Module):
             intermediates_only: bool = False,
     ) -> Union[List[torch.Tensor], Tuple[torch.Tensor, List[torch.Tensor]]]:
         """Stage outputs (NCHW by default); ``norm`` applies the final norm to the last stage only."""
-        assert output_fmt in ('NCHW', 'NHWC'), 'Output format must be NCHW or NHWC.'
-        take_indices, max_index = feature_take_indices(len(self.stages), indices)
-        x = self._stem(x)
-        num_stages = len(self.stages)
-        stages = self.stages if torch.jit.is_scripting() or not stop_early else self.stages[:max_index + 1]
-        intermediates, last = [], -1
-        for last, stage in enumerate(stages):
-            x = stage(x)
-            if last in take_indices:
-                x_inter = self.norm(x) if norm and last == num_stages - 1 else x
-                intermediates.append(x_inter.permute(0, 3, 1, 2).contiguous() if output_fmt == 'NCHW' else x_inter)
-        if intermediates_only:
-            return intermediates
-        if last == num_stages - 1:
-            x = self.norm(x)
-        return x, intermediates
+        return stage_intermediates(self.stages, self.norm, self._stem(x), indices, norm, stop_early,
+                                   output_fmt, intermediates_only)
 
     def prune_intermediate_layers(self, indices: Union[int, List[int]] = 1, prune_norm: bool = False,
                                   prune_head: bool = True) -> List[int]:

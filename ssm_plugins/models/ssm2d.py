@@ -33,7 +33,7 @@ from timm.models.swin_transformer import checkpoint_filter_fn as swin_checkpoint
 from timm.models.vision_transformer import Block, VisionTransformer
 from timm.models.vision_transformer import checkpoint_filter_fn as vit_checkpoint_filter_fn
 
-from ._common import local_weights_cfg
+from ._common import local_weights_cfg, stage_intermediates
 from ..layers.ssm2d import SSM2D
 
 __all__ = ['VisionTransformerSSM2D', 'SwinTransformerSSM2D', 'SSM2DBlock', 'SwinTransformerSSM2DBlock']
@@ -357,24 +357,8 @@ class SwinTransformerSSM2D(SwinTransformer):
             intermediates_only: bool = False,
     ) -> Union[List[torch.Tensor], Tuple[torch.Tensor, List[torch.Tensor]]]:
         """Forward features that returns intermediates (same contract as timm's ``SwinTransformer``)."""
-        assert output_fmt in ('NCHW',), 'Output shape must be NCHW.'
-        intermediates = []
-        take_indices, max_index = feature_take_indices(len(self.layers), indices)
-        x = self._embed(x)
-
-        num_stages = len(self.layers)
-        stages = self.layers if torch.jit.is_scripting() or not stop_early else self.layers[:max_index + 1]
-        i = 0
-        for i, stage in enumerate(stages):
-            x = stage(x)
-            if i in take_indices:
-                x_inter = self.norm(x) if norm and i == num_stages - 1 else x
-                intermediates.append(x_inter.permute(0, 3, 1, 2).contiguous())
-        if intermediates_only:
-            return intermediates
-        if i == num_stages - 1:
-            x = self.norm(x)
-        return x, intermediates
+        return stage_intermediates(self.layers, self.norm, self._embed(x), indices, norm, stop_early,
+                                   output_fmt, intermediates_only)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         x = self._embed(x)

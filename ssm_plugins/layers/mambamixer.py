@@ -1,0 +1,373 @@
+"""MambaMixer / QSMixer building blocks (Behrouz et al. 2024, arXiv:2403.19888 v2), spec mambamixer.md §1–2.
+
+    SelectiveTokenMixer    §2.1: x̄ = SiLU(DWConv(W_in u)), gate = W_g[DWConv_k(u) ‖ …], y = W_out(mix(x̄) ⊙ SiLU(gate))
+                           with mix = causal S6 ('s6'), forward+backward S6 ('s6_bi') or scalar-A QS ('qs').
+    SelectiveChannelMixer  §2.2: QS along the channel axis (channels are the sequence, tokens the features),
+                           gated per token by SiLU(u W_2ᵀ).
+    MambaMixerBlock        §2.3: pre-norm residual token mixer then channel mixer, DropPath on both branches.
+    QSMixerBlock           §2.4: the same with the QS token mixer (scalar A per head).
+
+All layers take and return (batch, L, dim). The scans are ``ssm_plugins.ops.selective_scan`` and
+``ssm_plugins.ops.qs_mix``. Parameter initialisation follows Mamba (§1.1): Δ bias = softplus⁻¹ of a log-uniform
+draw in [1e-3, 1e-1] (floor 1e-4), dt up-projection uniform(±dt_rank^-1/2), A_log = log(1..N) (diagonal A) or
+log U[1, 16] (scalar A), D = 1, no bias on projections, bias on the convolutions.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .. import ops
+
+__all__ = ["SelectiveTokenMixer", "SelectiveChannelMixer", "MambaMixerBlock", "QSMixerBlock"]
+
+_TOKEN_MIXERS = ("s6", "s6_bi", "qs")
+_SELECTION_INPUTS = ("block_input", "conv_output")
+_CHANNEL_PARAMS = ("scalar", "diag")
+_QS_SHIFTS = ("exact", "hydra")
+_NORMS = ("layernorm", "rmsnorm")
+
+
+def _positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _choice(name, value, allowed):
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+
+
+def _check_input(name, x, dim, num_tokens=None):
+    if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != dim:
+        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"{name} must have shape (batch, L, dim={dim}), got {shape}")
+    if num_tokens is not None and x.shape[1] != num_tokens:
+        raise ValueError(f"{name} must have L = num_tokens = {num_tokens} tokens (the channel mixer's selection "
+                         f"weights act on the token axis), got shape {tuple(x.shape)}")
+
+
+def _dt_bias(size, dt_min=1e-3, dt_max=1e-1, dt_floor=1e-4):
+    """Mamba's Δ bias: softplus⁻¹ of Δ ~ log-uniform[dt_min, dt_max], clamped below at dt_floor (§1.1)."""
+    dt = torch.exp(torch.rand(size) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
+    dt = dt.clamp(min=dt_floor)
+    return dt + torch.log(-torch.expm1(-dt))  # inverse of softplus
+
+
+def _a_log_diag(channels, d_state):
+    """S4D-real init A = -(1..N) for every channel, stored as log."""
+    return torch.log(torch.arange(1, d_state + 1, dtype=torch.float32)).repeat(channels, 1)
+
+
+def _a_log_scalar(heads):
+    """Mamba-2 init: A = -a with a ~ U[1, 16] per head, stored as log."""
+    return torch.log(torch.empty(heads).uniform_(1.0, 16.0))
+
+
+def _drop_path(x, prob, training):
+    if prob == 0.0 or not training:
+        return x
+    keep = 1.0 - prob
+    mask = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(keep)
+    return x * mask / keep
+
+
+def _make_norm(norm, dim):
+    _choice("norm", norm, _NORMS)
+    return nn.LayerNorm(dim, eps=1e-6) if norm == "layernorm" else nn.RMSNorm(dim, eps=1e-6)
+
+
+class _DWConv1d(nn.Module):
+    """Depthwise conv over the sequence of a (batch, L, C) tensor; causal (left) or 'same' padding."""
+
+    def __init__(self, channels, kernel_size, causal):
+        super().__init__()
+        self.conv = nn.Conv1d(channels, channels, kernel_size, groups=channels, bias=True)
+        k = kernel_size - 1
+        self.pad = (k, 0) if causal else (k // 2, k - k // 2)
+
+    def forward(self, x):
+        return F.conv1d(F.pad(x.transpose(1, 2), self.pad), self.conv.weight, self.conv.bias,
+                        groups=self.conv.groups).transpose(1, 2)
+
+
+class _S6Direction(nn.Module):
+    """One direction's S6 selection parameters (§1.1): x_proj -> (dt_low, B, C), dt_proj, dt_bias, A_log."""
+
+    def __init__(self, sel_dim, inner, d_state, dt_rank):
+        super().__init__()
+        self.dt_rank, self.d_state = dt_rank, d_state
+        self.x_proj = nn.Linear(sel_dim, dt_rank + 2 * d_state, bias=False)
+        self.dt_proj = nn.Linear(dt_rank, inner, bias=False)
+        nn.init.uniform_(self.dt_proj.weight, -dt_rank ** -0.5, dt_rank ** -0.5)
+        self.dt_bias = nn.Parameter(_dt_bias(inner))
+        self.A_log = nn.Parameter(_a_log_diag(inner, d_state))
+
+    def selection(self, sel):
+        """sel (batch, L, sel_dim) -> dt (batch, inner, L), B, C (batch, N, L) in selective_scan's layout."""
+        dt_low, B, C = self.x_proj(sel).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
+        return self.dt_proj(dt_low).transpose(1, 2), B.transpose(1, 2), C.transpose(1, 2)
+
+
+class _QSDirection(nn.Module):
+    """One direction's scalar-A selection parameters (§1.3): per-head dt, shared B and C (ngroups = 1)."""
+
+    def __init__(self, sel_dim, heads, d_state):
+        super().__init__()
+        self.heads, self.d_state = heads, d_state
+        self.x_proj = nn.Linear(sel_dim, heads + 2 * d_state, bias=False)
+        self.dt_bias = nn.Parameter(_dt_bias(heads))
+        self.A_log = nn.Parameter(_a_log_scalar(heads))
+
+    def selection(self, sel):
+        """sel (..., L, sel_dim) -> dt (..., L, H), B, C (..., L, N)."""
+        return self.x_proj(sel).split([self.heads, self.d_state, self.d_state], dim=-1)
+
+
+class SelectiveTokenMixer(nn.Module):
+    """Selective Token Mixer (§2.1): mixes the L tokens of a normalised (batch, L, dim) input.
+
+        x̄ = SiLU(DWConv1d_{d_conv}(W_in u))                         (batch, L, E), E = expand·dim
+        g = W_g [DWConv1d_{k_1}(u) ‖ … ‖ DWConv1d_{k_T}(u)]          (batch, L, E)
+        y = W_out( mix(x̄; Δ, A, B, C) ⊙ SiLU(g) )                   (batch, L, dim)
+
+    Args:
+        dim: model width D.
+        d_state: N [X Mamba: 16]. expand: E / D [2]. d_conv: main-branch conv kernel [4].
+        dt_rank: rank of the Δ projection, "auto" = ⌈D/16⌉ (token_mixer 's6'/'s6_bi').
+        gate_kernels: depthwise kernels of the multi-resolution gate [D: (3, 5, 7), spec §2.1];
+            (1,) makes the gate a linear map (Remark 1, Mamba's gate).
+        token_mixer: 's6' (causal S6, D skip), 's6_bi' (forward + backward S6 with per-direction
+            Δ/B/C/A and shared in/conv/gate/out projections, D skip) or 'qs' (scalar-A QS, §1.3/§2.4) [D: 's6'].
+        selection_input: Δ/B/C from 'block_input' u (App. F.4) or Mamba's 'conv_output' x̄ [D: 'block_input'].
+        causal: left padding of all convolutions (causal data); False = 'same' padding [D: True for 's6',
+            False for 's6_bi'/'qs' when None].
+        headdim: P, features per head of the 'qs' mixer [D: 64]; E must be divisible by it.
+        qs_shift: strict part of QS, 'exact' (Eq. 8) or 'hydra' [D: 'exact'].
+
+    Parameters named ``A_log``, ``D``, ``dt_bias`` and ``gamma_bias`` are listed in ``no_weight_decay_names``
+    (as suffixes; the per-direction modules are ``fwd`` and ``bwd``).
+    """
+
+    @property
+    def no_weight_decay_names(self):
+        names = ("D", "gamma_bias", "fwd.A_log", "fwd.dt_bias", "bwd.A_log", "bwd.dt_bias")
+        return tuple(n for n in names if _has_param(self, n))
+
+    def __init__(self, dim: int, d_state: int = 16, expand: int = 2, d_conv: int = 4, dt_rank="auto",
+                 gate_kernels: Sequence[int] = (3, 5, 7), token_mixer: str = "s6",
+                 selection_input: str = "block_input", causal=None, headdim: int = 64, qs_shift: str = "exact"):
+        super().__init__()
+        for name, value in (("dim", dim), ("d_state", d_state), ("expand", expand), ("d_conv", d_conv),
+                            ("headdim", headdim)):
+            _positive_int(name, value)
+        _choice("token_mixer", token_mixer, _TOKEN_MIXERS)
+        _choice("selection_input", selection_input, _SELECTION_INPUTS)
+        _choice("qs_shift", qs_shift, _QS_SHIFTS)
+        gate_kernels = tuple(gate_kernels)
+        if not gate_kernels or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in gate_kernels):
+            raise ValueError(f"gate_kernels must be a non-empty sequence of positive ints, got {gate_kernels!r}")
+        if dt_rank == "auto":
+            dt_rank = math.ceil(dim / 16)
+        _positive_int("dt_rank", dt_rank)
+        inner = expand * dim
+        if token_mixer == "qs" and inner % headdim != 0:
+            raise ValueError(f"headdim ({headdim}) must divide the inner width expand*dim = {inner} for token_mixer='qs'")
+        if causal is None:
+            causal = token_mixer == "s6"
+        if causal and token_mixer != "s6":
+            raise ValueError(f"causal=True needs token_mixer='s6', got token_mixer={token_mixer!r} (non-causal)")
+        self.dim, self.inner, self.d_state = dim, inner, d_state
+        self.token_mixer, self.selection_input, self.causal = token_mixer, selection_input, bool(causal)
+        self.qs_shift, self.headdim = qs_shift, headdim
+
+        self.in_proj = nn.Linear(dim, inner, bias=False)
+        self.conv = _DWConv1d(inner, d_conv, self.causal)
+        self.gate_convs = nn.ModuleList(_DWConv1d(dim, k, self.causal) for k in gate_kernels)
+        self.gate_proj = nn.Linear(len(gate_kernels) * dim, inner, bias=False)
+        self.out_proj = nn.Linear(inner, dim, bias=False)
+        sel_dim = dim if selection_input == "block_input" else inner
+        if token_mixer == "qs":
+            heads = inner // headdim
+            self.fwd = _QSDirection(sel_dim, heads, d_state)
+            self.bwd = _QSDirection(sel_dim, heads, d_state)
+            # Free diagonal γ_{t,h} = d_h + w_hᵀ x̄_t (spec A5, Hydra-like), d = 1 and w = 0 at init.
+            self.gamma_bias = nn.Parameter(torch.ones(heads))
+            self.gamma_proj = nn.Linear(inner, heads, bias=False)
+            nn.init.zeros_(self.gamma_proj.weight)
+        else:
+            self.fwd = _S6Direction(sel_dim, inner, d_state, dt_rank)
+            self.bwd = _S6Direction(sel_dim, inner, d_state, dt_rank) if token_mixer == "s6_bi" else None
+            self.D = nn.Parameter(torch.ones(inner))
+
+    def extra_repr(self):
+        return (f"dim={self.dim}, inner={self.inner}, d_state={self.d_state}, token_mixer={self.token_mixer!r}, "
+                f"selection_input={self.selection_input!r}, causal={self.causal}")
+
+    def mix(self, xbar, sel):
+        """The sequence mixer on x̄ (batch, L, E) with selection input sel (batch, L, ·); returns (batch, L, E)."""
+        if self.token_mixer == "qs":
+            batch, length, _ = xbar.shape
+            dt, B, C = self.fwd.selection(sel)
+            dt_r, B_r, C_r = self.bwd.selection(sel)
+            gamma = self.gamma_bias + self.gamma_proj(xbar)
+            y = ops.qs_mix(xbar.reshape(batch, length, -1, self.headdim), dt, -torch.exp(self.fwd.A_log), B, C,
+                           dt_r, -torch.exp(self.bwd.A_log), B_r, C_r, gamma, dt_bias=self.fwd.dt_bias,
+                           dt_bias_rev=self.bwd.dt_bias, dt_softplus=True, qs_shift=self.qs_shift)
+            return y.reshape(batch, length, -1)
+        u = xbar.transpose(1, 2)
+        dt, B, C = self.fwd.selection(sel)
+        y = ops.selective_scan(u, dt, -torch.exp(self.fwd.A_log), B, C, self.D, delta_bias=self.fwd.dt_bias,
+                               delta_softplus=True)
+        if self.bwd is not None:
+            dt_r, B_r, C_r = (t.flip(-1) for t in self.bwd.selection(sel))
+            y = y + ops.selective_scan(u.flip(-1), dt_r, -torch.exp(self.bwd.A_log), B_r, C_r,
+                                       delta_bias=self.bwd.dt_bias, delta_softplus=True).flip(-1)
+        return y.transpose(1, 2)
+
+    def forward(self, u):
+        """u: normalised block input (batch, L, dim) -> (batch, L, dim)."""
+        _check_input("u", u, self.dim)
+        xbar = F.silu(self.conv(self.in_proj(u)))
+        gate = self.gate_proj(torch.cat([conv(u) for conv in self.gate_convs], dim=-1))
+        sel = u if self.selection_input == "block_input" else xbar
+        return self.out_proj(self.mix(xbar, sel) * F.silu(gate))
+
+
+class SelectiveChannelMixer(nn.Module):
+    """Selective Channel Mixer (§2.2): non-causal QS along the channel axis of a normalised (batch, L, dim) input.
+
+    The sequence is the D channels and each channel position c carries the L-vector z_c = u[:, :, c] of its
+    tokens, so the selection weights act on the token axis (size ``num_tokens``):
+
+        B_c = W_B z_c, C_c = W_C z_c ∈ R^N,  Δ_c = softplus(w_Δ·z_c + b_Δ)    (one set per direction)
+        Y = Q Z (Q ∈ R^{D×D} per sample, strictly lower/upper parts from the two scans, free diagonal γ ∈ R^D)
+        y = Yᵀ ⊙ SiLU(u W_2ᵀ)
+
+    Args:
+        dim: number of channels D (the scanned sequence length).
+        num_tokens: L0, the token count the selection weights are built for; inputs must have it.
+        d_state: N [16].
+        channel_qs_param: 'scalar' (scalar A, one head over all L features, spec A8) or 'diag' (per-token
+            Δ with low rank ⌈L0/16⌉ and diagonal A of shape (L0, N), Eq. 8's S6 form) [D: 'scalar'].
+        qs_shift: 'exact' or 'hydra' [D: 'exact'].
+
+    ``no_weight_decay_names``: the per-direction A_log and dt_bias, and γ.
+    """
+
+    no_weight_decay_names = ("gamma", "fwd.A_log", "fwd.dt_bias", "bwd.A_log", "bwd.dt_bias")
+
+    def __init__(self, dim: int, num_tokens: int, d_state: int = 16, channel_qs_param: str = "scalar",
+                 qs_shift: str = "exact"):
+        super().__init__()
+        for name, value in (("dim", dim), ("num_tokens", num_tokens), ("d_state", d_state)):
+            _positive_int(name, value)
+        _choice("channel_qs_param", channel_qs_param, _CHANNEL_PARAMS)
+        _choice("qs_shift", qs_shift, _QS_SHIFTS)
+        self.dim, self.num_tokens, self.d_state = dim, num_tokens, d_state
+        self.channel_qs_param, self.qs_shift = channel_qs_param, qs_shift
+        if channel_qs_param == "scalar":
+            self.fwd = _QSDirection(num_tokens, 1, d_state)
+            self.bwd = _QSDirection(num_tokens, 1, d_state)
+        else:
+            rank = math.ceil(num_tokens / 16)
+            self.fwd = _S6Direction(num_tokens, num_tokens, d_state, rank)
+            self.bwd = _S6Direction(num_tokens, num_tokens, d_state, rank)
+        self.gamma = nn.Parameter(torch.ones(dim))  # static free diagonal (spec A5), init 1
+        self.gate_proj = nn.Linear(dim, dim, bias=False)  # W_2 (spec A10)
+
+    def extra_repr(self):
+        return (f"dim={self.dim}, num_tokens={self.num_tokens}, d_state={self.d_state}, "
+                f"channel_qs_param={self.channel_qs_param!r}")
+
+    def forward(self, u):
+        """u: normalised input (batch, L=num_tokens, dim) -> (batch, L, dim)."""
+        _check_input("u", u, self.dim, self.num_tokens)
+        z = u.transpose(1, 2)  # (batch, D, L): the sequence is the channels, the features the tokens
+        if self.channel_qs_param == "scalar":
+            dt, B, C = self.fwd.selection(z)  # (batch, D, 1), (batch, D, N)
+            dt_r, B_r, C_r = self.bwd.selection(z)
+            y = ops.qs_mix(z.unsqueeze(2), dt, -torch.exp(self.fwd.A_log), B, C, dt_r, -torch.exp(self.bwd.A_log),
+                           B_r, C_r, self.gamma[:, None], dt_bias=self.fwd.dt_bias, dt_bias_rev=self.bwd.dt_bias,
+                           dt_softplus=True, qs_shift=self.qs_shift)  # (batch, D, 1, L)
+            y = y[:, :, 0].transpose(1, 2)
+        else:
+            # Mamba layout: features (dim) = tokens, sequence = channels; u itself is (batch, L, D).
+            dt, B, C = self.fwd.selection(z)  # dt (batch, L, D), B/C (batch, N, D)
+            dt_r, B_r, C_r = self.bwd.selection(z)
+            y = ops.qs_mix(u, dt, -torch.exp(self.fwd.A_log), B, C, dt_r, -torch.exp(self.bwd.A_log), B_r, C_r,
+                           self.gamma.expand(self.num_tokens, self.dim), dt_bias=self.fwd.dt_bias,
+                           dt_bias_rev=self.bwd.dt_bias, dt_softplus=True, qs_shift=self.qs_shift)
+        return y * F.silu(self.gate_proj(u))
+
+
+class MambaMixerBlock(nn.Module):
+    """MambaMixer block (§2.3), (batch, L, dim) -> (batch, L, dim):
+
+        x = x + DropPath(SelectiveTokenMixer(Norm(x)));  x = x + DropPath(SelectiveChannelMixer(Norm(x)))
+
+    Args:
+        dim, num_tokens: width and token count (the channel mixer needs the token count).
+        drop_path: stochastic depth on both branches [D: 0].
+        norm: 'layernorm' (eps 1e-6) or 'rmsnorm' [D: 'layernorm'].
+        channel_mixer: False drops the channel mixer (the ``*_noqs`` ablation) [True].
+        token_mixer: see SelectiveTokenMixer [D: 's6'].
+        channel_qs_param, qs_shift, d_state, and **token_kwargs (expand, d_conv, dt_rank, gate_kernels,
+        selection_input, causal, headdim) are passed to the mixers.
+    """
+
+    def __init__(self, dim: int, num_tokens: int, drop_path: float = 0.0, norm: str = "layernorm",
+                 token_mixer: str = "s6", channel_mixer: bool = True, channel_qs_param: str = "scalar",
+                 d_state: int = 16, qs_shift: str = "exact", **token_kwargs):
+        super().__init__()
+        if not 0.0 <= drop_path < 1.0:
+            raise ValueError(f"drop_path must be in [0, 1), got {drop_path!r}")
+        self.dim, self.drop_path_prob = dim, float(drop_path)
+        self.norm1 = _make_norm(norm, dim)
+        self.token_mixer = SelectiveTokenMixer(dim, d_state=d_state, token_mixer=token_mixer, qs_shift=qs_shift,
+                                               **token_kwargs)
+        if channel_mixer:
+            self.norm2 = _make_norm(norm, dim)
+            self.channel_mixer = SelectiveChannelMixer(dim, num_tokens, d_state=d_state,
+                                                       channel_qs_param=channel_qs_param, qs_shift=qs_shift)
+        else:
+            self.norm2 = self.channel_mixer = None
+
+    @property
+    def no_weight_decay_names(self):
+        names = [f"token_mixer.{n}" for n in self.token_mixer.no_weight_decay_names]
+        if self.channel_mixer is not None:
+            names += [f"channel_mixer.{n}" for n in self.channel_mixer.no_weight_decay_names]
+        return tuple(n for n in names if _has_param(self, n))
+
+    def extra_repr(self):
+        return f"drop_path={self.drop_path_prob}"
+
+    def forward(self, x):
+        _check_input("x", x, self.dim)
+        x = x + _drop_path(self.token_mixer(self.norm1(x)), self.drop_path_prob, self.training)
+        if self.channel_mixer is not None:
+            x = x + _drop_path(self.channel_mixer(self.norm2(x)), self.drop_path_prob, self.training)
+        return x
+
+
+class QSMixerBlock(MambaMixerBlock):
+    """QSMixer block (§2.4): MambaMixerBlock with the scalar-A QS token mixer (non-causal, 'same' padding)
+    and the scalar-A QS channel mixer. Same arguments as MambaMixerBlock except ``token_mixer``."""
+
+    def __init__(self, dim: int, num_tokens: int, drop_path: float = 0.0, norm: str = "layernorm", **kwargs):
+        if "token_mixer" in kwargs:
+            raise ValueError("QSMixerBlock always uses token_mixer='qs'; use MambaMixerBlock for other mixers")
+        super().__init__(dim, num_tokens, drop_path=drop_path, norm=norm, token_mixer="qs", **kwargs)
+
+
+def _has_param(module, name):
+    try:
+        module.get_parameter(name)
+        return True
+    except AttributeError:
+        return False

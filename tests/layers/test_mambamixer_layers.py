@@ -1,0 +1,208 @@
+"""MambaMixer / QSMixer layers (spec mambamixer.md §2): shapes, gradients, equality with direct computations."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ssm_plugins.layers.mambamixer import (MambaMixerBlock, QSMixerBlock, SelectiveChannelMixer,
+                                           SelectiveTokenMixer)
+from ssm_plugins.ops import reference
+
+DIM, TOKENS, BATCH = 8, 7, 2  # odd token count on purpose
+
+
+def _input(batch=BATCH, tokens=TOKENS, dim=DIM, dtype=torch.float64, grad=False):
+    return torch.randn(batch, tokens, dim, dtype=dtype, requires_grad=grad)
+
+
+def _conv(conv_module, x):
+    """Direct depthwise conv of (batch, L, C) with the module's padding."""
+    return F.conv1d(F.pad(x.transpose(1, 2), conv_module.pad), conv_module.conv.weight, conv_module.conv.bias,
+                    groups=conv_module.conv.groups).transpose(1, 2)
+
+
+@pytest.mark.parametrize("token_mixer", ["s6", "s6_bi", "qs"])
+@pytest.mark.parametrize("selection_input", ["block_input", "conv_output"])
+def test_token_mixer_shapes_and_backward(token_mixer, selection_input):
+    torch.manual_seed(0)
+    layer = SelectiveTokenMixer(DIM, d_state=4, token_mixer=token_mixer, selection_input=selection_input,
+                                headdim=4).double()
+    u = _input(grad=True)
+    y = layer(u)
+    assert y.shape == u.shape and torch.isfinite(y).all()
+    y.square().sum().backward()
+    assert u.grad is not None and torch.isfinite(u.grad).all()
+    for name, p in layer.named_parameters():
+        if name == "gamma_proj.weight":
+            continue  # zero init: gets a gradient, but it is checked to exist only
+        assert p.grad is not None, name
+
+
+def test_token_mixer_mamba_init():
+    torch.manual_seed(0)
+    layer = SelectiveTokenMixer(32, d_state=16)
+    assert layer.fwd.dt_rank == 2  # ⌈32/16⌉
+    assert torch.allclose(-torch.exp(layer.fwd.A_log[5]), -torch.arange(1, 17, dtype=torch.float32))
+    assert torch.equal(layer.D, torch.ones(64))
+    dt = F.softplus(layer.fwd.dt_bias)
+    assert dt.min() >= 1e-4 - 1e-9 and dt.max() <= 0.1 + 1e-6
+    assert layer.in_proj.bias is None and layer.out_proj.bias is None and layer.gate_proj.bias is None
+    assert layer.conv.conv.bias is not None
+    assert set(layer.no_weight_decay_names) == {"D", "fwd.A_log", "fwd.dt_bias"}
+    qs = SelectiveTokenMixer(32, token_mixer="qs", headdim=16)
+    a = torch.exp(qs.fwd.A_log)
+    assert a.shape == (4,) and (a >= 1).all() and (a <= 16).all()
+    assert set(qs.no_weight_decay_names) == {"gamma_bias", "fwd.A_log", "fwd.dt_bias", "bwd.A_log", "bwd.dt_bias"}
+
+
+def test_s6_token_mixer_equals_direct_computation():
+    torch.manual_seed(1)
+    layer = SelectiveTokenMixer(DIM, d_state=4, token_mixer="s6_bi").double()
+    u = _input()
+    xbar = F.silu(_conv(layer.conv, u @ layer.in_proj.weight.T))
+    gate = torch.cat([_conv(c, u) for c in layer.gate_convs], -1) @ layer.gate_proj.weight.T
+
+    def scan(direction, x, sel, D):
+        proj = sel @ direction.x_proj.weight.T
+        r, n = direction.dt_rank, direction.d_state
+        dt = proj[..., :r] @ direction.dt_proj.weight.T
+        return reference.selective_scan(x.transpose(1, 2), dt.transpose(1, 2), -torch.exp(direction.A_log),
+                                        proj[..., r:r + n].transpose(1, 2), proj[..., r + n:].transpose(1, 2),
+                                        D, delta_bias=direction.dt_bias, delta_softplus=True).transpose(1, 2)
+
+    mixed = scan(layer.fwd, xbar, u, layer.D) + scan(layer.bwd, xbar.flip(1), u.flip(1), None).flip(1)
+    expected = (mixed * F.silu(gate)) @ layer.out_proj.weight.T
+    torch.testing.assert_close(layer(u), expected, rtol=1e-9, atol=1e-9)
+
+
+def test_causal_s6_token_mixer_is_causal():
+    torch.manual_seed(2)
+    layer = SelectiveTokenMixer(DIM, d_state=4).double()
+    u = _input()
+    u2 = u.clone()
+    u2[:, 4:] += 1.0
+    torch.testing.assert_close(layer(u)[:, :4], layer(u2)[:, :4])
+
+
+def test_qs_token_mixer_equals_dense_matrix():
+    torch.manual_seed(3)
+    layer = SelectiveTokenMixer(DIM, d_state=4, token_mixer="qs", headdim=4).double()
+    with torch.no_grad():
+        layer.gamma_proj.weight.normal_()  # exercise the data-dependent diagonal
+    u = _input()
+    xbar = F.silu(_conv(layer.conv, u @ layer.in_proj.weight.T))
+    gate = torch.cat([_conv(c, u) for c in layer.gate_convs], -1) @ layer.gate_proj.weight.T
+    heads, n = 4, 4
+
+    def sel(direction):
+        proj = u @ direction.x_proj.weight.T
+        return proj[..., :heads], proj[..., heads:heads + n].unsqueeze(2), proj[..., heads + n:].unsqueeze(2)
+
+    (dt, B, C), (dt_r, B_r, C_r) = sel(layer.fwd), sel(layer.bwd)
+    gamma = layer.gamma_bias + xbar @ layer.gamma_proj.weight.T
+    Q = reference.qs_matrix(dt, -torch.exp(layer.fwd.A_log)[:, None], B, C, dt_r, -torch.exp(layer.bwd.A_log)[:, None],
+                            B_r, C_r, gamma, dt_bias=layer.fwd.dt_bias, dt_bias_rev=layer.bwd.dt_bias,
+                            dt_softplus=True)  # (batch, H, L, L)
+    xh = xbar.reshape(BATCH, TOKENS, heads, 4)
+    mixed = torch.einsum("bhtk,bkhp->bthp", Q, xh).reshape(BATCH, TOKENS, -1)
+    expected = (mixed * F.silu(gate)) @ layer.out_proj.weight.T
+    torch.testing.assert_close(layer(u), expected, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("qs_shift", ["exact", "hydra"])
+def test_channel_mixer_equals_dense_qs_along_channels(qs_shift):
+    torch.manual_seed(4)
+    layer = SelectiveChannelMixer(DIM, TOKENS, d_state=3, qs_shift=qs_shift).double()
+    with torch.no_grad():
+        layer.gamma.normal_()
+    u = _input()
+    z = u.transpose(1, 2)  # (batch, D, L)
+
+    def sel(direction):
+        proj = z @ direction.x_proj.weight.T  # (batch, D, 1 + 2N)
+        return proj[..., :1], proj[..., 1:4].unsqueeze(2), proj[..., 4:].unsqueeze(2)
+
+    (dt, B, C), (dt_r, B_r, C_r) = sel(layer.fwd), sel(layer.bwd)
+    Q = reference.qs_matrix(dt, -torch.exp(layer.fwd.A_log)[:, None], B, C, dt_r, -torch.exp(layer.bwd.A_log)[:, None],
+                            B_r, C_r, layer.gamma[None, :, None].expand(BATCH, DIM, 1), dt_bias=layer.fwd.dt_bias,
+                            dt_bias_rev=layer.bwd.dt_bias, dt_softplus=True, qs_shift=qs_shift)[:, 0]  # (batch, D, D)
+    mixed = torch.einsum("bck,blk->blc", Q, u)  # Q applied along channels, for every token
+    expected = mixed * F.silu(u @ layer.gate_proj.weight.T)
+    torch.testing.assert_close(layer(u), expected, rtol=1e-9, atol=1e-9)
+
+
+def test_channel_mixer_diag_shapes_backward_and_noncausal():
+    torch.manual_seed(5)
+    layer = SelectiveChannelMixer(DIM, TOKENS, d_state=3, channel_qs_param="diag").double()
+    assert layer.fwd.A_log.shape == (TOKENS, 3)
+    u = _input(grad=True)
+    y = layer(u)
+    assert y.shape == u.shape
+    y.sum().backward()
+    assert all(p.grad is not None for p in layer.parameters())
+    # non-causal along channels: changing the last channel changes the output at channel 0
+    u2 = u.detach().clone()
+    u2[..., -1] += 1.0
+    assert not torch.allclose(layer(u.detach())[..., 0], layer(u2)[..., 0])
+
+
+@pytest.mark.parametrize("block_cls", [MambaMixerBlock, QSMixerBlock])
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+def test_blocks_shapes_backward_drop_path(block_cls, norm):
+    torch.manual_seed(6)
+    kwargs = dict(d_state=4, headdim=4) if block_cls is QSMixerBlock else dict(d_state=4)
+    block = block_cls(DIM, TOKENS, drop_path=0.5, norm=norm, **kwargs)
+    x = _input(batch=4, dtype=torch.float32, grad=True)
+    block.train()
+    y = block(x)
+    assert y.shape == x.shape
+    y.sum().backward()
+    assert torch.isfinite(x.grad).all()
+    block.eval()
+    torch.testing.assert_close(block(x), block(x))
+    names = set(block.no_weight_decay_names)
+    assert "channel_mixer.gamma" in names and "token_mixer.fwd.A_log" in names
+    params = dict(block.named_parameters())
+    assert all(n in params for n in names)
+
+
+def test_block_without_channel_mixer():
+    block = MambaMixerBlock(DIM, TOKENS, channel_mixer=False, d_state=4)
+    assert block.channel_mixer is None
+    assert block(_input(dtype=torch.float32)).shape == (BATCH, TOKENS, DIM)
+
+
+def test_float32_matches_float64():
+    torch.manual_seed(7)
+    block = QSMixerBlock(DIM, TOKENS, d_state=4, headdim=4)
+    x = _input(dtype=torch.float32)
+    y32 = block(x)
+    y64 = block.double()(x.double())
+    torch.testing.assert_close(y32.double(), y64, rtol=1e-4, atol=1e-5)
+
+
+def test_value_errors():
+    with pytest.raises(ValueError, match="token_mixer"):
+        SelectiveTokenMixer(DIM, token_mixer="attention")
+    with pytest.raises(ValueError, match="headdim"):
+        SelectiveTokenMixer(DIM, token_mixer="qs", headdim=5)
+    with pytest.raises(ValueError, match="causal"):
+        SelectiveTokenMixer(DIM, token_mixer="qs", headdim=4, causal=True)
+    with pytest.raises(ValueError, match="gate_kernels"):
+        SelectiveTokenMixer(DIM, gate_kernels=())
+    with pytest.raises(ValueError, match="selection_input"):
+        SelectiveTokenMixer(DIM, selection_input="x")
+    with pytest.raises(ValueError, match="channel_qs_param"):
+        SelectiveChannelMixer(DIM, TOKENS, channel_qs_param="full")
+    with pytest.raises(ValueError, match="num_tokens"):
+        SelectiveChannelMixer(DIM, 0)
+    with pytest.raises(ValueError, match=r"num_tokens = 7"):
+        SelectiveChannelMixer(DIM, TOKENS)(torch.randn(1, 9, DIM))
+    with pytest.raises(ValueError, match=r"\(batch, L, dim=8\)"):
+        SelectiveTokenMixer(DIM)(torch.randn(2, 5, 3))
+    with pytest.raises(ValueError, match="drop_path"):
+        MambaMixerBlock(DIM, TOKENS, drop_path=1.0)
+    with pytest.raises(ValueError, match="norm"):
+        MambaMixerBlock(DIM, TOKENS, norm="batchnorm")
+    with pytest.raises(ValueError, match="token_mixer"):
+        QSMixerBlock(DIM, TOKENS, token_mixer="s6")

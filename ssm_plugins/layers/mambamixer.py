@@ -23,7 +23,8 @@ import torch.nn.functional as F
 
 from .. import ops
 
-__all__ = ["SelectiveTokenMixer", "SelectiveChannelMixer", "MambaMixerBlock", "QSMixerBlock"]
+__all__ = ["SelectiveTokenMixer", "SelectiveChannelMixer", "MambaMixerBlock", "QSMixerBlock", "SwitchOfScans",
+           "scan_orders", "gather_tokens", "SCAN_NAMES"]
 
 _TOKEN_MIXERS = ("s6", "s6_bi", "qs")
 _SELECTION_INPUTS = ("block_input", "conv_output")
@@ -42,13 +43,12 @@ def _choice(name, value, allowed):
         raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
 
 
-def _check_input(name, x, dim, num_tokens=None):
+def _check_input(name, x, dim, num_tokens=None, why=""):
     if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != dim:
         shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
         raise ValueError(f"{name} must have shape (batch, L, dim={dim}), got {shape}")
     if num_tokens is not None and x.shape[1] != num_tokens:
-        raise ValueError(f"{name} must have L = num_tokens = {num_tokens} tokens (the channel mixer's selection "
-                         f"weights act on the token axis), got shape {tuple(x.shape)}")
+        raise ValueError(f"{name} must have L = {num_tokens} tokens{why}, got shape {tuple(x.shape)}")
 
 
 def _dt_bias(size, dt_min=1e-3, dt_max=1e-1, dt_floor=1e-4):
@@ -286,7 +286,7 @@ class SelectiveChannelMixer(nn.Module):
 
     def forward(self, u):
         """u: normalised input (batch, L=num_tokens, dim) -> (batch, L, dim)."""
-        _check_input("u", u, self.dim, self.num_tokens)
+        _check_input("u", u, self.dim, self.num_tokens, " = num_tokens (the selection weights act on the token axis)")
         z = u.transpose(1, 2)  # (batch, D, L): the sequence is the channels, the features the tokens
         if self.channel_qs_param == "scalar":
             dt, B, C = self.fwd.selection(z)  # (batch, D, 1), (batch, D, N)
@@ -371,3 +371,154 @@ def _has_param(module, name):
         return True
     except AttributeError:
         return False
+
+
+# ---- Switch of Scans (§3.2) ----------------------------------------------------------------------------------------
+
+SCAN_NAMES = ("C1", "C2", "C3", "C4", "Z1", "Z2", "Z3", "Z4", "Z5", "Z6", "Z7", "Z8", "L1", "L2", "L3", "L4")
+_SCAN_CACHE = {}
+
+
+def _snake(grid):
+    """Boustrophedon over the rows of an index grid: even rows left->right, odd rows right->left."""
+    rows = [row.flip(0) if r % 2 else row for r, row in enumerate(grid)]
+    return torch.cat(rows)
+
+
+def _local(grid, window):
+    """LocalMamba local scan: window x window tiles row-major, row-major inside each (edge tiles partial)."""
+    height, width = grid.shape
+    parts = [grid[r:r + window, c:c + window].reshape(-1)
+             for r in range(0, height, window) for c in range(0, width, window)]
+    return torch.cat(parts)
+
+
+def scan_orders(height: int, width: int, local_windows: Sequence[int] = (2, 7)):
+    """The 16 scan orders of SoS over a (height x width) patch grid (§3.2; Z and L lists are [D] reconstructions).
+
+    Returns (orders, inverses), LongTensors (16, height*width): ``x[:, orders[s]]`` is the scan-s sequence of
+    row-major tokens x and ``y[:, inverses[s]]`` puts a scan-ordered y back in row-major order. Rows follow
+    ``SCAN_NAMES``: C1 row-major, C2 column-major, C3/C4 their reverses; Z1..Z8 = {row, column}-snake x
+    {identity, horizontal flip, vertical flip, 180° rotation}; L1/L2 = local(w1) and its reverse, L3/L4 =
+    local(w2) and its reverse. Cached per (height, width, local_windows).
+    """
+    _positive_int("height", height)
+    _positive_int("width", width)
+    local_windows = tuple(local_windows)
+    if len(local_windows) != 2 or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in local_windows):
+        raise ValueError(f"local_windows must be two positive ints, got {local_windows!r}")
+    key = (height, width, local_windows)
+    if key not in _SCAN_CACHE:
+        grid = torch.arange(height * width).view(height, width)
+        row, col = grid.reshape(-1), grid.t().reshape(-1)
+        orders = [row, col, row.flip(0), col.flip(0)]
+        transforms = (lambda g: g, lambda g: g.flip(1), lambda g: g.flip(0), lambda g: g.flip(0).flip(1))
+        orders += [_snake(t(grid)) for t in transforms]
+        orders += [_snake(t(grid).t()) for t in transforms]
+        for window in local_windows:
+            local = _local(grid, window)
+            orders += [local, local.flip(0)]
+        orders = torch.stack(orders)
+        _SCAN_CACHE[key] = (orders, orders.argsort(dim=1))
+    return _SCAN_CACHE[key]
+
+
+def gather_tokens(x, index):
+    """x (batch, L, C), index (batch, L) -> x[b, index[b]] (per-sample permutation)."""
+    return x.gather(1, index.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
+
+
+class SwitchOfScans(nn.Module):
+    """Switch of Scans (§3.2): local summary tokens, a router over the 16 scans, top-n selection and the
+    combination of the n scanned outputs.
+
+    ``forward(e, grid_size)`` with patch embeddings e (batch, h*w, dim) (row-major, no class token) returns
+    (e', scan_ids (batch, n), gates (batch, n), probs (batch, 16)): e' has the LSTs concatenated and projected
+    (``lst_concat``), gates are g/sg(g) (value 1, gradient to the router; ``sos_gate='st'``) or the raw
+    probabilities (``sos_gate='vmoe'``). ``scan_index(scan_ids, grid_size)`` gives the per-sample (orders,
+    inverses) (batch, n, h*w); ``combine(u, ys, gates)`` mixes the n scans' outputs (n = 1: y·gate; n ≥ 2:
+    cross-scan attention or, with ``cross_scan_attn=False``, the plain gated sum).
+
+    Args:
+        dim: width D.
+        num_windows: ℓ², 4 or 9 [D: 4]. top_n: scans selected per image [P2: 1].
+        lst_concat: e_p <- W_lst[e_p ‖ S_w(p)] with W_lst = [I, 0] at init [D: True].
+        sos_gate: 'st' (straight-through, [D]) or 'vmoe' (y·g).
+        cross_scan_attn: softmax attention over the n outputs per token (n ≥ 2) [D: True].
+        local_windows: window sizes of the L1-L4 scans [D: (2, 7)].
+    Parameter names: ``lst_norm``, ``lst_proj`` (Linear 2D -> D), ``router`` (Linear ℓ²D -> 16),
+    ``attn_q``/``attn_k`` (Linear D -> D, only for top_n ≥ 2 with attention).
+    """
+
+    def __init__(self, dim: int, num_windows: int = 4, top_n: int = 1, lst_concat: bool = True,
+                 sos_gate: str = "st", cross_scan_attn: bool = True, local_windows: Sequence[int] = (2, 7)):
+        super().__init__()
+        _positive_int("dim", dim)
+        if num_windows not in (1, 4, 9, 16):
+            raise ValueError(f"num_windows must be a square (1, 4, 9 or 16), got {num_windows!r}")
+        _positive_int("top_n", top_n)
+        if top_n > len(SCAN_NAMES):
+            raise ValueError(f"top_n must be <= {len(SCAN_NAMES)}, got {top_n}")
+        _choice("sos_gate", sos_gate, ("st", "vmoe"))
+        self.dim, self.num_windows, self.top_n = dim, num_windows, top_n
+        self.side = int(round(math.sqrt(num_windows)))
+        self.sos_gate, self.local_windows = sos_gate, tuple(local_windows)
+        scan_orders(2, 2, self.local_windows)  # validate local_windows early
+        self.lst_norm = nn.LayerNorm(dim, eps=1e-6)
+        if lst_concat:
+            self.lst_proj = nn.Linear(2 * dim, dim, bias=False)
+            with torch.no_grad():
+                self.lst_proj.weight.zero_()
+                self.lst_proj.weight[:, :dim].copy_(torch.eye(dim))
+        else:
+            self.lst_proj = None
+        self.router = nn.Linear(num_windows * dim, len(SCAN_NAMES))
+        nn.init.trunc_normal_(self.router.weight, std=0.02)
+        nn.init.zeros_(self.router.bias)
+        if top_n >= 2 and cross_scan_attn:
+            self.attn_q = nn.Linear(dim, dim, bias=False)
+            self.attn_k = nn.Linear(dim, dim, bias=False)
+        else:
+            self.attn_q = self.attn_k = None
+
+    def extra_repr(self):
+        return (f"dim={self.dim}, num_windows={self.num_windows}, top_n={self.top_n}, sos_gate={self.sos_gate!r}, "
+                f"cross_scan_attn={self.attn_q is not None}")
+
+    def _windows(self, height, width):
+        """Window id (row-major over the ℓ x ℓ window grid) of every row-major token."""
+        rows = torch.cat([torch.full((len(c),), i) for i, c in enumerate(torch.arange(height).tensor_split(self.side))])
+        cols = torch.cat([torch.full((len(c),), i) for i, c in enumerate(torch.arange(width).tensor_split(self.side))])
+        return (rows[:, None] * self.side + cols[None, :]).reshape(-1)
+
+    def forward(self, e, grid_size):
+        height, width = grid_size
+        _check_input("e", e, self.dim, height * width, f" = h*w of grid_size {tuple(grid_size)}")
+        if height < self.side or width < self.side:
+            raise ValueError(f"grid_size {tuple(grid_size)} must be at least {self.side}x{self.side} "
+                             f"for num_windows={self.num_windows}")
+        window = self._windows(height, width).to(e.device)
+        one_hot = F.one_hot(window, self.num_windows).to(e.dtype)  # (L, ℓ²)
+        summary = self.lst_norm(torch.einsum("lw,bld->bwd", one_hot / one_hot.sum(0), e))  # S_i = LN(mean)
+        if self.lst_proj is not None:
+            e = self.lst_proj(torch.cat([e, summary[:, window]], dim=-1))
+        probs = torch.softmax(self.router(summary.flatten(1)), dim=-1)
+        top_probs, scan_ids = probs.topk(self.top_n, dim=-1)
+        gates = top_probs / top_probs.detach() if self.sos_gate == "st" else top_probs
+        return e, scan_ids, gates, probs
+
+    def scan_index(self, scan_ids, grid_size):
+        """scan_ids (batch, n) -> per-sample (orders, inverses), each (batch, n, h*w) on scan_ids' device."""
+        orders, inverses = scan_orders(*grid_size, self.local_windows)
+        return orders.to(scan_ids.device)[scan_ids], inverses.to(scan_ids.device)[scan_ids]
+
+    def combine(self, u, ys, gates):
+        """u (batch, L, D) the mixer input (attention queries); ys (batch, n, L, D) the n scans' outputs in
+        row-major order; gates (batch, n). Returns (batch, L, D)."""
+        ys = ys * gates[:, :, None, None].to(ys.dtype)
+        if ys.shape[1] == 1:
+            return ys[:, 0]
+        if self.attn_q is None:
+            return ys.sum(1)
+        scores = torch.einsum("bld,bnld->bln", self.attn_q(u), self.attn_k(ys)) / math.sqrt(self.dim)
+        return torch.einsum("bln,bnld->bld", torch.softmax(scores, dim=-1), ys)

@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ssm_plugins.layers.mambamixer import (MambaMixerBlock, QSMixerBlock, SelectiveChannelMixer,
-                                           SelectiveTokenMixer)
+from ssm_plugins.layers.mambamixer import (SCAN_NAMES, MambaMixerBlock, QSMixerBlock, SelectiveChannelMixer,
+                                           SelectiveTokenMixer, SwitchOfScans, gather_tokens, scan_orders)
 from ssm_plugins.ops import reference
 
 DIM, TOKENS, BATCH = 8, 7, 2  # odd token count on purpose
@@ -196,7 +196,7 @@ def test_value_errors():
         SelectiveChannelMixer(DIM, TOKENS, channel_qs_param="full")
     with pytest.raises(ValueError, match="num_tokens"):
         SelectiveChannelMixer(DIM, 0)
-    with pytest.raises(ValueError, match=r"num_tokens = 7"):
+    with pytest.raises(ValueError, match=r"L = 7 tokens = num_tokens"):
         SelectiveChannelMixer(DIM, TOKENS)(torch.randn(1, 9, DIM))
     with pytest.raises(ValueError, match=r"\(batch, L, dim=8\)"):
         SelectiveTokenMixer(DIM)(torch.randn(2, 5, 3))
@@ -206,3 +206,91 @@ def test_value_errors():
         MambaMixerBlock(DIM, TOKENS, norm="batchnorm")
     with pytest.raises(ValueError, match="token_mixer"):
         QSMixerBlock(DIM, TOKENS, token_mixer="s6")
+
+
+# ---- Switch of Scans ----------------------------------------------------------------------------------------------
+
+def test_scan_orders_are_permutations_with_inverses():
+    orders, inverses = scan_orders(9, 8)
+    assert orders.shape == (16, 72) == inverses.shape
+    for order, inverse in zip(orders, inverses):
+        assert torch.equal(order.sort().values, torch.arange(72))
+        assert torch.equal(order[inverse], torch.arange(72))
+    assert len({tuple(o.tolist()) for o in orders}) == 16  # all distinct once the grid exceeds the 7x7 window
+    assert scan_orders(9, 8)[0] is orders  # cached
+
+
+def test_scan_order_definitions():
+    orders, _ = dict(zip(SCAN_NAMES, scan_orders(3, 4)[0])), None
+    assert orders["C1"].tolist() == list(range(12))
+    assert orders["C2"].tolist() == [0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11]
+    assert orders["C3"].tolist() == list(range(11, -1, -1))
+    assert orders["Z1"].tolist() == [0, 1, 2, 3, 7, 6, 5, 4, 8, 9, 10, 11]  # row snake
+    assert orders["Z2"].tolist() == [3, 2, 1, 0, 4, 5, 6, 7, 11, 10, 9, 8]  # row snake, horizontal flip
+    assert orders["Z5"].tolist() == [0, 4, 8, 9, 5, 1, 2, 6, 10, 11, 7, 3]  # column snake
+    assert orders["L1"].tolist() == [0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 10, 11]  # 2x2 windows, partial last row
+    assert orders["L2"].tolist() == orders["L1"].flip(0).tolist()
+    assert orders["L3"].tolist() == list(range(12))  # 7x7 window covers the 3x4 grid
+
+
+def test_gather_scatter_round_trip_per_sample():
+    torch.manual_seed(8)
+    sos = SwitchOfScans(DIM)
+    x = torch.randn(3, 20, DIM)
+    order, inverse = sos.scan_index(torch.tensor([[0], [7], [13]]), (4, 5))
+    scanned = gather_tokens(x, order[:, 0])
+    assert torch.equal(scanned[1], x[1, scan_orders(4, 5)[0][7]])
+    assert torch.equal(gather_tokens(scanned, inverse[:, 0]), x)
+
+
+def test_router_picks_top_n_scans():
+    torch.manual_seed(9)
+    sos = SwitchOfScans(DIM, top_n=3)
+    with torch.no_grad():
+        sos.router.weight.zero_()
+        sos.router.bias.copy_(torch.tensor([0., 1, 2, 9, 0, 0, 0, 0, 0, 7, 0, 0, 0, 8, 0, 0]))
+    e = torch.randn(2, 16, DIM)
+    out, scan_ids, gates, probs = sos(e, (4, 4))
+    assert scan_ids.tolist() == [[3, 13, 9]] * 2
+    torch.testing.assert_close(gates, torch.ones(2, 3))  # straight-through: value 1
+    torch.testing.assert_close(probs.sum(-1), torch.ones(2))
+    torch.testing.assert_close(out, e)  # W_lst = [I, 0] at init
+
+
+def test_sos_every_parameter_gets_a_gradient():
+    torch.manual_seed(10)
+    sos = SwitchOfScans(DIM, top_n=16)  # every scan selected at once, cross-scan attention
+    e = torch.randn(2, 16, DIM)
+    out, scan_ids, gates, _ = sos(e, (4, 4))
+    order, inverse = sos.scan_index(scan_ids, (4, 4))
+    # a toy order-dependent mixer: causal cumulative sum along each scan
+    ys = torch.stack([gather_tokens(gather_tokens(out, order[:, j]).cumsum(1), inverse[:, j]) for j in range(16)], 1)
+    sos.combine(out, ys, gates).square().sum().backward()
+    for name, p in sos.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def test_sos_top1_router_gradient_and_vmoe_gate():
+    torch.manual_seed(11)
+    sos = SwitchOfScans(DIM)
+    out, scan_ids, gates, _ = sos(torch.randn(2, 16, DIM), (4, 4))
+    y = sos.combine(out, out[:, None], gates)
+    torch.testing.assert_close(y, out)  # forward value unscaled
+    y.sum().backward()
+    assert sos.router.weight.grad.abs().sum() > 0
+    vmoe = SwitchOfScans(DIM, sos_gate="vmoe")
+    _, _, g, probs = vmoe(torch.randn(2, 16, DIM), (4, 4))
+    torch.testing.assert_close(g[:, 0], probs.max(-1).values)
+
+
+def test_sos_value_errors():
+    with pytest.raises(ValueError, match="num_windows"):
+        SwitchOfScans(DIM, num_windows=5)
+    with pytest.raises(ValueError, match="top_n"):
+        SwitchOfScans(DIM, top_n=17)
+    with pytest.raises(ValueError, match="sos_gate"):
+        SwitchOfScans(DIM, sos_gate="soft")
+    with pytest.raises(ValueError, match="local_windows"):
+        scan_orders(4, 4, (2,))
+    with pytest.raises(ValueError, match="grid_size"):
+        SwitchOfScans(DIM)(torch.randn(1, 12, DIM), (4, 4))

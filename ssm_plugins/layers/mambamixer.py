@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from .. import ops
 
 __all__ = ["SelectiveTokenMixer", "SelectiveChannelMixer", "MambaMixerBlock", "QSMixerBlock", "SwitchOfScans",
-           "scan_orders", "gather_tokens", "SCAN_NAMES"]
+           "scan_orders", "gather_tokens", "SCAN_NAMES", "SpatialPriorModule", "MultiResolutionConvGate",
+           "ConvTokenInteraction"]
 
 _TOKEN_MIXERS = ("s6", "s6_bi", "qs")
 _SELECTION_INPUTS = ("block_input", "conv_output")
@@ -522,3 +523,135 @@ class SwitchOfScans(nn.Module):
             return ys.sum(1)
         scores = torch.einsum("bld,bnld->bln", self.attn_q(u), self.attn_k(ys)) / math.sqrt(self.dim)
         return torch.einsum("bln,bnld->bld", torch.softmax(scores, dim=-1), ys)
+
+
+# ---- Multi-resolution convolution branch and fusion (§3.3, ViT-CoMer-derived) -----------------------------------
+
+def _conv_bn_relu(cin, cout, stride):
+    return [nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
+
+
+def _check_levels(F_tokens, dim, sizes):
+    sizes = [tuple(int(v) for v in s) for s in sizes]
+    if len(sizes) != 3:
+        raise ValueError(f"sizes must list the 3 levels' (height, width), got {sizes!r}")
+    _check_input("F_tokens", F_tokens, dim, sum(h * w for h, w in sizes), f" = the sum of h*w over sizes {sizes}")
+    return sizes
+
+
+class SpatialPriorModule(nn.Module):
+    """Conv stem of the multi-resolution branch (§3.3 SPM, ViT-CoMer ``CNN``): image (batch, 3, H, W) ->
+    c1 (batch, dim, H/4, W/4) and the tokens of F1, F2, F3 at 1/8, 1/16, 1/32 concatenated along the token axis
+    (batch, n1 + n2 + n3, dim) with a learnable embedding per level, plus the 3 levels' (height, width).
+
+    Args: dim; inplanes: stem width (1/4 level; then 2x, 4x, 4x) [D: 64]; in_chans [3].
+    """
+
+    def __init__(self, dim: int, inplanes: int = 64, in_chans: int = 3):
+        super().__init__()
+        for name, value in (("dim", dim), ("inplanes", inplanes), ("in_chans", in_chans)):
+            _positive_int(name, value)
+        self.dim = dim
+        self.stem = nn.Sequential(*_conv_bn_relu(in_chans, inplanes, 2), *_conv_bn_relu(inplanes, inplanes, 1),
+                                  *_conv_bn_relu(inplanes, inplanes, 1), nn.MaxPool2d(3, 2, 1))
+        self.down8 = nn.Sequential(*_conv_bn_relu(inplanes, 2 * inplanes, 2))
+        self.down16 = nn.Sequential(*_conv_bn_relu(2 * inplanes, 4 * inplanes, 2))
+        self.down32 = nn.Sequential(*_conv_bn_relu(4 * inplanes, 4 * inplanes, 2))
+        self.proj = nn.ModuleList(nn.Conv2d(c, dim, 1) for c in (inplanes, 2 * inplanes, 4 * inplanes, 4 * inplanes))
+        self.level_embed = nn.Parameter(torch.zeros(3, dim))
+        nn.init.trunc_normal_(self.level_embed, std=0.02)
+
+    def forward(self, img):
+        if not isinstance(img, torch.Tensor) or img.dim() != 4 or img.shape[1] != self.stem[0].in_channels:
+            shape = tuple(img.shape) if isinstance(img, torch.Tensor) else type(img).__name__
+            raise ValueError(f"img must have shape (batch, {self.stem[0].in_channels}, H, W), got {shape}")
+        c1 = self.stem(img)
+        c2 = self.down8(c1)
+        c3 = self.down16(c2)
+        c4 = self.down32(c3)
+        maps = [p(c) for p, c in zip(self.proj, (c1, c2, c3, c4))]
+        sizes = [tuple(m.shape[-2:]) for m in maps[1:]]
+        tokens = torch.cat([m.flatten(2).transpose(1, 2) + self.level_embed[i] for i, m in enumerate(maps[1:])], 1)
+        return maps[0], tokens, sizes
+
+
+class MultiResolutionConvGate(nn.Module):
+    """Eq. 11 (ViT-CoMer ``MRFP``): F_conv = W_c1 GELU(BN(MixDW(W_c2 F))) on the concatenated level tokens.
+
+    MixDW works inside each resolution: the hidden channels are split among ``kernels`` and every level has its
+    own depthwise k x k convs. Args: dim; kernels [D: (3, 5), spec A12]; hidden_ratio: hidden = ratio*dim [0.5].
+    ``forward(F_tokens (batch, n1+n2+n3, dim), sizes)`` -> same shape.
+    """
+
+    def __init__(self, dim: int, kernels: Sequence[int] = (3, 5), hidden_ratio: float = 0.5):
+        super().__init__()
+        _positive_int("dim", dim)
+        kernels = tuple(kernels)
+        if not kernels or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 or k % 2 == 0 for k in kernels):
+            raise ValueError(f"kernels must be a non-empty sequence of odd positive ints, got {kernels!r}")
+        hidden = int(round(dim * hidden_ratio))
+        if hidden < len(kernels):
+            raise ValueError(f"hidden_ratio*dim = {hidden} must be at least len(kernels) = {len(kernels)}")
+        self.dim, self.hidden, self.kernels = dim, hidden, kernels
+        self.splits = [len(c) for c in torch.arange(hidden).tensor_split(len(kernels))]
+        self.fc_in = nn.Linear(dim, hidden)  # W_c2
+        self.dwconvs = nn.ModuleList(
+            nn.ModuleList(nn.Conv2d(c, c, k, padding=k // 2, groups=c) for c, k in zip(self.splits, kernels))
+            for _ in range(3))
+        self.norm = nn.BatchNorm1d(hidden)
+        self.fc_out = nn.Linear(hidden, dim)  # W_c1
+
+    def forward(self, F_tokens, sizes):
+        sizes = _check_levels(F_tokens, self.dim, sizes)
+        h = self.fc_in(F_tokens)
+        outs = []
+        for level, ((height, width), chunk) in enumerate(zip(sizes, h.split([a * b for a, b in sizes], dim=1))):
+            grid = chunk.transpose(1, 2).reshape(chunk.shape[0], self.hidden, height, width)
+            parts = [conv(part) for conv, part in zip(self.dwconvs[level], grid.split(self.splits, dim=1))]
+            outs.append(torch.cat(parts, 1).flatten(2))
+        h = F.gelu(self.norm(torch.cat(outs, dim=2))).transpose(1, 2)
+        return self.fc_out(h)
+
+
+class ConvTokenInteraction(nn.Module):
+    """Bi-directional conv <-> token fusion of one interaction (§3.3 steps 1, 2, 4; ViT-CoMer CTI with attention
+    replaced by Linear).
+
+    ``to_tokens(x_grid, F_conv, sizes)``: V = Linear_v(LN([F1 ‖ F2 + x_grid ‖ F3])); V1 resized down and V3 up to
+        the 1/16 grid (bilinear); returns x_grid + λ_v ⊙ (V1↓ + V2 + V3↑), λ_v = 0 at init.
+    ``to_conv(F_conv, x_grid, sizes)``: Eq. 44, F̂ = [F1 ‖ F2 + x_S ‖ F3]; returns F̂ + Linear_c(LN(F̂)) [D residual].
+    x_grid (batch, h2*w2, dim) are the patch tokens without the class token; the 1/16 level must match their grid.
+    """
+
+    def __init__(self, dim: int):
+        super().__init__()
+        _positive_int("dim", dim)
+        self.dim = dim
+        self.norm_v = nn.LayerNorm(dim, eps=1e-6)
+        self.proj_v = nn.Linear(dim, dim)
+        self.lambda_v = nn.Parameter(torch.zeros(dim))
+        self.norm_c = nn.LayerNorm(dim, eps=1e-6)
+        self.proj_c = nn.Linear(dim, dim)
+
+    def _add_grid(self, F_conv, x_grid, sizes):
+        sizes = _check_levels(F_conv, self.dim, sizes)
+        n1, n2 = sizes[0][0] * sizes[0][1], sizes[1][0] * sizes[1][1]
+        _check_input("x_grid", x_grid, self.dim, n2, f" = h*w of the 1/16 level {sizes[1]}")
+        added = torch.cat([F_conv[:, :n1], F_conv[:, n1:n1 + n2] + x_grid, F_conv[:, n1 + n2:]], dim=1)
+        return added, sizes
+
+    def to_tokens(self, x_grid, F_conv, sizes):
+        fused, sizes = self._add_grid(F_conv, x_grid, sizes)
+        V = self.proj_v(self.norm_v(fused))
+        target = sizes[1]
+        total = 0
+        for (height, width), chunk in zip(sizes, V.split([a * b for a, b in sizes], dim=1)):
+            if (height, width) != target:
+                grid = chunk.transpose(1, 2).reshape(chunk.shape[0], self.dim, height, width)
+                chunk = F.interpolate(grid, size=target, mode="bilinear", align_corners=False).flatten(2).transpose(1, 2)
+            total = total + chunk
+        return x_grid + self.lambda_v * total
+
+    def to_conv(self, F_conv, x_grid, sizes):
+        fused, _ = self._add_grid(F_conv, x_grid, sizes)
+        return fused + self.proj_c(self.norm_c(fused))

@@ -5,7 +5,8 @@ import torch
 import torch.nn.functional as F
 
 from ssm_plugins.layers.mambamixer import (SCAN_NAMES, MambaMixerBlock, QSMixerBlock, SelectiveChannelMixer,
-                                           SelectiveTokenMixer, SwitchOfScans, gather_tokens, scan_orders)
+                                           SelectiveTokenMixer, SwitchOfScans, gather_tokens, scan_orders,
+                                           ConvTokenInteraction, MultiResolutionConvGate, SpatialPriorModule)
 from ssm_plugins.ops import reference
 
 DIM, TOKENS, BATCH = 8, 7, 2  # odd token count on purpose
@@ -294,3 +295,55 @@ def test_sos_value_errors():
         scan_orders(4, 4, (2,))
     with pytest.raises(ValueError, match="grid_size"):
         SwitchOfScans(DIM)(torch.randn(1, 12, DIM), (4, 4))
+
+
+# ---- Multi-resolution branch ----------------------------------------------------------------------------------------
+
+def test_spatial_prior_module_levels():
+    torch.manual_seed(12)
+    spm = SpatialPriorModule(DIM, inplanes=4)
+    c1, tokens, sizes = spm(torch.randn(2, 3, 64, 96))
+    assert c1.shape == (2, DIM, 16, 24)
+    assert sizes == [(8, 12), (4, 6), (2, 3)]
+    assert tokens.shape == (2, 96 + 24 + 6, DIM)
+    with pytest.raises(ValueError, match=r"img must have shape \(batch, 3, H, W\)"):
+        spm(torch.randn(2, 1, 64, 64))
+
+
+def test_mrfp_shapes_and_per_resolution_convs():
+    torch.manual_seed(13)
+    mrfp = MultiResolutionConvGate(DIM, kernels=(3, 5)).eval()
+    sizes = [(8, 8), (4, 4), (2, 2)]
+    F_tokens = torch.randn(2, 84, DIM)
+    out = mrfp(F_tokens, sizes)
+    assert out.shape == F_tokens.shape
+    changed = F_tokens.clone()
+    changed[:, :64] += 1.0  # perturb the 1/8 level only: the depthwise convs never cross levels
+    torch.testing.assert_close(mrfp(changed, sizes)[:, 64:], out[:, 64:])
+    assert len(mrfp.dwconvs) == 3 and [c.kernel_size for c in mrfp.dwconvs[0]] == [(3, 3), (5, 5)]
+    with pytest.raises(ValueError, match="kernels"):
+        MultiResolutionConvGate(DIM, kernels=(4,))
+    with pytest.raises(ValueError, match="sizes"):
+        mrfp(F_tokens, [(8, 8), (4, 4)])
+
+
+def test_interaction_identity_at_init_and_gradients():
+    torch.manual_seed(14)
+    sizes = [(8, 8), (4, 4), (2, 2)]
+    mrfp = MultiResolutionConvGate(DIM)
+    inter = ConvTokenInteraction(DIM)
+    F_tokens = torch.randn(2, 84, DIM)
+    x_grid = torch.randn(2, 16, DIM)
+    F_conv = mrfp(F_tokens, sizes)
+    torch.testing.assert_close(inter.to_tokens(x_grid, F_conv, sizes), x_grid)  # λ_v = 0 at init
+    with torch.no_grad():
+        inter.lambda_v.fill_(0.1)
+    x_new = inter.to_tokens(x_grid, F_conv, sizes)
+    F_new = inter.to_conv(F_conv, x_new, sizes)
+    assert F_new.shape == F_tokens.shape
+    (x_new.square().sum() + F_new.square().sum()).backward()
+    for module in (mrfp, inter):
+        for name, p in module.named_parameters():
+            assert p.grad is not None and p.grad.abs().sum() > 0, name
+    with pytest.raises(ValueError, match="x_grid"):
+        inter.to_tokens(torch.randn(2, 15, DIM), F_conv, sizes)

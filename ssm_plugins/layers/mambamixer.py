@@ -256,6 +256,10 @@ class SelectiveChannelMixer(nn.Module):
         channel_qs_param: 'scalar' (scalar A, one head over all L features, spec A8) or 'diag' (per-token
             Δ with low rank ⌈L0/16⌉ and diagonal A of shape (L0, N), Eq. 8's S6 form) [D: 'scalar'].
         qs_shift: 'exact' or 'hydra' [D: 'exact'].
+        token_grid, num_prefix_tokens: (h0, w0) of the tokens after ``num_prefix_tokens`` prefix (class)
+            tokens. When given, ``forward(u, grid_size=(h, w))`` accepts other grids: the token-axis weights are
+            resampled (spec A9 ``channel_res_mode='resample'``): prefix columns kept, the h0*w0 columns reshaped
+            to maps, resized bilinearly and scaled by h0*w0/(h*w); identical at the training grid.
 
     ``no_weight_decay_names``: the per-direction A_log and dt_bias, and γ.
     """
@@ -263,8 +267,16 @@ class SelectiveChannelMixer(nn.Module):
     no_weight_decay_names = ("gamma", "fwd.A_log", "fwd.dt_bias", "bwd.A_log", "bwd.dt_bias")
 
     def __init__(self, dim: int, num_tokens: int, d_state: int = 16, channel_qs_param: str = "scalar",
-                 qs_shift: str = "exact"):
+                 qs_shift: str = "exact", token_grid=None, num_prefix_tokens: int = 0):
         super().__init__()
+        if token_grid is not None:
+            token_grid = tuple(int(v) for v in token_grid)
+            if len(token_grid) != 2 or num_prefix_tokens + token_grid[0] * token_grid[1] != num_tokens:
+                raise ValueError(f"token_grid {token_grid} must be (h0, w0) with num_prefix_tokens + h0*w0 = "
+                                 f"num_tokens = {num_tokens}")
+            if channel_qs_param != "scalar":
+                raise ValueError("token_grid (weight resampling) needs channel_qs_param='scalar'")
+        self.token_grid, self.num_prefix_tokens = token_grid, int(num_prefix_tokens)
         for name, value in (("dim", dim), ("num_tokens", num_tokens), ("d_state", d_state)):
             _positive_int(name, value)
         _choice("channel_qs_param", channel_qs_param, _CHANNEL_PARAMS)
@@ -285,13 +297,36 @@ class SelectiveChannelMixer(nn.Module):
         return (f"dim={self.dim}, num_tokens={self.num_tokens}, d_state={self.d_state}, "
                 f"channel_qs_param={self.channel_qs_param!r}")
 
-    def forward(self, u):
-        """u: normalised input (batch, L=num_tokens, dim) -> (batch, L, dim)."""
-        _check_input("u", u, self.dim, self.num_tokens, " = num_tokens (the selection weights act on the token axis)")
+    def _resampled(self, weight, grid_size):
+        """Token-axis weight (out, num_tokens) for a (h, w) token grid (spec A9 'resample')."""
+        h0, w0 = self.token_grid
+        if tuple(grid_size) == (h0, w0):
+            return weight
+        prefix, maps = weight[:, :self.num_prefix_tokens], weight[:, self.num_prefix_tokens:]
+        maps = F.interpolate(maps.reshape(1, -1, h0, w0), size=tuple(grid_size), mode="bilinear",
+                             align_corners=False)
+        maps = maps.reshape(weight.shape[0], -1) * (h0 * w0 / (grid_size[0] * grid_size[1]))
+        return torch.cat([prefix, maps], dim=1)
+
+    def forward(self, u, grid_size=None):
+        """u: normalised input (batch, L, dim) -> (batch, L, dim); L = num_tokens, or num_prefix_tokens + h*w
+        with ``grid_size=(h, w)`` when the layer was built with a ``token_grid``."""
+        if grid_size is not None and self.token_grid is None:
+            raise ValueError("grid_size needs a layer built with token_grid")
+        if grid_size is None:
+            _check_input("u", u, self.dim, self.num_tokens, " = num_tokens (the selection weights act on the token axis)")
+        else:
+            _check_input("u", u, self.dim, self.num_prefix_tokens + grid_size[0] * grid_size[1],
+                         f" = num_prefix_tokens + h*w of grid_size {tuple(grid_size)}")
         z = u.transpose(1, 2)  # (batch, D, L): the sequence is the channels, the features the tokens
         if self.channel_qs_param == "scalar":
-            dt, B, C = self.fwd.selection(z)  # (batch, D, 1), (batch, D, N)
-            dt_r, B_r, C_r = self.bwd.selection(z)
+            if grid_size is None:
+                dt, B, C = self.fwd.selection(z)  # (batch, D, 1), (batch, D, N)
+                dt_r, B_r, C_r = self.bwd.selection(z)
+            else:
+                dt, B, C = F.linear(z, self._resampled(self.fwd.x_proj.weight, grid_size)).split([1, self.d_state, self.d_state], -1)
+                dt_r, B_r, C_r = F.linear(z, self._resampled(self.bwd.x_proj.weight, grid_size)).split(
+                    [1, self.d_state, self.d_state], -1)
             y = ops.qs_mix(z.unsqueeze(2), dt, -torch.exp(self.fwd.A_log), B, C, dt_r, -torch.exp(self.bwd.A_log),
                            B_r, C_r, self.gamma[:, None], dt_bias=self.fwd.dt_bias, dt_bias_rev=self.bwd.dt_bias,
                            dt_softplus=True, qs_shift=self.qs_shift)  # (batch, D, 1, L)

@@ -347,3 +347,16 @@ def test_interaction_identity_at_init_and_gradients():
             assert p.grad is not None and p.grad.abs().sum() > 0, name
     with pytest.raises(ValueError, match="x_grid"):
         inter.to_tokens(torch.randn(2, 15, DIM), F_conv, sizes)
+
+
+def test_channel_mixer_weight_resampling():
+    torch.manual_seed(15)
+    layer = SelectiveChannelMixer(DIM, 1 + 12, d_state=3, token_grid=(3, 4), num_prefix_tokens=1).double()
+    u = _input(tokens=13)
+    torch.testing.assert_close(layer(u, grid_size=(3, 4)), layer(u))  # identical at the training grid
+    y = layer(_input(tokens=1 + 30), grid_size=(5, 6))
+    assert y.shape == (BATCH, 31, DIM) and torch.isfinite(y).all()
+    with pytest.raises(ValueError, match="grid_size"):
+        layer(_input(tokens=1 + 30), grid_size=(5, 5))
+    with pytest.raises(ValueError, match="token_grid"):
+        SelectiveChannelMixer(DIM, 13, token_grid=(3, 3), num_prefix_tokens=1)

@@ -360,3 +360,22 @@ def test_channel_mixer_weight_resampling():
         layer(_input(tokens=1 + 30), grid_size=(5, 5))
     with pytest.raises(ValueError, match="token_grid"):
         SelectiveChannelMixer(DIM, 13, token_grid=(3, 3), num_prefix_tokens=1)
+
+
+def test_remark1_k1_gate_is_a_mamba_block():
+    """Remark 1: T = 1, k = 1 gate (unit conv) with selection from the conv output is exactly a Mamba mixer."""
+    torch.manual_seed(16)
+    layer = SelectiveTokenMixer(DIM, d_state=4, gate_kernels=(1,), selection_input="conv_output").double()
+    with torch.no_grad():
+        layer.gate_convs[0].conv.weight.fill_(1.0)
+        layer.gate_convs[0].conv.bias.zero_()
+    u = _input()
+    x = F.silu(_conv(layer.conv, u @ layer.in_proj.weight.T))  # Mamba: in_proj -> causal conv -> SiLU
+    z = u @ layer.gate_proj.weight.T  # Mamba's gate half of in_proj
+    proj = x @ layer.fwd.x_proj.weight.T
+    r = layer.fwd.dt_rank
+    dt = proj[..., :r] @ layer.fwd.dt_proj.weight.T
+    y = reference.selective_scan(x.transpose(1, 2), dt.transpose(1, 2), -torch.exp(layer.fwd.A_log),
+                                 proj[..., r:r + 4].transpose(1, 2), proj[..., r + 4:].transpose(1, 2), layer.D,
+                                 z=z.transpose(1, 2), delta_bias=layer.fwd.dt_bias, delta_softplus=True)
+    torch.testing.assert_close(layer(u), y.transpose(1, 2) @ layer.out_proj.weight.T, rtol=1e-9, atol=1e-9)

@@ -133,7 +133,8 @@ class VisionMambaMixer(nn.Module):
         self.in_chans, self.patch_size, self.scan_mode = in_chans, patch_size, scan_mode
         grid = (img_size[0] // patch_size, img_size[1] // patch_size)
         self.grid_size = grid
-        self.patch_embed = nn.Conv2d(in_chans, embed_dim, patch_size, patch_size)
+        self.patch_embed = nn.Module()
+        self.patch_embed.proj = nn.Conv2d(in_chans, embed_dim, patch_size, patch_size)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
         self.pos_embed = nn.Parameter(torch.zeros(1, 1 + grid[0] * grid[1], embed_dim))
         self.sos = SwitchOfScans(embed_dim, num_windows=sos_num_windows,
@@ -166,6 +167,9 @@ class VisionMambaMixer(nn.Module):
         names = {"pos_embed", "cls_token"}
         for i, block in enumerate(self.blocks):
             names.update(f"blocks.{i}.{n}" for n in block.no_weight_decay_names)
+        if self.conv_branch:
+            names.add("spm.level_embed")
+            names.update(f"interactions.{i}.lambda_v" for i in range(self.n_interactions))
         return names
 
     @torch.jit.ignore
@@ -191,7 +195,7 @@ class VisionMambaMixer(nn.Module):
             raise ValueError(f"img must have shape (batch, {self.in_chans}, H, W), got {shape}")
         if img.shape[-2] % 32 or img.shape[-1] % 32:
             raise ValueError(f"img height and width must be multiples of 32, got {tuple(img.shape[-2:])}")
-        e = self.patch_embed(img)
+        e = self.patch_embed.proj(img)
         grid = tuple(e.shape[-2:])
         pos = self._pos_embed(grid)
         e = e.flatten(2).transpose(1, 2) + pos[:, 1:]
@@ -225,18 +229,52 @@ class VisionMambaMixer(nn.Module):
         return self.forward_head(self.forward_features(img))
 
 
+def _resample_grid(weight, prefix, size):
+    """Resample the columns after ``prefix`` of a (rows, prefix + h0*w0) tensor (square h0 = w0) to ``size``."""
+    side = math.isqrt(weight.shape[1] - prefix)
+    if side * side != weight.shape[1] - prefix:
+        raise ValueError(f"cannot resample a token axis of {weight.shape[1]} (not {prefix} + a square grid)")
+    maps = weight[:, prefix:].reshape(1, -1, side, side)
+    maps = F.interpolate(maps, size=size, mode="bilinear", align_corners=False).reshape(weight.shape[0], -1)
+    return torch.cat([weight[:, :prefix], maps], dim=1), side * side
+
+
+def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: VisionMambaMixer) -> Dict[str, torch.Tensor]:
+    """Adapt a checkpoint trained at another (square) resolution: pos_embed is interpolated (bicubic) and the
+    channel mixers' token-axis weights resampled with area rescaling (spec A9)."""
+    out = {}
+    grid = model.grid_size
+    for key, value in state_dict.items():
+        if key == "pos_embed" and value.shape != model.pos_embed.shape:
+            side = math.isqrt(value.shape[1] - 1)
+            maps = value[:, 1:].reshape(1, side, side, -1).permute(0, 3, 1, 2)
+            maps = F.interpolate(maps, size=grid, mode="bicubic", align_corners=False)
+            value = torch.cat([value[:, :1], maps.flatten(2).transpose(1, 2)], dim=1)
+        elif key.endswith("x_proj.weight") and ".channel_mixer." in key and value.shape[1] != 1 + grid[0] * grid[1]:
+            value, old = _resample_grid(value, 1, grid)
+            value = torch.cat([value[:, :1], value[:, 1:] * (old / (grid[0] * grid[1]))], dim=1)
+        out[key] = value
+    return out
+
+
 def _create(variant: str, pretrained: bool = False, **kwargs) -> VisionMambaMixer:
-    return build_model_with_cfg(VisionMambaMixer, variant, pretrained, **kwargs)
+    return build_model_with_cfg(VisionMambaMixer, variant, pretrained, pretrained_filter_fn=checkpoint_filter_fn,
+                                **kwargs)
 
 
 def _cfg(**kwargs) -> Dict[str, Any]:
-    return local_weights_cfg(first_conv="patch_embed", crop_pct=0.875,
+    return local_weights_cfg(first_conv="patch_embed.proj", crop_pct=0.875,
                              paper_name="MambaMixer: Efficient Selective State Space Models with Dual Token and "
                                         "Channel Selection (v2)", **kwargs)
 
 
+# Table 4 ablations at Tiny scale (spec §3.5): flag overrides per suffix
+_ABLATIONS = {"noqs": dict(channel_mixer=False), "nolst": dict(lst_concat=False), "noconv": dict(conv_branch=False),
+              "nosos": dict(scan_mode="fixed")}
+
 default_cfgs = generate_default_cfgs({name: _cfg() for name in (
-    "vim2_t", "viqs_t", "vim2_s", "viqs_s", "vim2_b", "viqs_b", "vim2_l")})
+    "vim2_t", "viqs_t", "vim2_s", "viqs_s", "vim2_b", "viqs_b", "vim2_l",
+    *(f"{base}_{suffix}" for base in ("vim2_t", "viqs_t") for suffix in _ABLATIONS))})
 
 # (embed_dim, depth, drop_path_rate): spec §3.5 [D] configs
 _SIZES = {"t": (192, 24, 0.1), "s": (384, 24, 0.3), "b": (512, 24, 0.4), "l": (768, 24, 0.5)}
@@ -288,3 +326,20 @@ def viqs_b(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
 def vim2_l(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
     """ViM2-Large: D 768, depth 24 [D]; paper 122M / 23.2 GFLOPs."""
     return _model("vim2_l", "s6_bi", "l", pretrained, kwargs)
+
+
+def _register_ablations():
+    for base, token_mixer in (("vim2_t", "s6_bi"), ("viqs_t", "qs")):
+        for suffix, flags in _ABLATIONS.items():
+            variant = f"{base}_{suffix}"
+
+            def entry(pretrained: bool = False, _variant=variant, _mixer=token_mixer, _flags=flags, **kwargs):
+                return _model(_variant, _mixer, "t", pretrained, dict(_flags, **kwargs))
+
+            entry.__name__ = entry.__qualname__ = variant
+            entry.__module__ = __name__
+            entry.__doc__ = f"{base} Table 4 ablation '{suffix}': {flags}."
+            globals()[variant] = register_model(entry)
+
+
+_register_ablations()

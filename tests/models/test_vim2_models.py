@@ -10,7 +10,8 @@ import ssm_plugins  # noqa: F401  (registers the models)
 from ssm_plugins.models.vim2 import VisionMambaMixer
 
 MODELS = timm.list_models(module="vim2")
-REQUIRED = {"vim2_t", "viqs_t", "vim2_s", "viqs_s", "vim2_b", "viqs_b", "vim2_l"}
+REQUIRED = {"vim2_t", "viqs_t", "vim2_s", "viqs_s", "vim2_b", "viqs_b", "vim2_l",
+            *(f"{base}_{suffix}" for base in ("vim2_t", "viqs_t") for suffix in ("noqs", "nolst", "noconv", "nosos"))}
 TINY = dict(img_size=64, embed_dim=32, depth=4, n_interactions=2, spm_inplanes=8, headdim=16, d_state=4,
             num_classes=10)
 
@@ -97,7 +98,8 @@ def test_no_weight_decay_names_exist():
     params = dict(model.named_parameters())
     names = model.no_weight_decay()
     assert {"pos_embed", "cls_token", "blocks.0.token_mixer.fwd.A_log", "blocks.0.token_mixer.bwd.dt_bias",
-            "blocks.0.token_mixer.D", "blocks.0.channel_mixer.gamma"} <= names
+            "blocks.0.token_mixer.D", "blocks.0.channel_mixer.gamma", "spm.level_embed",
+            "interactions.1.lambda_v"} <= names
     assert all(n in params for n in names)
 
 
@@ -122,3 +124,29 @@ def test_value_errors():
         timm.create_model("viqs_t", **dict(TINY, scan_mode="random"))
     with pytest.raises(ValueError, match="img_size"):
         timm.create_model("viqs_t", **dict(TINY, img_size=48))
+
+
+@pytest.mark.parametrize("name", ["vim2_t_noqs", "viqs_t_nosos"])
+def test_ablation_variants(name):
+    torch.manual_seed(0)
+    model = timm.create_model(name, **TINY)
+    assert (model.blocks[0].channel_mixer is None) == name.endswith("noqs")
+    assert model.scan_mode == ("fixed" if name.endswith("nosos") else "sos")
+    assert model(torch.randn(1, 3, 64, 64)).shape == (1, 10)
+
+
+def test_pretrained_file_same_and_other_resolution(tmp_path):
+    source = _tiny("viqs_t", num_classes=1000).eval()  # timm drops a classifier whose size differs from the cfg's
+    path = tmp_path / "checkpoint.pth"
+    torch.save(source.state_dict(), path)
+    loaded = timm.create_model("viqs_t", pretrained=True, pretrained_cfg_overlay=dict(file=str(path)),
+                               **dict(TINY, num_classes=1000)).eval()
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), source(x))
+    bigger = timm.create_model("viqs_t", pretrained=True, pretrained_cfg_overlay=dict(file=str(path)),
+                               **dict(TINY, img_size=128, num_classes=1000)).eval()
+    assert bigger.pos_embed.shape == (1, 1 + 64, 32)
+    assert bigger.blocks[0].channel_mixer.fwd.x_proj.weight.shape[1] == 1 + 64
+    with torch.no_grad():
+        assert torch.isfinite(bigger(torch.randn(1, 3, 128, 128))).all()

@@ -105,7 +105,9 @@ class VisionMambaMixer(nn.Module):
         scan_mode: 'sos' or 'fixed' (the four cross-scans C1-C4 summed, "w/o SoS") [D: 'sos'],
         sos_top_n [P2: 1], sos_num_windows [D: 4], lst_concat [D: True], sos_gate [D: 'st'],
         cross_scan_attn [D: True], conv_branch [True; False = '*_noconv'], n_interactions [D A13: 4],
-        conv_kernels [D A12: (3, 5)], spm_inplanes [D: 64], global_pool: 'token' | 'avg' [D: 'token'].
+        conv_kernels [D A12: (3, 5)], spm_inplanes [D: 64], global_pool: 'token' | 'avg' [D: 'token'],
+        dense_outputs: build the §3.6 pyramid (ConvT 2x2 + 4 BatchNorms; set automatically by features_only)
+            used by ``forward_intermediates`` [False, so classification parameter counts exclude it].
     Input H and W must be multiples of 32 (patch grid and the 1/16 conv level must coincide).
     """
 
@@ -115,7 +117,8 @@ class VisionMambaMixer(nn.Module):
                  norm: str = "layernorm", channel_mixer: bool = True, channel_qs_param: str = "scalar",
                  scan_mode: str = "sos", sos_top_n: int = 1, sos_num_windows: int = 4, lst_concat: bool = True,
                  sos_gate: str = "st", cross_scan_attn: bool = True, conv_branch: bool = True,
-                 n_interactions: int = 4, conv_kernels=(3, 5), spm_inplanes: int = 64, global_pool: str = "token"):
+                 n_interactions: int = 4, conv_kernels=(3, 5), spm_inplanes: int = 64, global_pool: str = "token",
+                 dense_outputs: bool = False):
         super().__init__()
         img_size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
         if patch_size != 16:
@@ -150,6 +153,14 @@ class VisionMambaMixer(nn.Module):
             self.spm = SpatialPriorModule(embed_dim, inplanes=spm_inplanes, in_chans=in_chans)
             self.mrfp = nn.ModuleList(MultiResolutionConvGate(embed_dim, conv_kernels) for _ in range(n_interactions))
             self.interactions = nn.ModuleList(ConvTokenInteraction(embed_dim) for _ in range(n_interactions))
+        if dense_outputs and not conv_branch:
+            raise ValueError("dense_outputs needs conv_branch=True (the 1/4, 1/8 and 1/32 levels come from it)")
+        self.dense_outputs = dense_outputs
+        if dense_outputs:
+            self.pyramid_up = nn.ConvTranspose2d(embed_dim, embed_dim, 2, 2)
+            self.pyramid_norms = nn.ModuleList(nn.BatchNorm2d(embed_dim) for _ in range(4))
+        self.feature_info = [dict(num_chs=embed_dim, reduction=r, module=f"pyramid_norms.{i}")
+                             for i, r in enumerate((4, 8, 16, 32))]
         self.norm = _make_norm(norm, embed_dim)
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
@@ -190,6 +201,10 @@ class VisionMambaMixer(nn.Module):
         return torch.cat([self.pos_embed[:, :1], maps.flatten(2).transpose(1, 2)], dim=1)
 
     def forward_features(self, img):
+        return self.norm(self._forward_tokens(img)[0])
+
+    def _forward_tokens(self, img):
+        """(tokens before the final norm, c1, conv-level tokens, level sizes, patch grid)."""
         if not isinstance(img, torch.Tensor) or img.dim() != 4 or img.shape[1] != self.in_chans:
             shape = tuple(img.shape) if isinstance(img, torch.Tensor) else type(img).__name__
             raise ValueError(f"img must have shape (batch, {self.in_chans}, H, W), got {shape}")
@@ -209,8 +224,8 @@ class VisionMambaMixer(nn.Module):
         if not self.conv_branch:
             for block in self.blocks:
                 x = block(x, grid, self.sos, orders, inverses, gates)
-            return self.norm(x)
-        _, F_tokens, sizes = self.spm(img)
+            return x, None, None, None, grid
+        c1, F_tokens, sizes = self.spm(img)
         per_group = len(self.blocks) // self.n_interactions
         for i in range(self.n_interactions):
             F_conv = self.mrfp[i](F_tokens, sizes)
@@ -218,7 +233,36 @@ class VisionMambaMixer(nn.Module):
             for block in self.blocks[i * per_group:(i + 1) * per_group]:
                 x = block(x, grid, self.sos, orders, inverses, gates)
             F_tokens = self.interactions[i].to_conv(F_conv, x[:, 1:], sizes)
-        return self.norm(x)
+        return x, c1, F_tokens, sizes, grid
+
+    def forward_intermediates(self, x, indices=None, norm: bool = False, stop_early: bool = False,
+                              output_fmt: str = "NCHW", intermediates_only: bool = False):
+        """The §3.6 pyramid (ViT-CoMer): f1 = BN(ConvT(F1) + c1 + up4 x) at 1/4, f2 = BN(F1 + up2 x),
+        f3 = BN(F2 + x), f4 = BN(F3 + maxpool2 x) [D down-sampling], x = final patch tokens as a grid.
+        ``indices``: int (last n) or sequence of levels 0..3. ``norm`` and ``stop_early`` are accepted for
+        timm's interface (the levels are always BatchNorm-ed; the whole depth is always run)."""
+        if not self.dense_outputs:
+            raise ValueError("forward_intermediates needs a model built with dense_outputs=True (or features_only)")
+        if output_fmt != "NCHW":
+            raise ValueError(f"output_fmt must be 'NCHW', got {output_fmt!r}")
+        if indices is None:
+            indices = [0, 1, 2, 3]
+        elif isinstance(indices, int):
+            indices = list(range(4 - indices, 4))
+        indices = [i % 4 for i in indices]
+        tokens, c1, F_tokens, sizes, grid = self._forward_tokens(x)
+        batch = tokens.shape[0]
+        x_grid = tokens[:, 1:].transpose(1, 2).reshape(batch, -1, *grid)
+        levels = [t.transpose(1, 2).reshape(batch, -1, h, w)
+                  for t, (h, w) in zip(F_tokens.split([h * w for h, w in sizes], dim=1), sizes)]
+        up = lambda t, size: F.interpolate(t, size=size, mode="bilinear", align_corners=False)  # noqa: E731
+        pyramid = [self.pyramid_up(levels[0]) + c1 + up(x_grid, c1.shape[-2:]),
+                   levels[0] + up(x_grid, sizes[0]), levels[1] + x_grid,
+                   levels[2] + F.max_pool2d(x_grid, 2)]
+        intermediates = [self.pyramid_norms[i](pyramid[i]) for i in indices]
+        if intermediates_only:
+            return intermediates
+        return self.norm(tokens), intermediates
 
     def forward_head(self, x, pre_logits: bool = False):
         x = x[:, 0] if self.global_pool == "token" else x[:, 1:].mean(1)
@@ -258,8 +302,11 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: VisionMamba
 
 
 def _create(variant: str, pretrained: bool = False, **kwargs) -> VisionMambaMixer:
+    if kwargs.get("features_only"):
+        kwargs.setdefault("dense_outputs", True)
+    out_indices = kwargs.pop("out_indices", (0, 1, 2, 3))
     return build_model_with_cfg(VisionMambaMixer, variant, pretrained, pretrained_filter_fn=checkpoint_filter_fn,
-                                **kwargs)
+                                feature_cfg=dict(out_indices=out_indices, feature_cls="getter"), **kwargs)
 
 
 def _cfg(**kwargs) -> Dict[str, Any]:

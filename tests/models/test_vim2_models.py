@@ -150,3 +150,24 @@ def test_pretrained_file_same_and_other_resolution(tmp_path):
     assert bigger.blocks[0].channel_mixer.fwd.x_proj.weight.shape[1] == 1 + 64
     with torch.no_grad():
         assert torch.isfinite(bigger(torch.randn(1, 3, 128, 128))).all()
+
+
+@pytest.mark.parametrize("name", ["vim2_t", "viqs_t"])
+def test_features_only_pyramid(name):
+    torch.manual_seed(0)
+    model = timm.create_model(name, features_only=True, **{k: v for k, v in TINY.items() if k != "num_classes"})
+    assert model.feature_info.reduction() == [4, 8, 16, 32] and model.feature_info.channels() == [32] * 4
+    feats = model(torch.randn(2, 3, 64, 96))
+    assert [tuple(f.shape) for f in feats] == [(2, 32, 16, 24), (2, 32, 8, 12), (2, 32, 4, 6), (2, 32, 2, 3)]
+    sum(f.square().mean() for f in feats).backward()
+    partial = timm.create_model(name, features_only=True, out_indices=(1, 3),
+                                **{k: v for k, v in TINY.items() if k != "num_classes"})
+    assert [f.shape[-1] for f in partial(torch.randn(1, 3, 64, 64))] == [8, 2]
+
+
+def test_forward_intermediates_needs_dense_outputs():
+    model = _tiny("vim2_t")
+    with pytest.raises(ValueError, match="dense_outputs"):
+        model.forward_intermediates(torch.randn(1, 3, 64, 64))
+    with pytest.raises(ValueError, match="conv_branch"):
+        timm.create_model("vim2_t", **dict(TINY, conv_branch=False, dense_outputs=True))

@@ -71,26 +71,33 @@ class VisionMixerBlock(nn.Module):
         self.norm1 = _make_norm(norm, dim)
         self.token_mixer = VisionTokenMixer(dim, token_mixer=token_mixer, d_state=d_state, expand=expand,
                                             headdim=headdim)
-        if channel_mixer:
-            self.norm2 = _make_norm(norm, dim)
+        self.channel_kind = {True: "qs", False: "none"}.get(channel_mixer, channel_mixer)
+        if self.channel_kind not in ("qs", "mlp", "none"):
+            raise ValueError(f"channel_mixer must be True/'qs', 'mlp' or False/'none', got {channel_mixer!r}")
+        self.norm2 = _make_norm(norm, dim) if self.channel_kind != "none" else None
+        if self.channel_kind == "qs":
             self.channel_mixer = SelectiveChannelMixer(dim, 1 + token_grid[0] * token_grid[1], d_state=d_state,
                                                        channel_qs_param=channel_qs_param, token_grid=token_grid,
                                                        num_prefix_tokens=1)
+        elif self.channel_kind == "mlp":  # Table 3 "ViM2 (MLP channel mixer)": ratio 4, GELU [D]
+            self.channel_mixer = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
         else:
-            self.norm2 = self.channel_mixer = None
+            self.channel_mixer = None
 
     @property
     def no_weight_decay_names(self):
         names = [f"token_mixer.{n}" for n in self.token_mixer.no_weight_decay_names]
-        if self.channel_mixer is not None:
+        if self.channel_kind == "qs":
             names += [f"channel_mixer.{n}" for n in self.channel_mixer.no_weight_decay_names]
         return tuple(names)
 
     def forward(self, x, grid_size, sos, orders, inverses, gates):
         y = self.token_mixer(self.norm1(x), grid_size, sos, orders, inverses, gates)
         x = x + _drop_path(y, self.drop_path_prob, self.training)
-        if self.channel_mixer is not None:
+        if self.channel_kind == "qs":
             x = x + _drop_path(self.channel_mixer(self.norm2(x), grid_size), self.drop_path_prob, self.training)
+        elif self.channel_kind == "mlp":
+            x = x + _drop_path(self.channel_mixer(self.norm2(x)), self.drop_path_prob, self.training)
         return x
 
 
@@ -101,7 +108,7 @@ class VisionMambaMixer(nn.Module):
         img_size [224], patch_size [16], in_chans [3], num_classes [1000], embed_dim, depth,
         token_mixer: 's6_bi' (ViM2) or 'qs' (ViQS); d_state [16]; expand [2]; headdim [64];
         drop_path_rate: linear stochastic-depth schedule; norm: 'layernorm' | 'rmsnorm' [D: layernorm],
-        channel_mixer [True; False = '*_noqs'], channel_qs_param [D A8: 'scalar'],
+        channel_mixer: True/'qs', 'mlp' ('*_mlp', Table 3) or False/'none' ('*_noqs') [True], channel_qs_param [D A8: 'scalar'],
         scan_mode: 'sos' or 'fixed' (the four cross-scans C1-C4 summed, "w/o SoS") [D: 'sos'],
         sos_top_n [P2: 1], sos_num_windows [D: 4], lst_concat [D: True], sos_gate [D: 'st'],
         cross_scan_attn [D: True], conv_branch [True; False = '*_noconv'], n_interactions [D A13: 4],
@@ -118,7 +125,7 @@ class VisionMambaMixer(nn.Module):
                  scan_mode: str = "sos", sos_top_n: int = 1, sos_num_windows: int = 4, lst_concat: bool = True,
                  sos_gate: str = "st", cross_scan_attn: bool = True, conv_branch: bool = True,
                  n_interactions: int = 4, conv_kernels=(3, 5), spm_inplanes: int = 64, global_pool: str = "token",
-                 dense_outputs: bool = False):
+                 dense_outputs: bool = False, device=None, dtype=None):
         super().__init__()
         img_size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
         if patch_size != 16:
@@ -165,6 +172,8 @@ class VisionMambaMixer(nn.Module):
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
         self._init_weights()
+        if device is not None or dtype is not None:  # timm's device/dtype arguments (built on CPU, then moved)
+            self.to(device=device, dtype=dtype)
 
     def _init_weights(self):
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
@@ -316,7 +325,7 @@ def _cfg(**kwargs) -> Dict[str, Any]:
 
 
 # Table 4 ablations at Tiny scale (spec §3.5): flag overrides per suffix
-_ABLATIONS = {"noqs": dict(channel_mixer=False), "nolst": dict(lst_concat=False), "noconv": dict(conv_branch=False),
+_ABLATIONS = {"noqs": dict(channel_mixer=False), "mlp": dict(channel_mixer="mlp"), "nolst": dict(lst_concat=False), "noconv": dict(conv_branch=False),
               "nosos": dict(scan_mode="fixed")}
 
 default_cfgs = generate_default_cfgs({name: _cfg() for name in (

@@ -11,7 +11,7 @@ from ssm_plugins.models.vim2 import VisionMambaMixer
 
 MODELS = timm.list_models(module="vim2")
 REQUIRED = {"vim2_t", "viqs_t", "vim2_s", "viqs_s", "vim2_b", "viqs_b", "vim2_l",
-            *(f"{base}_{suffix}" for base in ("vim2_t", "viqs_t") for suffix in ("noqs", "nolst", "noconv", "nosos"))}
+            *(f"{base}_{suffix}" for base in ("vim2_t", "viqs_t") for suffix in ("noqs", "mlp", "nolst", "noconv", "nosos"))}
 TINY = dict(img_size=64, embed_dim=32, depth=4, n_interactions=2, spm_inplanes=8, headdim=16, d_state=4,
             num_classes=10)
 
@@ -120,17 +120,20 @@ def test_value_errors():
         model(torch.randn(1, 1, 64, 64))
     with pytest.raises(ValueError, match="n_interactions"):
         timm.create_model("viqs_t", **dict(TINY, n_interactions=3))
+    with pytest.raises(ValueError, match="channel_mixer"):
+        timm.create_model("viqs_t", **dict(TINY, channel_mixer="attention"))
     with pytest.raises(ValueError, match="scan_mode"):
         timm.create_model("viqs_t", **dict(TINY, scan_mode="random"))
     with pytest.raises(ValueError, match="img_size"):
         timm.create_model("viqs_t", **dict(TINY, img_size=48))
 
 
-@pytest.mark.parametrize("name", ["vim2_t_noqs", "viqs_t_nosos"])
+@pytest.mark.parametrize("name", ["vim2_t_noqs", "viqs_t_nosos", "vim2_t_mlp"])
 def test_ablation_variants(name):
     torch.manual_seed(0)
     model = timm.create_model(name, **TINY)
     assert (model.blocks[0].channel_mixer is None) == name.endswith("noqs")
+    assert (model.blocks[0].channel_kind == "mlp") == name.endswith("mlp")
     assert model.scan_mode == ("fixed" if name.endswith("nosos") else "sos")
     assert model(torch.randn(1, 3, 64, 64)).shape == (1, 10)
 
@@ -171,3 +174,8 @@ def test_forward_intermediates_needs_dense_outputs():
         model.forward_intermediates(torch.randn(1, 3, 64, 64))
     with pytest.raises(ValueError, match="conv_branch"):
         timm.create_model("vim2_t", **dict(TINY, conv_branch=False, dense_outputs=True))
+
+
+def test_meta_device():
+    model = timm.create_model("viqs_t", device="meta", **TINY)
+    assert all(p.is_meta for p in model.parameters())

@@ -543,6 +543,13 @@ class SwitchOfScans(nn.Module):
         gates = top_probs / top_probs.detach() if self.sos_gate == "st" else top_probs
         return e, scan_ids, gates, probs
 
+    @staticmethod
+    def importance_loss(probs):
+        """V-MoE importance auxiliary loss (§3.2 load balancing, [D] weight 0 by default): the squared
+        coefficient of variation of the per-scan probability mass over the batch, probs (batch, 16) -> scalar."""
+        importance = probs.sum(0)
+        return importance.var(unbiased=False) / importance.mean().square().clamp_min(1e-12)
+
     def scan_index(self, scan_ids, grid_size):
         """scan_ids (batch, n) -> per-sample (orders, inverses), each (batch, n, h*w) on scan_ids' device."""
         orders, inverses = scan_orders(*grid_size, self.local_windows)

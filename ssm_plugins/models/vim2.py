@@ -114,7 +114,10 @@ class VisionMambaMixer(nn.Module):
         cross_scan_attn [D: True], conv_branch [True; False = '*_noconv'], n_interactions [D A13: 4],
         conv_kernels [D A12: (3, 5)], spm_inplanes [D: 64], global_pool: 'token' | 'avg' [D: 'token'],
         dense_outputs: build the §3.6 pyramid (ConvT 2x2 + 4 BatchNorms; set automatically by features_only)
-            used by ``forward_intermediates`` [False, so classification parameter counts exclude it].
+            used by ``forward_intermediates`` [False, so classification parameter counts exclude it],
+        sos_importance_weight: weight of the router's importance loss, stored as ``router_aux_loss`` after each
+            forward for the training loop to add [D: 0]. ``last_router_probs`` / ``last_scan_ids`` hold the
+            last routing (usage histogram logging).
     Input H and W must be multiples of 32 (patch grid and the 1/16 conv level must coincide).
     """
 
@@ -125,7 +128,7 @@ class VisionMambaMixer(nn.Module):
                  scan_mode: str = "sos", sos_top_n: int = 1, sos_num_windows: int = 4, lst_concat: bool = True,
                  sos_gate: str = "st", cross_scan_attn: bool = True, conv_branch: bool = True,
                  n_interactions: int = 4, conv_kernels=(3, 5), spm_inplanes: int = 64, global_pool: str = "token",
-                 dense_outputs: bool = False, device=None, dtype=None):
+                 dense_outputs: bool = False, sos_importance_weight: float = 0.0, device=None, dtype=None):
         super().__init__()
         img_size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
         if patch_size != 16:
@@ -141,6 +144,7 @@ class VisionMambaMixer(nn.Module):
         self.num_classes, self.global_pool = num_classes, global_pool
         self.num_features = self.embed_dim = embed_dim
         self.in_chans, self.patch_size, self.scan_mode = in_chans, patch_size, scan_mode
+        self.sos_importance_weight = float(sos_importance_weight)
         grid = (img_size[0] // patch_size, img_size[1] // patch_size)
         self.grid_size = grid
         self.patch_embed = nn.Module()
@@ -227,7 +231,8 @@ class VisionMambaMixer(nn.Module):
         if self.scan_mode == "fixed":  # "w/o SoS": the four cross-scans, plain sum
             scan_ids = torch.arange(4, device=e.device).expand(e.shape[0], 4)
             gates = torch.ones(e.shape[0], 4, device=e.device, dtype=e.dtype)
-        self.last_router_probs = probs.detach()  # for logging the usage histogram
+        self.last_router_probs, self.last_scan_ids = probs.detach(), scan_ids.detach()  # usage histogram
+        self.router_aux_loss = self.sos_importance_weight * self.sos.importance_loss(probs)
         orders, inverses = self.sos.scan_index(scan_ids, grid)
         x = torch.cat([(self.cls_token + pos[:, :1]).expand(e.shape[0], -1, -1), e], dim=1)
         if not self.conv_branch:

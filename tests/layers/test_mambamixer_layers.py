@@ -379,3 +379,8 @@ def test_remark1_k1_gate_is_a_mamba_block():
                                  proj[..., r:r + 4].transpose(1, 2), proj[..., r + 4:].transpose(1, 2), layer.D,
                                  z=z.transpose(1, 2), delta_bias=layer.fwd.dt_bias, delta_softplus=True)
     torch.testing.assert_close(layer(u), y.transpose(1, 2) @ layer.out_proj.weight.T, rtol=1e-9, atol=1e-9)
+
+
+def test_importance_loss_zero_when_balanced():
+    assert SwitchOfScans.importance_loss(torch.full((4, 16), 1 / 16)).item() == pytest.approx(0.0)
+    assert SwitchOfScans.importance_loss(torch.eye(16)[:4]).item() > 0

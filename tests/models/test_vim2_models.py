@@ -179,3 +179,13 @@ def test_forward_intermediates_needs_dense_outputs():
 def test_meta_device():
     model = timm.create_model("viqs_t", device="meta", **TINY)
     assert all(p.is_meta for p in model.parameters())
+
+
+def test_router_importance_loss():
+    torch.manual_seed(0)
+    model = timm.create_model("viqs_t", **dict(TINY, sos_importance_weight=0.5))
+    model(torch.randn(2, 3, 64, 64))
+    assert model.router_aux_loss.requires_grad and model.router_aux_loss >= 0
+    model.router_aux_loss.backward()
+    assert model.sos.router.weight.grad.abs().sum() > 0
+    assert model.last_scan_ids.shape == (2, 1)

@@ -1,6 +1,10 @@
 """nn.Modules of the papers, built on ssm_plugins.ops (torch only: no timm, so ``import ssm_plugins`` stays light)."""
 from .essm import ESSM, ESSMBlock
+from .mambamixer import MambaMixerBlock, QSMixerBlock, SelectiveChannelMixer, SelectiveTokenMixer, SwitchOfScans
+from .mambamixer import ConvTokenInteraction, MultiResolutionConvGate, SpatialPriorModule
 from .myo import MyoBlock, MyoMixer2d, MyoSSM
 from .ssm2d import SSM2D
 
-__all__ = ["SSM2D", "ESSM", "ESSMBlock", "MyoSSM", "MyoBlock", "MyoMixer2d"]
+__all__ = ["SSM2D", "ESSM", "ESSMBlock", "MyoSSM", "MyoBlock", "MyoMixer2d",
+           "SelectiveTokenMixer", "SelectiveChannelMixer", "MambaMixerBlock", "QSMixerBlock", "SwitchOfScans",
+           "SpatialPriorModule", "MultiResolutionConvGate", "ConvTokenInteraction"]

@@ -1,0 +1,699 @@
+"""MambaMixer / QSMixer building blocks (Behrouz et al. 2024, arXiv:2403.19888 v2), spec mambamixer.md §1–2.
+
+    SelectiveTokenMixer    §2.1: x̄ = SiLU(DWConv(W_in u)), gate = W_g[DWConv_k(u) ‖ …], y = W_out(mix(x̄) ⊙ SiLU(gate))
+                           with mix = causal S6 ('s6'), forward+backward S6 ('s6_bi') or scalar-A QS ('qs').
+    SelectiveChannelMixer  §2.2: QS along the channel axis (channels are the sequence, tokens the features),
+                           gated per token by SiLU(u W_2ᵀ).
+    MambaMixerBlock        §2.3: pre-norm residual token mixer then channel mixer, DropPath on both branches.
+    QSMixerBlock           §2.4: the same with the QS token mixer (scalar A per head).
+
+All layers take and return (batch, L, dim). The scans are ``ssm_plugins.ops.selective_scan`` and
+``ssm_plugins.ops.qs_mix``. Parameter initialisation follows Mamba (§1.1): Δ bias = softplus⁻¹ of a log-uniform
+draw in [1e-3, 1e-1] (floor 1e-4), dt up-projection uniform(±dt_rank^-1/2), A_log = log(1..N) (diagonal A) or
+log U[1, 16] (scalar A), D = 1, no bias on projections, bias on the convolutions.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .. import ops
+
+__all__ = ["SelectiveTokenMixer", "SelectiveChannelMixer", "MambaMixerBlock", "QSMixerBlock", "SwitchOfScans",
+           "scan_orders", "gather_tokens", "SCAN_NAMES", "SpatialPriorModule", "MultiResolutionConvGate",
+           "ConvTokenInteraction"]
+
+_TOKEN_MIXERS = ("s6", "s6_bi", "qs")
+_SELECTION_INPUTS = ("block_input", "conv_output")
+_CHANNEL_PARAMS = ("scalar", "diag")
+_QS_SHIFTS = ("exact", "hydra")
+_NORMS = ("layernorm", "rmsnorm")
+
+
+def _positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _choice(name, value, allowed):
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+
+
+def _check_input(name, x, dim, num_tokens=None, why=""):
+    if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != dim:
+        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"{name} must have shape (batch, L, dim={dim}), got {shape}")
+    if num_tokens is not None and x.shape[1] != num_tokens:
+        raise ValueError(f"{name} must have L = {num_tokens} tokens{why}, got shape {tuple(x.shape)}")
+
+
+def _dt_bias(size, dt_min=1e-3, dt_max=1e-1, dt_floor=1e-4):
+    """Mamba's Δ bias: softplus⁻¹ of Δ ~ log-uniform[dt_min, dt_max], clamped below at dt_floor (§1.1)."""
+    dt = torch.exp(torch.rand(size) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
+    dt = dt.clamp(min=dt_floor)
+    return dt + torch.log(-torch.expm1(-dt))  # inverse of softplus
+
+
+def _a_log_diag(channels, d_state):
+    """S4D-real init A = -(1..N) for every channel, stored as log."""
+    return torch.log(torch.arange(1, d_state + 1, dtype=torch.float32)).repeat(channels, 1)
+
+
+def _a_log_scalar(heads):
+    """Mamba-2 init: A = -a with a ~ U[1, 16] per head, stored as log."""
+    return torch.log(torch.empty(heads).uniform_(1.0, 16.0))
+
+
+def _drop_path(x, prob, training):
+    if prob == 0.0 or not training:
+        return x
+    keep = 1.0 - prob
+    mask = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(keep)
+    return x * mask / keep
+
+
+def _make_norm(norm, dim):
+    _choice("norm", norm, _NORMS)
+    return nn.LayerNorm(dim, eps=1e-6) if norm == "layernorm" else nn.RMSNorm(dim, eps=1e-6)
+
+
+class _DWConv1d(nn.Module):
+    """Depthwise conv over the sequence of a (batch, L, C) tensor; causal (left) or 'same' padding."""
+
+    def __init__(self, channels, kernel_size, causal):
+        super().__init__()
+        self.conv = nn.Conv1d(channels, channels, kernel_size, groups=channels, bias=True)
+        k = kernel_size - 1
+        self.pad = (k, 0) if causal else (k // 2, k - k // 2)
+
+    def forward(self, x):
+        return F.conv1d(F.pad(x.transpose(1, 2), self.pad), self.conv.weight, self.conv.bias,
+                        groups=self.conv.groups).transpose(1, 2)
+
+
+class _S6Direction(nn.Module):
+    """One direction's S6 selection parameters (§1.1): x_proj -> (dt_low, B, C), dt_proj, dt_bias, A_log."""
+
+    def __init__(self, sel_dim, inner, d_state, dt_rank):
+        super().__init__()
+        self.dt_rank, self.d_state = dt_rank, d_state
+        self.x_proj = nn.Linear(sel_dim, dt_rank + 2 * d_state, bias=False)
+        self.dt_proj = nn.Linear(dt_rank, inner, bias=False)
+        nn.init.uniform_(self.dt_proj.weight, -dt_rank ** -0.5, dt_rank ** -0.5)
+        self.dt_bias = nn.Parameter(_dt_bias(inner))
+        self.A_log = nn.Parameter(_a_log_diag(inner, d_state))
+
+    def selection(self, sel):
+        """sel (batch, L, sel_dim) -> dt (batch, inner, L), B, C (batch, N, L) in selective_scan's layout."""
+        dt_low, B, C = self.x_proj(sel).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
+        return self.dt_proj(dt_low).transpose(1, 2), B.transpose(1, 2), C.transpose(1, 2)
+
+
+class _QSDirection(nn.Module):
+    """One direction's scalar-A selection parameters (§1.3): per-head dt, shared B and C (ngroups = 1)."""
+
+    def __init__(self, sel_dim, heads, d_state):
+        super().__init__()
+        self.heads, self.d_state = heads, d_state
+        self.x_proj = nn.Linear(sel_dim, heads + 2 * d_state, bias=False)
+        self.dt_bias = nn.Parameter(_dt_bias(heads))
+        self.A_log = nn.Parameter(_a_log_scalar(heads))
+
+    def selection(self, sel):
+        """sel (..., L, sel_dim) -> dt (..., L, H), B, C (..., L, N)."""
+        return self.x_proj(sel).split([self.heads, self.d_state, self.d_state], dim=-1)
+
+
+class SelectiveTokenMixer(nn.Module):
+    """Selective Token Mixer (§2.1): mixes the L tokens of a normalised (batch, L, dim) input.
+
+        x̄ = SiLU(DWConv1d_{d_conv}(W_in u))                         (batch, L, E), E = expand·dim
+        g = W_g [DWConv1d_{k_1}(u) ‖ … ‖ DWConv1d_{k_T}(u)]          (batch, L, E)
+        y = W_out( mix(x̄; Δ, A, B, C) ⊙ SiLU(g) )                   (batch, L, dim)
+
+    Args:
+        dim: model width D.
+        d_state: N [X Mamba: 16]. expand: E / D [2]. d_conv: main-branch conv kernel [4].
+        dt_rank: rank of the Δ projection, "auto" = ⌈D/16⌉ (token_mixer 's6'/'s6_bi').
+        gate_kernels: depthwise kernels of the multi-resolution gate [D: (3, 5, 7), spec §2.1];
+            (1,) makes the gate a linear map (Remark 1, Mamba's gate).
+        token_mixer: 's6' (causal S6, D skip), 's6_bi' (forward + backward S6 with per-direction
+            Δ/B/C/A and shared in/conv/gate/out projections, D skip) or 'qs' (scalar-A QS, §1.3/§2.4) [D: 's6'].
+        selection_input: Δ/B/C from 'block_input' u (App. F.4) or Mamba's 'conv_output' x̄ [D: 'block_input'].
+        causal: left padding of all convolutions (causal data); False = 'same' padding [D: True for 's6',
+            False for 's6_bi'/'qs' when None].
+        headdim: P, features per head of the 'qs' mixer [D: 64]; E must be divisible by it.
+        qs_shift: strict part of QS, 'exact' (Eq. 8) or 'hydra' [D: 'exact'].
+
+    Parameters named ``A_log``, ``D``, ``dt_bias`` and ``gamma_bias`` are listed in ``no_weight_decay_names``
+    (as suffixes; the per-direction modules are ``fwd`` and ``bwd``).
+    """
+
+    @property
+    def no_weight_decay_names(self):
+        names = ("D", "gamma_bias", "fwd.A_log", "fwd.dt_bias", "bwd.A_log", "bwd.dt_bias")
+        return tuple(n for n in names if _has_param(self, n))
+
+    def __init__(self, dim: int, d_state: int = 16, expand: int = 2, d_conv: int = 4, dt_rank="auto",
+                 gate_kernels: Sequence[int] = (3, 5, 7), token_mixer: str = "s6",
+                 selection_input: str = "block_input", causal=None, headdim: int = 64, qs_shift: str = "exact"):
+        super().__init__()
+        for name, value in (("dim", dim), ("d_state", d_state), ("expand", expand), ("d_conv", d_conv),
+                            ("headdim", headdim)):
+            _positive_int(name, value)
+        _choice("token_mixer", token_mixer, _TOKEN_MIXERS)
+        _choice("selection_input", selection_input, _SELECTION_INPUTS)
+        _choice("qs_shift", qs_shift, _QS_SHIFTS)
+        gate_kernels = tuple(gate_kernels)
+        if not gate_kernels or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in gate_kernels):
+            raise ValueError(f"gate_kernels must be a non-empty sequence of positive ints, got {gate_kernels!r}")
+        if dt_rank == "auto":
+            dt_rank = math.ceil(dim / 16)
+        _positive_int("dt_rank", dt_rank)
+        inner = expand * dim
+        if token_mixer == "qs" and inner % headdim != 0:
+            raise ValueError(f"headdim ({headdim}) must divide the inner width expand*dim = {inner} for token_mixer='qs'")
+        if causal is None:
+            causal = token_mixer == "s6"
+        if causal and token_mixer != "s6":
+            raise ValueError(f"causal=True needs token_mixer='s6', got token_mixer={token_mixer!r} (non-causal)")
+        self.dim, self.inner, self.d_state = dim, inner, d_state
+        self.token_mixer, self.selection_input, self.causal = token_mixer, selection_input, bool(causal)
+        self.qs_shift, self.headdim = qs_shift, headdim
+
+        self.in_proj = nn.Linear(dim, inner, bias=False)
+        self.conv = _DWConv1d(inner, d_conv, self.causal)
+        self.gate_convs = nn.ModuleList(_DWConv1d(dim, k, self.causal) for k in gate_kernels)
+        self.gate_proj = nn.Linear(len(gate_kernels) * dim, inner, bias=False)
+        self.out_proj = nn.Linear(inner, dim, bias=False)
+        sel_dim = dim if selection_input == "block_input" else inner
+        if token_mixer == "qs":
+            heads = inner // headdim
+            self.fwd = _QSDirection(sel_dim, heads, d_state)
+            self.bwd = _QSDirection(sel_dim, heads, d_state)
+            # Free diagonal γ_{t,h} = d_h + w_hᵀ x̄_t (spec A5, Hydra-like), d = 1 and w = 0 at init.
+            self.gamma_bias = nn.Parameter(torch.ones(heads))
+            self.gamma_proj = nn.Linear(inner, heads, bias=False)
+            nn.init.zeros_(self.gamma_proj.weight)
+        else:
+            self.fwd = _S6Direction(sel_dim, inner, d_state, dt_rank)
+            self.bwd = _S6Direction(sel_dim, inner, d_state, dt_rank) if token_mixer == "s6_bi" else None
+            self.D = nn.Parameter(torch.ones(inner))
+
+    def extra_repr(self):
+        return (f"dim={self.dim}, inner={self.inner}, d_state={self.d_state}, token_mixer={self.token_mixer!r}, "
+                f"selection_input={self.selection_input!r}, causal={self.causal}")
+
+    def mix(self, xbar, sel):
+        """The sequence mixer on x̄ (batch, L, E) with selection input sel (batch, L, ·); returns (batch, L, E)."""
+        if self.token_mixer == "qs":
+            batch, length, _ = xbar.shape
+            dt, B, C = self.fwd.selection(sel)
+            dt_r, B_r, C_r = self.bwd.selection(sel)
+            gamma = self.gamma_bias + self.gamma_proj(xbar)
+            y = ops.qs_mix(xbar.reshape(batch, length, -1, self.headdim), dt, -torch.exp(self.fwd.A_log), B, C,
+                           dt_r, -torch.exp(self.bwd.A_log), B_r, C_r, gamma, dt_bias=self.fwd.dt_bias,
+                           dt_bias_rev=self.bwd.dt_bias, dt_softplus=True, qs_shift=self.qs_shift)
+            return y.reshape(batch, length, -1)
+        u = xbar.transpose(1, 2)
+        dt, B, C = self.fwd.selection(sel)
+        y = ops.selective_scan(u, dt, -torch.exp(self.fwd.A_log), B, C, self.D, delta_bias=self.fwd.dt_bias,
+                               delta_softplus=True)
+        if self.bwd is not None:
+            dt_r, B_r, C_r = (t.flip(-1) for t in self.bwd.selection(sel))
+            y = y + ops.selective_scan(u.flip(-1), dt_r, -torch.exp(self.bwd.A_log), B_r, C_r,
+                                       delta_bias=self.bwd.dt_bias, delta_softplus=True).flip(-1)
+        return y.transpose(1, 2)
+
+    def forward(self, u):
+        """u: normalised block input (batch, L, dim) -> (batch, L, dim)."""
+        _check_input("u", u, self.dim)
+        xbar = F.silu(self.conv(self.in_proj(u)))
+        gate = self.gate_proj(torch.cat([conv(u) for conv in self.gate_convs], dim=-1))
+        sel = u if self.selection_input == "block_input" else xbar
+        return self.out_proj(self.mix(xbar, sel) * F.silu(gate))
+
+
+class SelectiveChannelMixer(nn.Module):
+    """Selective Channel Mixer (§2.2): non-causal QS along the channel axis of a normalised (batch, L, dim) input.
+
+    The sequence is the D channels and each channel position c carries the L-vector z_c = u[:, :, c] of its
+    tokens, so the selection weights act on the token axis (size ``num_tokens``):
+
+        B_c = W_B z_c, C_c = W_C z_c ∈ R^N,  Δ_c = softplus(w_Δ·z_c + b_Δ)    (one set per direction)
+        Y = Q Z (Q ∈ R^{D×D} per sample, strictly lower/upper parts from the two scans, free diagonal γ ∈ R^D)
+        y = Yᵀ ⊙ SiLU(u W_2ᵀ)
+
+    Args:
+        dim: number of channels D (the scanned sequence length).
+        num_tokens: L0, the token count the selection weights are built for; inputs must have it.
+        d_state: N [16].
+        channel_qs_param: 'scalar' (scalar A, one head over all L features, spec A8) or 'diag' (per-token
+            Δ with low rank ⌈L0/16⌉ and diagonal A of shape (L0, N), Eq. 8's S6 form) [D: 'scalar'].
+        qs_shift: 'exact' or 'hydra' [D: 'exact'].
+        token_grid, num_prefix_tokens: (h0, w0) of the tokens after ``num_prefix_tokens`` prefix (class)
+            tokens. When given, ``forward(u, grid_size=(h, w))`` accepts other grids: the token-axis weights are
+            resampled (spec A9 ``channel_res_mode='resample'``): prefix columns kept, the h0*w0 columns reshaped
+            to maps, resized bilinearly and scaled by h0*w0/(h*w); identical at the training grid.
+
+    ``no_weight_decay_names``: the per-direction A_log and dt_bias, and γ.
+    """
+
+    no_weight_decay_names = ("gamma", "fwd.A_log", "fwd.dt_bias", "bwd.A_log", "bwd.dt_bias")
+
+    def __init__(self, dim: int, num_tokens: int, d_state: int = 16, channel_qs_param: str = "scalar",
+                 qs_shift: str = "exact", token_grid=None, num_prefix_tokens: int = 0):
+        super().__init__()
+        if token_grid is not None:
+            token_grid = tuple(int(v) for v in token_grid)
+            if len(token_grid) != 2 or num_prefix_tokens + token_grid[0] * token_grid[1] != num_tokens:
+                raise ValueError(f"token_grid {token_grid} must be (h0, w0) with num_prefix_tokens + h0*w0 = "
+                                 f"num_tokens = {num_tokens}")
+            if channel_qs_param != "scalar":
+                raise ValueError("token_grid (weight resampling) needs channel_qs_param='scalar'")
+        self.token_grid, self.num_prefix_tokens = token_grid, int(num_prefix_tokens)
+        for name, value in (("dim", dim), ("num_tokens", num_tokens), ("d_state", d_state)):
+            _positive_int(name, value)
+        _choice("channel_qs_param", channel_qs_param, _CHANNEL_PARAMS)
+        _choice("qs_shift", qs_shift, _QS_SHIFTS)
+        self.dim, self.num_tokens, self.d_state = dim, num_tokens, d_state
+        self.channel_qs_param, self.qs_shift = channel_qs_param, qs_shift
+        if channel_qs_param == "scalar":
+            self.fwd = _QSDirection(num_tokens, 1, d_state)
+            self.bwd = _QSDirection(num_tokens, 1, d_state)
+        else:
+            rank = math.ceil(num_tokens / 16)
+            self.fwd = _S6Direction(num_tokens, num_tokens, d_state, rank)
+            self.bwd = _S6Direction(num_tokens, num_tokens, d_state, rank)
+        self.gamma = nn.Parameter(torch.ones(dim))  # static free diagonal (spec A5), init 1
+        self.gate_proj = nn.Linear(dim, dim, bias=False)  # W_2 (spec A10)
+
+    def extra_repr(self):
+        return (f"dim={self.dim}, num_tokens={self.num_tokens}, d_state={self.d_state}, "
+                f"channel_qs_param={self.channel_qs_param!r}")
+
+    def _resampled(self, weight, grid_size):
+        """Token-axis weight (out, num_tokens) for a (h, w) token grid (spec A9 'resample')."""
+        h0, w0 = self.token_grid
+        if tuple(grid_size) == (h0, w0):
+            return weight
+        prefix, maps = weight[:, :self.num_prefix_tokens], weight[:, self.num_prefix_tokens:]
+        maps = F.interpolate(maps.reshape(1, -1, h0, w0), size=tuple(grid_size), mode="bilinear",
+                             align_corners=False)
+        maps = maps.reshape(weight.shape[0], -1) * (h0 * w0 / (grid_size[0] * grid_size[1]))
+        return torch.cat([prefix, maps], dim=1)
+
+    def forward(self, u, grid_size=None):
+        """u: normalised input (batch, L, dim) -> (batch, L, dim); L = num_tokens, or num_prefix_tokens + h*w
+        with ``grid_size=(h, w)`` when the layer was built with a ``token_grid``."""
+        if grid_size is not None and self.token_grid is None:
+            raise ValueError("grid_size needs a layer built with token_grid")
+        if grid_size is None:
+            _check_input("u", u, self.dim, self.num_tokens, " = num_tokens (the selection weights act on the token axis)")
+        else:
+            _check_input("u", u, self.dim, self.num_prefix_tokens + grid_size[0] * grid_size[1],
+                         f" = num_prefix_tokens + h*w of grid_size {tuple(grid_size)}")
+        z = u.transpose(1, 2)  # (batch, D, L): the sequence is the channels, the features the tokens
+        if self.channel_qs_param == "scalar":
+            if grid_size is None:
+                dt, B, C = self.fwd.selection(z)  # (batch, D, 1), (batch, D, N)
+                dt_r, B_r, C_r = self.bwd.selection(z)
+            else:
+                dt, B, C = F.linear(z, self._resampled(self.fwd.x_proj.weight, grid_size)).split([1, self.d_state, self.d_state], -1)
+                dt_r, B_r, C_r = F.linear(z, self._resampled(self.bwd.x_proj.weight, grid_size)).split(
+                    [1, self.d_state, self.d_state], -1)
+            y = ops.qs_mix(z.unsqueeze(2), dt, -torch.exp(self.fwd.A_log), B, C, dt_r, -torch.exp(self.bwd.A_log),
+                           B_r, C_r, self.gamma[:, None], dt_bias=self.fwd.dt_bias, dt_bias_rev=self.bwd.dt_bias,
+                           dt_softplus=True, qs_shift=self.qs_shift)  # (batch, D, 1, L)
+            y = y[:, :, 0].transpose(1, 2)
+        else:
+            # Mamba layout: features (dim) = tokens, sequence = channels; u itself is (batch, L, D).
+            dt, B, C = self.fwd.selection(z)  # dt (batch, L, D), B/C (batch, N, D)
+            dt_r, B_r, C_r = self.bwd.selection(z)
+            y = ops.qs_mix(u, dt, -torch.exp(self.fwd.A_log), B, C, dt_r, -torch.exp(self.bwd.A_log), B_r, C_r,
+                           self.gamma.expand(self.num_tokens, self.dim), dt_bias=self.fwd.dt_bias,
+                           dt_bias_rev=self.bwd.dt_bias, dt_softplus=True, qs_shift=self.qs_shift)
+        return y * F.silu(self.gate_proj(u))
+
+
+class MambaMixerBlock(nn.Module):
+    """MambaMixer block (§2.3), (batch, L, dim) -> (batch, L, dim):
+
+        x = x + DropPath(SelectiveTokenMixer(Norm(x)));  x = x + DropPath(SelectiveChannelMixer(Norm(x)))
+
+    Args:
+        dim, num_tokens: width and token count (the channel mixer needs the token count).
+        drop_path: stochastic depth on both branches [D: 0].
+        norm: 'layernorm' (eps 1e-6) or 'rmsnorm' [D: 'layernorm'].
+        channel_mixer: False drops the channel mixer (the ``*_noqs`` ablation) [True].
+        token_mixer: see SelectiveTokenMixer [D: 's6'].
+        channel_qs_param, qs_shift, d_state, and **token_kwargs (expand, d_conv, dt_rank, gate_kernels,
+        selection_input, causal, headdim) are passed to the mixers.
+    """
+
+    def __init__(self, dim: int, num_tokens: int, drop_path: float = 0.0, norm: str = "layernorm",
+                 token_mixer: str = "s6", channel_mixer: bool = True, channel_qs_param: str = "scalar",
+                 d_state: int = 16, qs_shift: str = "exact", **token_kwargs):
+        super().__init__()
+        if not 0.0 <= drop_path < 1.0:
+            raise ValueError(f"drop_path must be in [0, 1), got {drop_path!r}")
+        self.dim, self.drop_path_prob = dim, float(drop_path)
+        self.norm1 = _make_norm(norm, dim)
+        self.token_mixer = SelectiveTokenMixer(dim, d_state=d_state, token_mixer=token_mixer, qs_shift=qs_shift,
+                                               **token_kwargs)
+        if channel_mixer:
+            self.norm2 = _make_norm(norm, dim)
+            self.channel_mixer = SelectiveChannelMixer(dim, num_tokens, d_state=d_state,
+                                                       channel_qs_param=channel_qs_param, qs_shift=qs_shift)
+        else:
+            self.norm2 = self.channel_mixer = None
+
+    @property
+    def no_weight_decay_names(self):
+        names = [f"token_mixer.{n}" for n in self.token_mixer.no_weight_decay_names]
+        if self.channel_mixer is not None:
+            names += [f"channel_mixer.{n}" for n in self.channel_mixer.no_weight_decay_names]
+        return tuple(n for n in names if _has_param(self, n))
+
+    def extra_repr(self):
+        return f"drop_path={self.drop_path_prob}"
+
+    def forward(self, x):
+        _check_input("x", x, self.dim)
+        x = x + _drop_path(self.token_mixer(self.norm1(x)), self.drop_path_prob, self.training)
+        if self.channel_mixer is not None:
+            x = x + _drop_path(self.channel_mixer(self.norm2(x)), self.drop_path_prob, self.training)
+        return x
+
+
+class QSMixerBlock(MambaMixerBlock):
+    """QSMixer block (§2.4): MambaMixerBlock with the scalar-A QS token mixer (non-causal, 'same' padding)
+    and the scalar-A QS channel mixer. Same arguments as MambaMixerBlock except ``token_mixer``."""
+
+    def __init__(self, dim: int, num_tokens: int, drop_path: float = 0.0, norm: str = "layernorm", **kwargs):
+        if "token_mixer" in kwargs:
+            raise ValueError("QSMixerBlock always uses token_mixer='qs'; use MambaMixerBlock for other mixers")
+        super().__init__(dim, num_tokens, drop_path=drop_path, norm=norm, token_mixer="qs", **kwargs)
+
+
+def _has_param(module, name):
+    try:
+        module.get_parameter(name)
+        return True
+    except AttributeError:
+        return False
+
+
+# ---- Switch of Scans (§3.2) ----------------------------------------------------------------------------------------
+
+SCAN_NAMES = ("C1", "C2", "C3", "C4", "Z1", "Z2", "Z3", "Z4", "Z5", "Z6", "Z7", "Z8", "L1", "L2", "L3", "L4")
+_SCAN_CACHE = {}
+
+
+def _snake(grid):
+    """Boustrophedon over the rows of an index grid: even rows left->right, odd rows right->left."""
+    rows = [row.flip(0) if r % 2 else row for r, row in enumerate(grid)]
+    return torch.cat(rows)
+
+
+def _local(grid, window):
+    """LocalMamba local scan: window x window tiles row-major, row-major inside each (edge tiles partial)."""
+    height, width = grid.shape
+    parts = [grid[r:r + window, c:c + window].reshape(-1)
+             for r in range(0, height, window) for c in range(0, width, window)]
+    return torch.cat(parts)
+
+
+def scan_orders(height: int, width: int, local_windows: Sequence[int] = (2, 7)):
+    """The 16 scan orders of SoS over a (height x width) patch grid (§3.2; Z and L lists are [D] reconstructions).
+
+    Returns (orders, inverses), LongTensors (16, height*width): ``x[:, orders[s]]`` is the scan-s sequence of
+    row-major tokens x and ``y[:, inverses[s]]`` puts a scan-ordered y back in row-major order. Rows follow
+    ``SCAN_NAMES``: C1 row-major, C2 column-major, C3/C4 their reverses; Z1..Z8 = {row, column}-snake x
+    {identity, horizontal flip, vertical flip, 180° rotation}; L1/L2 = local(w1) and its reverse, L3/L4 =
+    local(w2) and its reverse. Cached per (height, width, local_windows).
+    """
+    _positive_int("height", height)
+    _positive_int("width", width)
+    local_windows = tuple(local_windows)
+    if len(local_windows) != 2 or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in local_windows):
+        raise ValueError(f"local_windows must be two positive ints, got {local_windows!r}")
+    key = (height, width, local_windows)
+    if key not in _SCAN_CACHE:
+        grid = torch.arange(height * width).view(height, width)
+        row, col = grid.reshape(-1), grid.t().reshape(-1)
+        orders = [row, col, row.flip(0), col.flip(0)]
+        transforms = (lambda g: g, lambda g: g.flip(1), lambda g: g.flip(0), lambda g: g.flip(0).flip(1))
+        orders += [_snake(t(grid)) for t in transforms]
+        orders += [_snake(t(grid).t()) for t in transforms]
+        for window in local_windows:
+            local = _local(grid, window)
+            orders += [local, local.flip(0)]
+        orders = torch.stack(orders)
+        _SCAN_CACHE[key] = (orders, orders.argsort(dim=1))
+    return _SCAN_CACHE[key]
+
+
+def gather_tokens(x, index):
+    """x (batch, L, C), index (batch, L) -> x[b, index[b]] (per-sample permutation)."""
+    return x.gather(1, index.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
+
+
+class SwitchOfScans(nn.Module):
+    """Switch of Scans (§3.2): local summary tokens, a router over the 16 scans, top-n selection and the
+    combination of the n scanned outputs.
+
+    ``forward(e, grid_size)`` with patch embeddings e (batch, h*w, dim) (row-major, no class token) returns
+    (e', scan_ids (batch, n), gates (batch, n), probs (batch, 16)): e' has the LSTs concatenated and projected
+    (``lst_concat``), gates are g/sg(g) (value 1, gradient to the router; ``sos_gate='st'``) or the raw
+    probabilities (``sos_gate='vmoe'``). ``scan_index(scan_ids, grid_size)`` gives the per-sample (orders,
+    inverses) (batch, n, h*w); ``combine(u, ys, gates)`` mixes the n scans' outputs (n = 1: y·gate; n ≥ 2:
+    cross-scan attention or, with ``cross_scan_attn=False``, the plain gated sum).
+
+    Args:
+        dim: width D.
+        num_windows: ℓ², 4 or 9 [D: 4]. top_n: scans selected per image [P2: 1].
+        lst_concat: e_p <- W_lst[e_p ‖ S_w(p)] with W_lst = [I, 0] at init [D: True].
+        sos_gate: 'st' (straight-through, [D]) or 'vmoe' (y·g).
+        cross_scan_attn: softmax attention over the n outputs per token (n ≥ 2) [D: True].
+        local_windows: window sizes of the L1-L4 scans [D: (2, 7)].
+    Parameter names: ``lst_norm``, ``lst_proj`` (Linear 2D -> D), ``router`` (Linear ℓ²D -> 16),
+    ``attn_q``/``attn_k`` (Linear D -> D, only for top_n ≥ 2 with attention).
+    """
+
+    def __init__(self, dim: int, num_windows: int = 4, top_n: int = 1, lst_concat: bool = True,
+                 sos_gate: str = "st", cross_scan_attn: bool = True, local_windows: Sequence[int] = (2, 7)):
+        super().__init__()
+        _positive_int("dim", dim)
+        if num_windows not in (1, 4, 9, 16):
+            raise ValueError(f"num_windows must be a square (1, 4, 9 or 16), got {num_windows!r}")
+        _positive_int("top_n", top_n)
+        if top_n > len(SCAN_NAMES):
+            raise ValueError(f"top_n must be <= {len(SCAN_NAMES)}, got {top_n}")
+        _choice("sos_gate", sos_gate, ("st", "vmoe"))
+        self.dim, self.num_windows, self.top_n = dim, num_windows, top_n
+        self.side = int(round(math.sqrt(num_windows)))
+        self.sos_gate, self.local_windows = sos_gate, tuple(local_windows)
+        scan_orders(2, 2, self.local_windows)  # validate local_windows early
+        self.lst_norm = nn.LayerNorm(dim, eps=1e-6)
+        if lst_concat:
+            self.lst_proj = nn.Linear(2 * dim, dim, bias=False)
+            with torch.no_grad():
+                self.lst_proj.weight.zero_()
+                self.lst_proj.weight[:, :dim].copy_(torch.eye(dim))
+        else:
+            self.lst_proj = None
+        self.router = nn.Linear(num_windows * dim, len(SCAN_NAMES))
+        nn.init.trunc_normal_(self.router.weight, std=0.02)
+        nn.init.zeros_(self.router.bias)
+        if top_n >= 2 and cross_scan_attn:
+            self.attn_q = nn.Linear(dim, dim, bias=False)
+            self.attn_k = nn.Linear(dim, dim, bias=False)
+        else:
+            self.attn_q = self.attn_k = None
+
+    def extra_repr(self):
+        return (f"dim={self.dim}, num_windows={self.num_windows}, top_n={self.top_n}, sos_gate={self.sos_gate!r}, "
+                f"cross_scan_attn={self.attn_q is not None}")
+
+    def _windows(self, height, width):
+        """Window id (row-major over the ℓ x ℓ window grid) of every row-major token."""
+        rows = torch.cat([torch.full((len(c),), i) for i, c in enumerate(torch.arange(height).tensor_split(self.side))])
+        cols = torch.cat([torch.full((len(c),), i) for i, c in enumerate(torch.arange(width).tensor_split(self.side))])
+        return (rows[:, None] * self.side + cols[None, :]).reshape(-1)
+
+    def forward(self, e, grid_size):
+        height, width = grid_size
+        _check_input("e", e, self.dim, height * width, f" = h*w of grid_size {tuple(grid_size)}")
+        if height < self.side or width < self.side:
+            raise ValueError(f"grid_size {tuple(grid_size)} must be at least {self.side}x{self.side} "
+                             f"for num_windows={self.num_windows}")
+        window = self._windows(height, width).to(e.device)
+        one_hot = F.one_hot(window, self.num_windows).to(e.dtype)  # (L, ℓ²)
+        summary = self.lst_norm(torch.einsum("lw,bld->bwd", one_hot / one_hot.sum(0), e))  # S_i = LN(mean)
+        if self.lst_proj is not None:
+            e = self.lst_proj(torch.cat([e, summary[:, window]], dim=-1))
+        probs = torch.softmax(self.router(summary.flatten(1)), dim=-1)
+        top_probs, scan_ids = probs.topk(self.top_n, dim=-1)
+        gates = top_probs / top_probs.detach() if self.sos_gate == "st" else top_probs
+        return e, scan_ids, gates, probs
+
+    @staticmethod
+    def importance_loss(probs):
+        """V-MoE importance auxiliary loss (§3.2 load balancing, [D] weight 0 by default): the squared
+        coefficient of variation of the per-scan probability mass over the batch, probs (batch, 16) -> scalar."""
+        importance = probs.sum(0)
+        return importance.var(unbiased=False) / importance.mean().square().clamp_min(1e-12)
+
+    def scan_index(self, scan_ids, grid_size):
+        """scan_ids (batch, n) -> per-sample (orders, inverses), each (batch, n, h*w) on scan_ids' device."""
+        orders, inverses = scan_orders(*grid_size, self.local_windows)
+        return orders.to(scan_ids.device)[scan_ids], inverses.to(scan_ids.device)[scan_ids]
+
+    def combine(self, u, ys, gates):
+        """u (batch, L, D) the mixer input (attention queries); ys (batch, n, L, D) the n scans' outputs in
+        row-major order; gates (batch, n). Returns (batch, L, D)."""
+        ys = ys * gates[:, :, None, None].to(ys.dtype)
+        if ys.shape[1] == 1:
+            return ys[:, 0]
+        if self.attn_q is None:
+            return ys.sum(1)
+        scores = torch.einsum("bld,bnld->bln", self.attn_q(u), self.attn_k(ys)) / math.sqrt(self.dim)
+        return torch.einsum("bln,bnld->bld", torch.softmax(scores, dim=-1), ys)
+
+
+# ---- Multi-resolution convolution branch and fusion (§3.3, ViT-CoMer-derived) -----------------------------------
+
+def _conv_bn_relu(cin, cout, stride):
+    return [nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
+
+
+def _check_levels(F_tokens, dim, sizes):
+    sizes = [tuple(int(v) for v in s) for s in sizes]
+    if len(sizes) != 3:
+        raise ValueError(f"sizes must list the 3 levels' (height, width), got {sizes!r}")
+    _check_input("F_tokens", F_tokens, dim, sum(h * w for h, w in sizes), f" = the sum of h*w over sizes {sizes}")
+    return sizes
+
+
+class SpatialPriorModule(nn.Module):
+    """Conv stem of the multi-resolution branch (§3.3 SPM, ViT-CoMer ``CNN``): image (batch, 3, H, W) ->
+    c1 (batch, dim, H/4, W/4) and the tokens of F1, F2, F3 at 1/8, 1/16, 1/32 concatenated along the token axis
+    (batch, n1 + n2 + n3, dim) with a learnable embedding per level, plus the 3 levels' (height, width).
+
+    Args: dim; inplanes: stem width (1/4 level; then 2x, 4x, 4x) [D: 64]; in_chans [3].
+    """
+
+    def __init__(self, dim: int, inplanes: int = 64, in_chans: int = 3):
+        super().__init__()
+        for name, value in (("dim", dim), ("inplanes", inplanes), ("in_chans", in_chans)):
+            _positive_int(name, value)
+        self.dim = dim
+        self.stem = nn.Sequential(*_conv_bn_relu(in_chans, inplanes, 2), *_conv_bn_relu(inplanes, inplanes, 1),
+                                  *_conv_bn_relu(inplanes, inplanes, 1), nn.MaxPool2d(3, 2, 1))
+        self.down8 = nn.Sequential(*_conv_bn_relu(inplanes, 2 * inplanes, 2))
+        self.down16 = nn.Sequential(*_conv_bn_relu(2 * inplanes, 4 * inplanes, 2))
+        self.down32 = nn.Sequential(*_conv_bn_relu(4 * inplanes, 4 * inplanes, 2))
+        self.proj = nn.ModuleList(nn.Conv2d(c, dim, 1) for c in (inplanes, 2 * inplanes, 4 * inplanes, 4 * inplanes))
+        self.level_embed = nn.Parameter(torch.zeros(3, dim))
+        nn.init.trunc_normal_(self.level_embed, std=0.02)
+
+    def forward(self, img):
+        if not isinstance(img, torch.Tensor) or img.dim() != 4 or img.shape[1] != self.stem[0].in_channels:
+            shape = tuple(img.shape) if isinstance(img, torch.Tensor) else type(img).__name__
+            raise ValueError(f"img must have shape (batch, {self.stem[0].in_channels}, H, W), got {shape}")
+        c1 = self.stem(img)
+        c2 = self.down8(c1)
+        c3 = self.down16(c2)
+        c4 = self.down32(c3)
+        maps = [p(c) for p, c in zip(self.proj, (c1, c2, c3, c4))]
+        sizes = [tuple(m.shape[-2:]) for m in maps[1:]]
+        tokens = torch.cat([m.flatten(2).transpose(1, 2) + self.level_embed[i] for i, m in enumerate(maps[1:])], 1)
+        return maps[0], tokens, sizes
+
+
+class MultiResolutionConvGate(nn.Module):
+    """Eq. 11 (ViT-CoMer ``MRFP``): F_conv = W_c1 GELU(BN(MixDW(W_c2 F))) on the concatenated level tokens.
+
+    MixDW works inside each resolution: the hidden channels are split among ``kernels`` and every level has its
+    own depthwise k x k convs. Args: dim; kernels [D: (3, 5), spec A12]; hidden_ratio: hidden = ratio*dim [0.5].
+    ``forward(F_tokens (batch, n1+n2+n3, dim), sizes)`` -> same shape.
+    """
+
+    def __init__(self, dim: int, kernels: Sequence[int] = (3, 5), hidden_ratio: float = 0.5):
+        super().__init__()
+        _positive_int("dim", dim)
+        kernels = tuple(kernels)
+        if not kernels or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 or k % 2 == 0 for k in kernels):
+            raise ValueError(f"kernels must be a non-empty sequence of odd positive ints, got {kernels!r}")
+        hidden = int(round(dim * hidden_ratio))
+        if hidden < len(kernels):
+            raise ValueError(f"hidden_ratio*dim = {hidden} must be at least len(kernels) = {len(kernels)}")
+        self.dim, self.hidden, self.kernels = dim, hidden, kernels
+        self.splits = [len(c) for c in torch.arange(hidden).tensor_split(len(kernels))]
+        self.fc_in = nn.Linear(dim, hidden)  # W_c2
+        self.dwconvs = nn.ModuleList(
+            nn.ModuleList(nn.Conv2d(c, c, k, padding=k // 2, groups=c) for c, k in zip(self.splits, kernels))
+            for _ in range(3))
+        self.norm = nn.BatchNorm1d(hidden)
+        self.fc_out = nn.Linear(hidden, dim)  # W_c1
+
+    def forward(self, F_tokens, sizes):
+        sizes = _check_levels(F_tokens, self.dim, sizes)
+        h = self.fc_in(F_tokens)
+        outs = []
+        for level, ((height, width), chunk) in enumerate(zip(sizes, h.split([a * b for a, b in sizes], dim=1))):
+            grid = chunk.transpose(1, 2).reshape(chunk.shape[0], self.hidden, height, width)
+            parts = [conv(part) for conv, part in zip(self.dwconvs[level], grid.split(self.splits, dim=1))]
+            outs.append(torch.cat(parts, 1).flatten(2))
+        h = F.gelu(self.norm(torch.cat(outs, dim=2))).transpose(1, 2)
+        return self.fc_out(h)
+
+
+class ConvTokenInteraction(nn.Module):
+    """Bi-directional conv <-> token fusion of one interaction (§3.3 steps 1, 2, 4; ViT-CoMer CTI with attention
+    replaced by Linear).
+
+    ``to_tokens(x_grid, F_conv, sizes)``: V = Linear_v(LN([F1 ‖ F2 + x_grid ‖ F3])); V1 resized down and V3 up to
+        the 1/16 grid (bilinear); returns x_grid + λ_v ⊙ (V1↓ + V2 + V3↑), λ_v = 0 at init.
+    ``to_conv(F_conv, x_grid, sizes)``: Eq. 44, F̂ = [F1 ‖ F2 + x_S ‖ F3]; returns F̂ + Linear_c(LN(F̂)) [D residual].
+    x_grid (batch, h2*w2, dim) are the patch tokens without the class token; the 1/16 level must match their grid.
+    """
+
+    def __init__(self, dim: int):
+        super().__init__()
+        _positive_int("dim", dim)
+        self.dim = dim
+        self.norm_v = nn.LayerNorm(dim, eps=1e-6)
+        self.proj_v = nn.Linear(dim, dim)
+        self.lambda_v = nn.Parameter(torch.zeros(dim))
+        self.norm_c = nn.LayerNorm(dim, eps=1e-6)
+        self.proj_c = nn.Linear(dim, dim)
+
+    def _add_grid(self, F_conv, x_grid, sizes):
+        sizes = _check_levels(F_conv, self.dim, sizes)
+        n1, n2 = sizes[0][0] * sizes[0][1], sizes[1][0] * sizes[1][1]
+        _check_input("x_grid", x_grid, self.dim, n2, f" = h*w of the 1/16 level {sizes[1]}")
+        added = torch.cat([F_conv[:, :n1], F_conv[:, n1:n1 + n2] + x_grid, F_conv[:, n1 + n2:]], dim=1)
+        return added, sizes
+
+    def to_tokens(self, x_grid, F_conv, sizes):
+        fused, sizes = self._add_grid(F_conv, x_grid, sizes)
+        V = self.proj_v(self.norm_v(fused))
+        target = sizes[1]
+        total = 0
+        for (height, width), chunk in zip(sizes, V.split([a * b for a, b in sizes], dim=1)):
+            if (height, width) != target:
+                grid = chunk.transpose(1, 2).reshape(chunk.shape[0], self.dim, height, width)
+                chunk = F.interpolate(grid, size=target, mode="bilinear", align_corners=False).flatten(2).transpose(1, 2)
+            total = total + chunk
+        return x_grid + self.lambda_v * total
+
+    def to_conv(self, F_conv, x_grid, sizes):
+        fused, _ = self._add_grid(F_conv, x_grid, sizes)
+        return fused + self.proj_c(self.norm_c(fused))

@@ -1,0 +1,406 @@
+"""ViM2 / ViQS (MambaMixer v2, arXiv:2403.19888) as timm models, spec mambamixer.md §3.1-3.5.
+
+Isotropic patch-16 backbone with a class token (inserted in the middle of every scanned sequence), Switch of
+Scans (one router per network on local summary tokens, top-1 scan run bidirectionally), MambaMixer (ViM2: f+b S6
+token mixer) or QSMixer (ViQS: QS token mixer) blocks with the QS channel mixer, and the multi-resolution conv
+branch (SPM stem, Eq. 11 MRFP, ViT-CoMer-style interactions with Linear instead of attention, Eq. 44).
+Widths and depths are the spec's proposed [D] configs (§3.5); the paper gives none.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Set, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+
+from ..layers.mambamixer import (ConvTokenInteraction, MultiResolutionConvGate, SelectiveChannelMixer,
+                                 SelectiveTokenMixer, SpatialPriorModule, SwitchOfScans, _drop_path, _make_norm,
+                                 gather_tokens)
+from ._common import local_weights_cfg
+
+__all__ = ["VisionMambaMixer", "VisionTokenMixer", "VisionMixerBlock"]
+
+
+class VisionTokenMixer(SelectiveTokenMixer):
+    """Token mixer of ViM2 ('s6_bi') / ViQS ('qs') on (batch, 1 + h*w, dim) tokens (class token first).
+
+    Main branch: x̄ = SiLU(DWConv2d_3x3(W_in u)) on the h x w grid [D A15] (the class token bypasses the conv);
+    gate: SiLU(W_z u) [D A14]; selection from u (F.4). For each selected scan the patches are permuted, the class
+    token is inserted in the middle [D A17], the bidirectional mixer runs, and the result is scattered back;
+    the n scans' outputs are combined by SwitchOfScans.combine.
+    """
+
+    def __init__(self, dim: int, token_mixer: str = "s6_bi", **kwargs):
+        super().__init__(dim, token_mixer=token_mixer, causal=False, gate_kernels=(1,), **kwargs)
+        del self.conv, self.gate_convs
+        self.conv2d = nn.Conv2d(self.inner, self.inner, 3, padding=1, groups=self.inner, bias=True)
+        self.gate_proj = nn.Linear(dim, self.inner, bias=False)
+
+    def forward(self, u, grid_size, sos, orders, inverses, gates):
+        height, width = grid_size
+        batch = u.shape[0]
+        xin = self.in_proj(u)
+        patches = xin[:, 1:].transpose(1, 2).reshape(batch, self.inner, height, width)
+        patches = self.conv2d(patches).flatten(2).transpose(1, 2)
+        xbar = F.silu(torch.cat([xin[:, :1], patches], dim=1))
+        gate = F.silu(self.gate_proj(u))
+        middle = (height * width) // 2
+        outputs = []
+        for j in range(orders.shape[1]):
+            def permute(t):  # class token in the middle of the scanned patches
+                scanned = gather_tokens(t[:, 1:], orders[:, j])
+                return torch.cat([scanned[:, :middle], t[:, :1], scanned[:, middle:]], dim=1)
+
+            mixed = self.mix(permute(xbar), permute(u))
+            cls_out = mixed[:, middle:middle + 1]
+            rest = gather_tokens(torch.cat([mixed[:, :middle], mixed[:, middle + 1:]], dim=1), inverses[:, j])
+            outputs.append(self.out_proj(torch.cat([cls_out, rest], dim=1) * gate))
+        return sos.combine(u, torch.stack(outputs, dim=1), gates)
+
+
+class VisionMixerBlock(nn.Module):
+    """Pre-norm residual VisionTokenMixer then QS channel mixer (§2.3/§2.4), DropPath on both branches."""
+
+    def __init__(self, dim: int, token_grid: Tuple[int, int], token_mixer: str, d_state: int, expand: int,
+                 headdim: int, drop_path: float, norm: str, channel_mixer: bool, channel_qs_param: str):
+        super().__init__()
+        self.drop_path_prob = float(drop_path)
+        self.norm1 = _make_norm(norm, dim)
+        self.token_mixer = VisionTokenMixer(dim, token_mixer=token_mixer, d_state=d_state, expand=expand,
+                                            headdim=headdim)
+        self.channel_kind = {True: "qs", False: "none"}.get(channel_mixer, channel_mixer)
+        if self.channel_kind not in ("qs", "mlp", "none"):
+            raise ValueError(f"channel_mixer must be True/'qs', 'mlp' or False/'none', got {channel_mixer!r}")
+        self.norm2 = _make_norm(norm, dim) if self.channel_kind != "none" else None
+        if self.channel_kind == "qs":
+            self.channel_mixer = SelectiveChannelMixer(dim, 1 + token_grid[0] * token_grid[1], d_state=d_state,
+                                                       channel_qs_param=channel_qs_param, token_grid=token_grid,
+                                                       num_prefix_tokens=1)
+        elif self.channel_kind == "mlp":  # Table 3 "ViM2 (MLP channel mixer)": ratio 4, GELU [D]
+            self.channel_mixer = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+        else:
+            self.channel_mixer = None
+
+    @property
+    def no_weight_decay_names(self):
+        names = [f"token_mixer.{n}" for n in self.token_mixer.no_weight_decay_names]
+        if self.channel_kind == "qs":
+            names += [f"channel_mixer.{n}" for n in self.channel_mixer.no_weight_decay_names]
+        return tuple(names)
+
+    def forward(self, x, grid_size, sos, orders, inverses, gates):
+        y = self.token_mixer(self.norm1(x), grid_size, sos, orders, inverses, gates)
+        x = x + _drop_path(y, self.drop_path_prob, self.training)
+        if self.channel_kind == "qs":
+            x = x + _drop_path(self.channel_mixer(self.norm2(x), grid_size), self.drop_path_prob, self.training)
+        elif self.channel_kind == "mlp":
+            x = x + _drop_path(self.channel_mixer(self.norm2(x)), self.drop_path_prob, self.training)
+        return x
+
+
+class VisionMambaMixer(nn.Module):
+    """ViM2 (token_mixer='s6_bi') / ViQS (token_mixer='qs'), §3.4 reference forward pass.
+
+    Args ([D] = spec decision, exposed here with its default):
+        img_size [224], patch_size [16], in_chans [3], num_classes [1000], embed_dim, depth,
+        token_mixer: 's6_bi' (ViM2) or 'qs' (ViQS); d_state [16]; expand [2]; headdim [64];
+        drop_path_rate: linear stochastic-depth schedule; norm: 'layernorm' | 'rmsnorm' [D: layernorm],
+        channel_mixer: True/'qs', 'mlp' ('*_mlp', Table 3) or False/'none' ('*_noqs') [True], channel_qs_param [D A8: 'scalar'],
+        scan_mode: 'sos' or 'fixed' (the four cross-scans C1-C4 summed, "w/o SoS") [D: 'sos'],
+        sos_top_n [P2: 1], sos_num_windows [D: 4], lst_concat [D: True], sos_gate [D: 'st'],
+        cross_scan_attn [D: True], conv_branch [True; False = '*_noconv'], n_interactions [D A13: 4],
+        conv_kernels [D A12: (3, 5)], spm_inplanes [D: 64], global_pool: 'token' | 'avg' [D: 'token'],
+        dense_outputs: build the §3.6 pyramid (ConvT 2x2 + 4 BatchNorms; set automatically by features_only)
+            used by ``forward_intermediates`` [False, so classification parameter counts exclude it],
+        sos_importance_weight: weight of the router's importance loss, stored as ``router_aux_loss`` after each
+            forward for the training loop to add [D: 0]. ``last_router_probs`` / ``last_scan_ids`` hold the
+            last routing (usage histogram logging).
+    Input H and W must be multiples of 32 (patch grid and the 1/16 conv level must coincide).
+    """
+
+    def __init__(self, img_size=224, patch_size: int = 16, in_chans: int = 3, num_classes: int = 1000,
+                 embed_dim: int = 192, depth: int = 24, token_mixer: str = "s6_bi", d_state: int = 16,
+                 expand: int = 2, headdim: int = 64, drop_rate: float = 0.0, drop_path_rate: float = 0.1,
+                 norm: str = "layernorm", channel_mixer: bool = True, channel_qs_param: str = "scalar",
+                 scan_mode: str = "sos", sos_top_n: int = 1, sos_num_windows: int = 4, lst_concat: bool = True,
+                 sos_gate: str = "st", cross_scan_attn: bool = True, conv_branch: bool = True,
+                 n_interactions: int = 4, conv_kernels=(3, 5), spm_inplanes: int = 64, global_pool: str = "token",
+                 dense_outputs: bool = False, sos_importance_weight: float = 0.0, device=None, dtype=None):
+        super().__init__()
+        img_size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+        if patch_size != 16:
+            raise ValueError(f"patch_size must be 16 (the conv branch's 1/16 level is the patch grid), got {patch_size}")
+        if img_size[0] % 32 or img_size[1] % 32:
+            raise ValueError(f"img_size must be a multiple of 32, got {img_size}")
+        if scan_mode not in ("sos", "fixed"):
+            raise ValueError(f"scan_mode must be 'sos' or 'fixed', got {scan_mode!r}")
+        if global_pool not in ("token", "avg"):
+            raise ValueError(f"global_pool must be 'token' or 'avg', got {global_pool!r}")
+        if conv_branch and (n_interactions < 1 or depth % n_interactions):
+            raise ValueError(f"n_interactions ({n_interactions}) must be positive and divide depth ({depth})")
+        self.num_classes, self.global_pool = num_classes, global_pool
+        self.num_features = self.embed_dim = embed_dim
+        self.in_chans, self.patch_size, self.scan_mode = in_chans, patch_size, scan_mode
+        self.sos_importance_weight = float(sos_importance_weight)
+        grid = (img_size[0] // patch_size, img_size[1] // patch_size)
+        self.grid_size = grid
+        self.patch_embed = nn.Module()
+        self.patch_embed.proj = nn.Conv2d(in_chans, embed_dim, patch_size, patch_size)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
+        self.pos_embed = nn.Parameter(torch.zeros(1, 1 + grid[0] * grid[1], embed_dim))
+        self.sos = SwitchOfScans(embed_dim, num_windows=sos_num_windows,
+                                 top_n=sos_top_n if scan_mode == "sos" else 4, lst_concat=lst_concat,
+                                 sos_gate=sos_gate, cross_scan_attn=cross_scan_attn and scan_mode == "sos")
+        dpr = torch.linspace(0, drop_path_rate, depth).tolist()
+        self.blocks = nn.ModuleList(
+            VisionMixerBlock(embed_dim, grid, token_mixer, d_state, expand, headdim, dpr[i], norm, channel_mixer,
+                             channel_qs_param) for i in range(depth))
+        self.conv_branch = conv_branch
+        if conv_branch:
+            self.n_interactions = n_interactions
+            self.spm = SpatialPriorModule(embed_dim, inplanes=spm_inplanes, in_chans=in_chans)
+            self.mrfp = nn.ModuleList(MultiResolutionConvGate(embed_dim, conv_kernels) for _ in range(n_interactions))
+            self.interactions = nn.ModuleList(ConvTokenInteraction(embed_dim) for _ in range(n_interactions))
+        if dense_outputs and not conv_branch:
+            raise ValueError("dense_outputs needs conv_branch=True (the 1/4, 1/8 and 1/32 levels come from it)")
+        self.dense_outputs = dense_outputs
+        if dense_outputs:
+            self.pyramid_up = nn.ConvTranspose2d(embed_dim, embed_dim, 2, 2)
+            self.pyramid_norms = nn.ModuleList(nn.BatchNorm2d(embed_dim) for _ in range(4))
+        self.feature_info = [dict(num_chs=embed_dim, reduction=r, module=f"pyramid_norms.{i}")
+                             for i, r in enumerate((4, 8, 16, 32))]
+        self.norm = _make_norm(norm, embed_dim)
+        self.head_drop = nn.Dropout(drop_rate)
+        self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+        self._init_weights()
+        if device is not None or dtype is not None:  # timm's device/dtype arguments (built on CPU, then moved)
+            self.to(device=device, dtype=dtype)
+
+    def _init_weights(self):
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        nn.init.trunc_normal_(self.cls_token, std=0.02)
+        if isinstance(self.head, nn.Linear):
+            nn.init.trunc_normal_(self.head.weight, std=0.02)
+            nn.init.zeros_(self.head.bias)
+
+    @torch.jit.ignore
+    def no_weight_decay(self) -> Set[str]:
+        names = {"pos_embed", "cls_token"}
+        for i, block in enumerate(self.blocks):
+            names.update(f"blocks.{i}.{n}" for n in block.no_weight_decay_names)
+        if self.conv_branch:
+            names.add("spm.level_embed")
+            names.update(f"interactions.{i}.lambda_v" for i in range(self.n_interactions))
+        return names
+
+    @torch.jit.ignore
+    def get_classifier(self) -> nn.Module:
+        return self.head
+
+    def reset_classifier(self, num_classes: int, global_pool=None):
+        self.num_classes = num_classes
+        if global_pool is not None:
+            self.global_pool = global_pool
+        self.head = nn.Linear(self.embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+
+    def _pos_embed(self, grid):
+        if tuple(grid) == self.grid_size:
+            return self.pos_embed
+        maps = self.pos_embed[:, 1:].reshape(1, *self.grid_size, -1).permute(0, 3, 1, 2)
+        maps = F.interpolate(maps, size=tuple(grid), mode="bicubic", align_corners=False)
+        return torch.cat([self.pos_embed[:, :1], maps.flatten(2).transpose(1, 2)], dim=1)
+
+    def forward_features(self, img):
+        return self.norm(self._forward_tokens(img)[0])
+
+    def _forward_tokens(self, img):
+        """(tokens before the final norm, c1, conv-level tokens, level sizes, patch grid)."""
+        if not isinstance(img, torch.Tensor) or img.dim() != 4 or img.shape[1] != self.in_chans:
+            shape = tuple(img.shape) if isinstance(img, torch.Tensor) else type(img).__name__
+            raise ValueError(f"img must have shape (batch, {self.in_chans}, H, W), got {shape}")
+        if img.shape[-2] % 32 or img.shape[-1] % 32:
+            raise ValueError(f"img height and width must be multiples of 32, got {tuple(img.shape[-2:])}")
+        e = self.patch_embed.proj(img)
+        grid = tuple(e.shape[-2:])
+        pos = self._pos_embed(grid)
+        e = e.flatten(2).transpose(1, 2) + pos[:, 1:]
+        e, scan_ids, gates, probs = self.sos(e, grid)
+        if self.scan_mode == "fixed":  # "w/o SoS": the four cross-scans, plain sum
+            scan_ids = torch.arange(4, device=e.device).expand(e.shape[0], 4)
+            gates = torch.ones(e.shape[0], 4, device=e.device, dtype=e.dtype)
+        self.last_router_probs, self.last_scan_ids = probs.detach(), scan_ids.detach()  # usage histogram
+        self.router_aux_loss = self.sos_importance_weight * self.sos.importance_loss(probs)
+        orders, inverses = self.sos.scan_index(scan_ids, grid)
+        x = torch.cat([(self.cls_token + pos[:, :1]).expand(e.shape[0], -1, -1), e], dim=1)
+        if not self.conv_branch:
+            for block in self.blocks:
+                x = block(x, grid, self.sos, orders, inverses, gates)
+            return x, None, None, None, grid
+        c1, F_tokens, sizes = self.spm(img)
+        per_group = len(self.blocks) // self.n_interactions
+        for i in range(self.n_interactions):
+            F_conv = self.mrfp[i](F_tokens, sizes)
+            x = torch.cat([x[:, :1], self.interactions[i].to_tokens(x[:, 1:], F_conv, sizes)], dim=1)
+            for block in self.blocks[i * per_group:(i + 1) * per_group]:
+                x = block(x, grid, self.sos, orders, inverses, gates)
+            F_tokens = self.interactions[i].to_conv(F_conv, x[:, 1:], sizes)
+        return x, c1, F_tokens, sizes, grid
+
+    def forward_intermediates(self, x, indices=None, norm: bool = False, stop_early: bool = False,
+                              output_fmt: str = "NCHW", intermediates_only: bool = False):
+        """The §3.6 pyramid (ViT-CoMer): f1 = BN(ConvT(F1) + c1 + up4 x) at 1/4, f2 = BN(F1 + up2 x),
+        f3 = BN(F2 + x), f4 = BN(F3 + maxpool2 x) [D down-sampling], x = final patch tokens as a grid.
+        ``indices``: int (last n) or sequence of levels 0..3. ``norm`` and ``stop_early`` are accepted for
+        timm's interface (the levels are always BatchNorm-ed; the whole depth is always run)."""
+        if not self.dense_outputs:
+            raise ValueError("forward_intermediates needs a model built with dense_outputs=True (or features_only)")
+        if output_fmt != "NCHW":
+            raise ValueError(f"output_fmt must be 'NCHW', got {output_fmt!r}")
+        if indices is None:
+            indices = [0, 1, 2, 3]
+        elif isinstance(indices, int):
+            indices = list(range(4 - indices, 4))
+        indices = [i % 4 for i in indices]
+        tokens, c1, F_tokens, sizes, grid = self._forward_tokens(x)
+        batch = tokens.shape[0]
+        x_grid = tokens[:, 1:].transpose(1, 2).reshape(batch, -1, *grid)
+        levels = [t.transpose(1, 2).reshape(batch, -1, h, w)
+                  for t, (h, w) in zip(F_tokens.split([h * w for h, w in sizes], dim=1), sizes)]
+        up = lambda t, size: F.interpolate(t, size=size, mode="bilinear", align_corners=False)  # noqa: E731
+        pyramid = [self.pyramid_up(levels[0]) + c1 + up(x_grid, c1.shape[-2:]),
+                   levels[0] + up(x_grid, sizes[0]), levels[1] + x_grid,
+                   levels[2] + F.max_pool2d(x_grid, 2)]
+        intermediates = [self.pyramid_norms[i](pyramid[i]) for i in indices]
+        if intermediates_only:
+            return intermediates
+        return self.norm(tokens), intermediates
+
+    def forward_head(self, x, pre_logits: bool = False):
+        x = x[:, 0] if self.global_pool == "token" else x[:, 1:].mean(1)
+        x = self.head_drop(x)
+        return x if pre_logits else self.head(x)
+
+    def forward(self, img):
+        return self.forward_head(self.forward_features(img))
+
+
+def _resample_grid(weight, prefix, size):
+    """Resample the columns after ``prefix`` of a (rows, prefix + h0*w0) tensor (square h0 = w0) to ``size``."""
+    side = math.isqrt(weight.shape[1] - prefix)
+    if side * side != weight.shape[1] - prefix:
+        raise ValueError(f"cannot resample a token axis of {weight.shape[1]} (not {prefix} + a square grid)")
+    maps = weight[:, prefix:].reshape(1, -1, side, side)
+    maps = F.interpolate(maps, size=size, mode="bilinear", align_corners=False).reshape(weight.shape[0], -1)
+    return torch.cat([weight[:, :prefix], maps], dim=1), side * side
+
+
+def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: VisionMambaMixer) -> Dict[str, torch.Tensor]:
+    """Adapt a checkpoint trained at another (square) resolution: pos_embed is interpolated (bicubic) and the
+    channel mixers' token-axis weights resampled with area rescaling (spec A9)."""
+    out = {}
+    grid = model.grid_size
+    for key, value in state_dict.items():
+        if key == "pos_embed" and value.shape != model.pos_embed.shape:
+            side = math.isqrt(value.shape[1] - 1)
+            maps = value[:, 1:].reshape(1, side, side, -1).permute(0, 3, 1, 2)
+            maps = F.interpolate(maps, size=grid, mode="bicubic", align_corners=False)
+            value = torch.cat([value[:, :1], maps.flatten(2).transpose(1, 2)], dim=1)
+        elif key.endswith("x_proj.weight") and ".channel_mixer." in key and value.shape[1] != 1 + grid[0] * grid[1]:
+            value, old = _resample_grid(value, 1, grid)
+            value = torch.cat([value[:, :1], value[:, 1:] * (old / (grid[0] * grid[1]))], dim=1)
+        out[key] = value
+    return out
+
+
+def _create(variant: str, pretrained: bool = False, **kwargs) -> VisionMambaMixer:
+    if kwargs.get("features_only"):
+        kwargs.setdefault("dense_outputs", True)
+    out_indices = kwargs.pop("out_indices", (0, 1, 2, 3))
+    return build_model_with_cfg(VisionMambaMixer, variant, pretrained, pretrained_filter_fn=checkpoint_filter_fn,
+                                feature_cfg=dict(out_indices=out_indices, feature_cls="getter"), **kwargs)
+
+
+def _cfg(**kwargs) -> Dict[str, Any]:
+    return local_weights_cfg(first_conv="patch_embed.proj", crop_pct=0.875,
+                             paper_name="MambaMixer: Efficient Selective State Space Models with Dual Token and "
+                                        "Channel Selection (v2)", **kwargs)
+
+
+# Table 4 ablations at Tiny scale (spec §3.5): flag overrides per suffix
+_ABLATIONS = {"noqs": dict(channel_mixer=False), "mlp": dict(channel_mixer="mlp"), "nolst": dict(lst_concat=False), "noconv": dict(conv_branch=False),
+              "nosos": dict(scan_mode="fixed")}
+
+default_cfgs = generate_default_cfgs({name: _cfg() for name in (
+    "vim2_t", "viqs_t", "vim2_s", "viqs_s", "vim2_b", "viqs_b", "vim2_l",
+    *(f"{base}_{suffix}" for base in ("vim2_t", "viqs_t") for suffix in _ABLATIONS))})
+
+# (embed_dim, depth, drop_path_rate): spec §3.5 [D] configs
+_SIZES = {"t": (192, 24, 0.1), "s": (384, 24, 0.3), "b": (512, 24, 0.4), "l": (768, 24, 0.5)}
+
+
+def _model(variant, token_mixer, size, pretrained, kwargs):
+    dim, depth, dpr = _SIZES[size]
+    args = dict(embed_dim=dim, depth=depth, drop_path_rate=dpr, token_mixer=token_mixer)
+    return _create(variant, pretrained, **dict(args, **kwargs))
+
+
+@register_model
+def vim2_t(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
+    """ViM2-Tiny: D 192, depth 24 [D §3.5]; paper 13.2M params / 2.1 GFLOPs."""
+    return _model("vim2_t", "s6_bi", "t", pretrained, kwargs)
+
+
+@register_model
+def viqs_t(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
+    """ViQS-Tiny: D 192, depth 24 [D §3.5]; paper 10.1M / 1.9 GFLOPs."""
+    return _model("viqs_t", "qs", "t", pretrained, kwargs)
+
+
+@register_model
+def vim2_s(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
+    """ViM2-Small: D 384, depth 24 [D]; paper 28M / 5.3 GFLOPs."""
+    return _model("vim2_s", "s6_bi", "s", pretrained, kwargs)
+
+
+@register_model
+def viqs_s(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
+    """ViQS-Small: D 384, depth 24 [D]; paper 23M / 4.7 GFLOPs."""
+    return _model("viqs_s", "qs", "s", pretrained, kwargs)
+
+
+@register_model
+def vim2_b(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
+    """ViM2-Base: D 512, depth 24 [D]; paper 74M / 17.9 GFLOPs."""
+    return _model("vim2_b", "s6_bi", "b", pretrained, kwargs)
+
+
+@register_model
+def viqs_b(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
+    """ViQS-Base: D 512, depth 24 [D]; paper 45M / 9.0 GFLOPs."""
+    return _model("viqs_b", "qs", "b", pretrained, kwargs)
+
+
+@register_model
+def vim2_l(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
+    """ViM2-Large: D 768, depth 24 [D]; paper 122M / 23.2 GFLOPs."""
+    return _model("vim2_l", "s6_bi", "l", pretrained, kwargs)
+
+
+def _register_ablations():
+    for base, token_mixer in (("vim2_t", "s6_bi"), ("viqs_t", "qs")):
+        for suffix, flags in _ABLATIONS.items():
+            variant = f"{base}_{suffix}"
+
+            def entry(pretrained: bool = False, _variant=variant, _mixer=token_mixer, _flags=flags, **kwargs):
+                return _model(_variant, _mixer, "t", pretrained, dict(_flags, **kwargs))
+
+            entry.__name__ = entry.__qualname__ = variant
+            entry.__module__ = __name__
+            entry.__doc__ = f"{base} Table 4 ablation '{suffix}': {flags}."
+            globals()[variant] = register_model(entry)
+
+
+_register_ablations()

@@ -1,0 +1,386 @@
+"""MambaMixer / QSMixer layers (spec mambamixer.md §2): shapes, gradients, equality with direct computations."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ssm_plugins.layers.mambamixer import (SCAN_NAMES, MambaMixerBlock, QSMixerBlock, SelectiveChannelMixer,
+                                           SelectiveTokenMixer, SwitchOfScans, gather_tokens, scan_orders,
+                                           ConvTokenInteraction, MultiResolutionConvGate, SpatialPriorModule)
+from ssm_plugins.ops import reference
+
+DIM, TOKENS, BATCH = 8, 7, 2  # odd token count on purpose
+
+
+def _input(batch=BATCH, tokens=TOKENS, dim=DIM, dtype=torch.float64, grad=False):
+    return torch.randn(batch, tokens, dim, dtype=dtype, requires_grad=grad)
+
+
+def _conv(conv_module, x):
+    """Direct depthwise conv of (batch, L, C) with the module's padding."""
+    return F.conv1d(F.pad(x.transpose(1, 2), conv_module.pad), conv_module.conv.weight, conv_module.conv.bias,
+                    groups=conv_module.conv.groups).transpose(1, 2)
+
+
+@pytest.mark.parametrize("token_mixer", ["s6", "s6_bi", "qs"])
+@pytest.mark.parametrize("selection_input", ["block_input", "conv_output"])
+def test_token_mixer_shapes_and_backward(token_mixer, selection_input):
+    torch.manual_seed(0)
+    layer = SelectiveTokenMixer(DIM, d_state=4, token_mixer=token_mixer, selection_input=selection_input,
+                                headdim=4).double()
+    u = _input(grad=True)
+    y = layer(u)
+    assert y.shape == u.shape and torch.isfinite(y).all()
+    y.square().sum().backward()
+    assert u.grad is not None and torch.isfinite(u.grad).all()
+    for name, p in layer.named_parameters():
+        if name == "gamma_proj.weight":
+            continue  # zero init: gets a gradient, but it is checked to exist only
+        assert p.grad is not None, name
+
+
+def test_token_mixer_mamba_init():
+    torch.manual_seed(0)
+    layer = SelectiveTokenMixer(32, d_state=16)
+    assert layer.fwd.dt_rank == 2  # ⌈32/16⌉
+    assert torch.allclose(-torch.exp(layer.fwd.A_log[5]), -torch.arange(1, 17, dtype=torch.float32))
+    assert torch.equal(layer.D, torch.ones(64))
+    dt = F.softplus(layer.fwd.dt_bias)
+    assert dt.min() >= 1e-4 - 1e-9 and dt.max() <= 0.1 + 1e-6
+    assert layer.in_proj.bias is None and layer.out_proj.bias is None and layer.gate_proj.bias is None
+    assert layer.conv.conv.bias is not None
+    assert set(layer.no_weight_decay_names) == {"D", "fwd.A_log", "fwd.dt_bias"}
+    qs = SelectiveTokenMixer(32, token_mixer="qs", headdim=16)
+    a = torch.exp(qs.fwd.A_log)
+    assert a.shape == (4,) and (a >= 1).all() and (a <= 16).all()
+    assert set(qs.no_weight_decay_names) == {"gamma_bias", "fwd.A_log", "fwd.dt_bias", "bwd.A_log", "bwd.dt_bias"}
+
+
+def test_s6_token_mixer_equals_direct_computation():
+    torch.manual_seed(1)
+    layer = SelectiveTokenMixer(DIM, d_state=4, token_mixer="s6_bi").double()
+    u = _input()
+    xbar = F.silu(_conv(layer.conv, u @ layer.in_proj.weight.T))
+    gate = torch.cat([_conv(c, u) for c in layer.gate_convs], -1) @ layer.gate_proj.weight.T
+
+    def scan(direction, x, sel, D):
+        proj = sel @ direction.x_proj.weight.T
+        r, n = direction.dt_rank, direction.d_state
+        dt = proj[..., :r] @ direction.dt_proj.weight.T
+        return reference.selective_scan(x.transpose(1, 2), dt.transpose(1, 2), -torch.exp(direction.A_log),
+                                        proj[..., r:r + n].transpose(1, 2), proj[..., r + n:].transpose(1, 2),
+                                        D, delta_bias=direction.dt_bias, delta_softplus=True).transpose(1, 2)
+
+    mixed = scan(layer.fwd, xbar, u, layer.D) + scan(layer.bwd, xbar.flip(1), u.flip(1), None).flip(1)
+    expected = (mixed * F.silu(gate)) @ layer.out_proj.weight.T
+    torch.testing.assert_close(layer(u), expected, rtol=1e-9, atol=1e-9)
+
+
+def test_causal_s6_token_mixer_is_causal():
+    torch.manual_seed(2)
+    layer = SelectiveTokenMixer(DIM, d_state=4).double()
+    u = _input()
+    u2 = u.clone()
+    u2[:, 4:] += 1.0
+    torch.testing.assert_close(layer(u)[:, :4], layer(u2)[:, :4])
+
+
+def test_qs_token_mixer_equals_dense_matrix():
+    torch.manual_seed(3)
+    layer = SelectiveTokenMixer(DIM, d_state=4, token_mixer="qs", headdim=4).double()
+    with torch.no_grad():
+        layer.gamma_proj.weight.normal_()  # exercise the data-dependent diagonal
+    u = _input()
+    xbar = F.silu(_conv(layer.conv, u @ layer.in_proj.weight.T))
+    gate = torch.cat([_conv(c, u) for c in layer.gate_convs], -1) @ layer.gate_proj.weight.T
+    heads, n = 4, 4
+
+    def sel(direction):
+        proj = u @ direction.x_proj.weight.T
+        return proj[..., :heads], proj[..., heads:heads + n].unsqueeze(2), proj[..., heads + n:].unsqueeze(2)
+
+    (dt, B, C), (dt_r, B_r, C_r) = sel(layer.fwd), sel(layer.bwd)
+    gamma = layer.gamma_bias + xbar @ layer.gamma_proj.weight.T
+    Q = reference.qs_matrix(dt, -torch.exp(layer.fwd.A_log)[:, None], B, C, dt_r, -torch.exp(layer.bwd.A_log)[:, None],
+                            B_r, C_r, gamma, dt_bias=layer.fwd.dt_bias, dt_bias_rev=layer.bwd.dt_bias,
+                            dt_softplus=True)  # (batch, H, L, L)
+    xh = xbar.reshape(BATCH, TOKENS, heads, 4)
+    mixed = torch.einsum("bhtk,bkhp->bthp", Q, xh).reshape(BATCH, TOKENS, -1)
+    expected = (mixed * F.silu(gate)) @ layer.out_proj.weight.T
+    torch.testing.assert_close(layer(u), expected, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("qs_shift", ["exact", "hydra"])
+def test_channel_mixer_equals_dense_qs_along_channels(qs_shift):
+    torch.manual_seed(4)
+    layer = SelectiveChannelMixer(DIM, TOKENS, d_state=3, qs_shift=qs_shift).double()
+    with torch.no_grad():
+        layer.gamma.normal_()
+    u = _input()
+    z = u.transpose(1, 2)  # (batch, D, L)
+
+    def sel(direction):
+        proj = z @ direction.x_proj.weight.T  # (batch, D, 1 + 2N)
+        return proj[..., :1], proj[..., 1:4].unsqueeze(2), proj[..., 4:].unsqueeze(2)
+
+    (dt, B, C), (dt_r, B_r, C_r) = sel(layer.fwd), sel(layer.bwd)
+    Q = reference.qs_matrix(dt, -torch.exp(layer.fwd.A_log)[:, None], B, C, dt_r, -torch.exp(layer.bwd.A_log)[:, None],
+                            B_r, C_r, layer.gamma[None, :, None].expand(BATCH, DIM, 1), dt_bias=layer.fwd.dt_bias,
+                            dt_bias_rev=layer.bwd.dt_bias, dt_softplus=True, qs_shift=qs_shift)[:, 0]  # (batch, D, D)
+    mixed = torch.einsum("bck,blk->blc", Q, u)  # Q applied along channels, for every token
+    expected = mixed * F.silu(u @ layer.gate_proj.weight.T)
+    torch.testing.assert_close(layer(u), expected, rtol=1e-9, atol=1e-9)
+
+
+def test_channel_mixer_diag_shapes_backward_and_noncausal():
+    torch.manual_seed(5)
+    layer = SelectiveChannelMixer(DIM, TOKENS, d_state=3, channel_qs_param="diag").double()
+    assert layer.fwd.A_log.shape == (TOKENS, 3)
+    u = _input(grad=True)
+    y = layer(u)
+    assert y.shape == u.shape
+    y.sum().backward()
+    assert all(p.grad is not None for p in layer.parameters())
+    # non-causal along channels: changing the last channel changes the output at channel 0
+    u2 = u.detach().clone()
+    u2[..., -1] += 1.0
+    assert not torch.allclose(layer(u.detach())[..., 0], layer(u2)[..., 0])
+
+
+@pytest.mark.parametrize("block_cls", [MambaMixerBlock, QSMixerBlock])
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+def test_blocks_shapes_backward_drop_path(block_cls, norm):
+    torch.manual_seed(6)
+    kwargs = dict(d_state=4, headdim=4) if block_cls is QSMixerBlock else dict(d_state=4)
+    block = block_cls(DIM, TOKENS, drop_path=0.5, norm=norm, **kwargs)
+    x = _input(batch=4, dtype=torch.float32, grad=True)
+    block.train()
+    y = block(x)
+    assert y.shape == x.shape
+    y.sum().backward()
+    assert torch.isfinite(x.grad).all()
+    block.eval()
+    torch.testing.assert_close(block(x), block(x))
+    names = set(block.no_weight_decay_names)
+    assert "channel_mixer.gamma" in names and "token_mixer.fwd.A_log" in names
+    params = dict(block.named_parameters())
+    assert all(n in params for n in names)
+
+
+def test_block_without_channel_mixer():
+    block = MambaMixerBlock(DIM, TOKENS, channel_mixer=False, d_state=4)
+    assert block.channel_mixer is None
+    assert block(_input(dtype=torch.float32)).shape == (BATCH, TOKENS, DIM)
+
+
+def test_float32_matches_float64():
+    torch.manual_seed(7)
+    block = QSMixerBlock(DIM, TOKENS, d_state=4, headdim=4)
+    x = _input(dtype=torch.float32)
+    y32 = block(x)
+    y64 = block.double()(x.double())
+    torch.testing.assert_close(y32.double(), y64, rtol=1e-4, atol=1e-5)
+
+
+def test_value_errors():
+    with pytest.raises(ValueError, match="token_mixer"):
+        SelectiveTokenMixer(DIM, token_mixer="attention")
+    with pytest.raises(ValueError, match="headdim"):
+        SelectiveTokenMixer(DIM, token_mixer="qs", headdim=5)
+    with pytest.raises(ValueError, match="causal"):
+        SelectiveTokenMixer(DIM, token_mixer="qs", headdim=4, causal=True)
+    with pytest.raises(ValueError, match="gate_kernels"):
+        SelectiveTokenMixer(DIM, gate_kernels=())
+    with pytest.raises(ValueError, match="selection_input"):
+        SelectiveTokenMixer(DIM, selection_input="x")
+    with pytest.raises(ValueError, match="channel_qs_param"):
+        SelectiveChannelMixer(DIM, TOKENS, channel_qs_param="full")
+    with pytest.raises(ValueError, match="num_tokens"):
+        SelectiveChannelMixer(DIM, 0)
+    with pytest.raises(ValueError, match=r"L = 7 tokens = num_tokens"):
+        SelectiveChannelMixer(DIM, TOKENS)(torch.randn(1, 9, DIM))
+    with pytest.raises(ValueError, match=r"\(batch, L, dim=8\)"):
+        SelectiveTokenMixer(DIM)(torch.randn(2, 5, 3))
+    with pytest.raises(ValueError, match="drop_path"):
+        MambaMixerBlock(DIM, TOKENS, drop_path=1.0)
+    with pytest.raises(ValueError, match="norm"):
+        MambaMixerBlock(DIM, TOKENS, norm="batchnorm")
+    with pytest.raises(ValueError, match="token_mixer"):
+        QSMixerBlock(DIM, TOKENS, token_mixer="s6")
+
+
+# ---- Switch of Scans ----------------------------------------------------------------------------------------------
+
+def test_scan_orders_are_permutations_with_inverses():
+    orders, inverses = scan_orders(9, 8)
+    assert orders.shape == (16, 72) == inverses.shape
+    for order, inverse in zip(orders, inverses):
+        assert torch.equal(order.sort().values, torch.arange(72))
+        assert torch.equal(order[inverse], torch.arange(72))
+    assert len({tuple(o.tolist()) for o in orders}) == 16  # all distinct once the grid exceeds the 7x7 window
+    assert scan_orders(9, 8)[0] is orders  # cached
+
+
+def test_scan_order_definitions():
+    orders, _ = dict(zip(SCAN_NAMES, scan_orders(3, 4)[0])), None
+    assert orders["C1"].tolist() == list(range(12))
+    assert orders["C2"].tolist() == [0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11]
+    assert orders["C3"].tolist() == list(range(11, -1, -1))
+    assert orders["Z1"].tolist() == [0, 1, 2, 3, 7, 6, 5, 4, 8, 9, 10, 11]  # row snake
+    assert orders["Z2"].tolist() == [3, 2, 1, 0, 4, 5, 6, 7, 11, 10, 9, 8]  # row snake, horizontal flip
+    assert orders["Z5"].tolist() == [0, 4, 8, 9, 5, 1, 2, 6, 10, 11, 7, 3]  # column snake
+    assert orders["L1"].tolist() == [0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 10, 11]  # 2x2 windows, partial last row
+    assert orders["L2"].tolist() == orders["L1"].flip(0).tolist()
+    assert orders["L3"].tolist() == list(range(12))  # 7x7 window covers the 3x4 grid
+
+
+def test_gather_scatter_round_trip_per_sample():
+    torch.manual_seed(8)
+    sos = SwitchOfScans(DIM)
+    x = torch.randn(3, 20, DIM)
+    order, inverse = sos.scan_index(torch.tensor([[0], [7], [13]]), (4, 5))
+    scanned = gather_tokens(x, order[:, 0])
+    assert torch.equal(scanned[1], x[1, scan_orders(4, 5)[0][7]])
+    assert torch.equal(gather_tokens(scanned, inverse[:, 0]), x)
+
+
+def test_router_picks_top_n_scans():
+    torch.manual_seed(9)
+    sos = SwitchOfScans(DIM, top_n=3)
+    with torch.no_grad():
+        sos.router.weight.zero_()
+        sos.router.bias.copy_(torch.tensor([0., 1, 2, 9, 0, 0, 0, 0, 0, 7, 0, 0, 0, 8, 0, 0]))
+    e = torch.randn(2, 16, DIM)
+    out, scan_ids, gates, probs = sos(e, (4, 4))
+    assert scan_ids.tolist() == [[3, 13, 9]] * 2
+    torch.testing.assert_close(gates, torch.ones(2, 3))  # straight-through: value 1
+    torch.testing.assert_close(probs.sum(-1), torch.ones(2))
+    torch.testing.assert_close(out, e)  # W_lst = [I, 0] at init
+
+
+def test_sos_every_parameter_gets_a_gradient():
+    torch.manual_seed(10)
+    sos = SwitchOfScans(DIM, top_n=16)  # every scan selected at once, cross-scan attention
+    e = torch.randn(2, 16, DIM)
+    out, scan_ids, gates, _ = sos(e, (4, 4))
+    order, inverse = sos.scan_index(scan_ids, (4, 4))
+    # a toy order-dependent mixer: causal cumulative sum along each scan
+    ys = torch.stack([gather_tokens(gather_tokens(out, order[:, j]).cumsum(1), inverse[:, j]) for j in range(16)], 1)
+    sos.combine(out, ys, gates).square().sum().backward()
+    for name, p in sos.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def test_sos_top1_router_gradient_and_vmoe_gate():
+    torch.manual_seed(11)
+    sos = SwitchOfScans(DIM)
+    out, scan_ids, gates, _ = sos(torch.randn(2, 16, DIM), (4, 4))
+    y = sos.combine(out, out[:, None], gates)
+    torch.testing.assert_close(y, out)  # forward value unscaled
+    y.sum().backward()
+    assert sos.router.weight.grad.abs().sum() > 0
+    vmoe = SwitchOfScans(DIM, sos_gate="vmoe")
+    _, _, g, probs = vmoe(torch.randn(2, 16, DIM), (4, 4))
+    torch.testing.assert_close(g[:, 0], probs.max(-1).values)
+
+
+def test_sos_value_errors():
+    with pytest.raises(ValueError, match="num_windows"):
+        SwitchOfScans(DIM, num_windows=5)
+    with pytest.raises(ValueError, match="top_n"):
+        SwitchOfScans(DIM, top_n=17)
+    with pytest.raises(ValueError, match="sos_gate"):
+        SwitchOfScans(DIM, sos_gate="soft")
+    with pytest.raises(ValueError, match="local_windows"):
+        scan_orders(4, 4, (2,))
+    with pytest.raises(ValueError, match="grid_size"):
+        SwitchOfScans(DIM)(torch.randn(1, 12, DIM), (4, 4))
+
+
+# ---- Multi-resolution branch ----------------------------------------------------------------------------------------
+
+def test_spatial_prior_module_levels():
+    torch.manual_seed(12)
+    spm = SpatialPriorModule(DIM, inplanes=4)
+    c1, tokens, sizes = spm(torch.randn(2, 3, 64, 96))
+    assert c1.shape == (2, DIM, 16, 24)
+    assert sizes == [(8, 12), (4, 6), (2, 3)]
+    assert tokens.shape == (2, 96 + 24 + 6, DIM)
+    with pytest.raises(ValueError, match=r"img must have shape \(batch, 3, H, W\)"):
+        spm(torch.randn(2, 1, 64, 64))
+
+
+def test_mrfp_shapes_and_per_resolution_convs():
+    torch.manual_seed(13)
+    mrfp = MultiResolutionConvGate(DIM, kernels=(3, 5)).eval()
+    sizes = [(8, 8), (4, 4), (2, 2)]
+    F_tokens = torch.randn(2, 84, DIM)
+    out = mrfp(F_tokens, sizes)
+    assert out.shape == F_tokens.shape
+    changed = F_tokens.clone()
+    changed[:, :64] += 1.0  # perturb the 1/8 level only: the depthwise convs never cross levels
+    torch.testing.assert_close(mrfp(changed, sizes)[:, 64:], out[:, 64:])
+    assert len(mrfp.dwconvs) == 3 and [c.kernel_size for c in mrfp.dwconvs[0]] == [(3, 3), (5, 5)]
+    with pytest.raises(ValueError, match="kernels"):
+        MultiResolutionConvGate(DIM, kernels=(4,))
+    with pytest.raises(ValueError, match="sizes"):
+        mrfp(F_tokens, [(8, 8), (4, 4)])
+
+
+def test_interaction_identity_at_init_and_gradients():
+    torch.manual_seed(14)
+    sizes = [(8, 8), (4, 4), (2, 2)]
+    mrfp = MultiResolutionConvGate(DIM)
+    inter = ConvTokenInteraction(DIM)
+    F_tokens = torch.randn(2, 84, DIM)
+    x_grid = torch.randn(2, 16, DIM)
+    F_conv = mrfp(F_tokens, sizes)
+    torch.testing.assert_close(inter.to_tokens(x_grid, F_conv, sizes), x_grid)  # λ_v = 0 at init
+    with torch.no_grad():
+        inter.lambda_v.fill_(0.1)
+    x_new = inter.to_tokens(x_grid, F_conv, sizes)
+    F_new = inter.to_conv(F_conv, x_new, sizes)
+    assert F_new.shape == F_tokens.shape
+    (x_new.square().sum() + F_new.square().sum()).backward()
+    for module in (mrfp, inter):
+        for name, p in module.named_parameters():
+            assert p.grad is not None and p.grad.abs().sum() > 0, name
+    with pytest.raises(ValueError, match="x_grid"):
+        inter.to_tokens(torch.randn(2, 15, DIM), F_conv, sizes)
+
+
+def test_channel_mixer_weight_resampling():
+    torch.manual_seed(15)
+    layer = SelectiveChannelMixer(DIM, 1 + 12, d_state=3, token_grid=(3, 4), num_prefix_tokens=1).double()
+    u = _input(tokens=13)
+    torch.testing.assert_close(layer(u, grid_size=(3, 4)), layer(u))  # identical at the training grid
+    y = layer(_input(tokens=1 + 30), grid_size=(5, 6))
+    assert y.shape == (BATCH, 31, DIM) and torch.isfinite(y).all()
+    with pytest.raises(ValueError, match="grid_size"):
+        layer(_input(tokens=1 + 30), grid_size=(5, 5))
+    with pytest.raises(ValueError, match="token_grid"):
+        SelectiveChannelMixer(DIM, 13, token_grid=(3, 3), num_prefix_tokens=1)
+
+
+def test_remark1_k1_gate_is_a_mamba_block():
+    """Remark 1: T = 1, k = 1 gate (unit conv) with selection from the conv output is exactly a Mamba mixer."""
+    torch.manual_seed(16)
+    layer = SelectiveTokenMixer(DIM, d_state=4, gate_kernels=(1,), selection_input="conv_output").double()
+    with torch.no_grad():
+        layer.gate_convs[0].conv.weight.fill_(1.0)
+        layer.gate_convs[0].conv.bias.zero_()
+    u = _input()
+    x = F.silu(_conv(layer.conv, u @ layer.in_proj.weight.T))  # Mamba: in_proj -> causal conv -> SiLU
+    z = u @ layer.gate_proj.weight.T  # Mamba's gate half of in_proj
+    proj = x @ layer.fwd.x_proj.weight.T
+    r = layer.fwd.dt_rank
+    dt = proj[..., :r] @ layer.fwd.dt_proj.weight.T
+    y = reference.selective_scan(x.transpose(1, 2), dt.transpose(1, 2), -torch.exp(layer.fwd.A_log),
+                                 proj[..., r:r + 4].transpose(1, 2), proj[..., r + 4:].transpose(1, 2), layer.D,
+                                 z=z.transpose(1, 2), delta_bias=layer.fwd.dt_bias, delta_softplus=True)
+    torch.testing.assert_close(layer(u), y.transpose(1, 2) @ layer.out_proj.weight.T, rtol=1e-9, atol=1e-9)
+
+
+def test_importance_loss_zero_when_balanced():
+    assert SwitchOfScans.importance_loss(torch.full((4, 16), 1 / 16)).item() == pytest.approx(0.0)
+    assert SwitchOfScans.importance_loss(torch.eye(16)[:4]).item() > 0

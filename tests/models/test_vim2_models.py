@@ -1,0 +1,191 @@
+"""ViM2 / ViQS timm models (spec mambamixer.md §3): registration, forward/backward at two sizes (one non-square),
+router behaviour, scan modes and ablation flags, state_dict round trip, no_weight_decay, ValueErrors."""
+import functools
+
+import pytest
+import timm
+import torch
+
+import ssm_plugins  # noqa: F401  (registers the models)
+from ssm_plugins.models.vim2 import VisionMambaMixer
+
+MODELS = timm.list_models(module="vim2")
+REQUIRED = {"vim2_t", "viqs_t", "vim2_s", "viqs_s", "vim2_b", "viqs_b", "vim2_l",
+            *(f"{base}_{suffix}" for base in ("vim2_t", "viqs_t") for suffix in ("noqs", "mlp", "nolst", "noconv", "nosos"))}
+TINY = dict(img_size=64, embed_dim=32, depth=4, n_interactions=2, spm_inplanes=8, headdim=16, d_state=4,
+            num_classes=10)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@functools.lru_cache(maxsize=None)
+def _tiny(name, **overrides):
+    torch.manual_seed(0)
+    return timm.create_model(name, **dict(TINY, **overrides))
+
+
+def test_family_is_registered():
+    assert REQUIRED <= set(MODELS), MODELS
+    for name in MODELS:
+        cfg = timm.models.get_pretrained_cfg(name)
+        assert not cfg.url and cfg.hf_hub_id is None, f"{name} must not point at a download"
+
+
+@pytest.mark.parametrize("name", ["vim2_t", "viqs_t"])
+def test_registered_tiny_config_forward(name):
+    torch.manual_seed(0)
+    model = timm.create_model(name, img_size=64).eval()
+    assert model.embed_dim == 192 and len(model.blocks) == 24
+    with torch.no_grad():
+        assert model(torch.randn(1, 3, 64, 64)).shape == (1, 1000)
+
+
+@pytest.mark.parametrize("name", ["vim2_t", "viqs_t"])
+def test_forward_backward_two_sizes(name):
+    model = _tiny(name).train()
+    for size in ((64, 64), (64, 96)):
+        model.zero_grad()
+        out = model(torch.randn(2, 3, *size))
+        assert out.shape == (2, 10) and torch.isfinite(out).all()
+        out.square().sum().backward()
+    grads = {n for n, p in model.named_parameters() if p.grad is not None}
+    assert "sos.router.weight" in grads and "blocks.0.channel_mixer.fwd.x_proj.weight" in grads
+    assert "interactions.0.lambda_v" in grads
+
+
+def test_eval_deterministic_and_state_dict_round_trip():
+    model = _tiny("viqs_t").eval()
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        y = model(x)
+        torch.testing.assert_close(model(x), y)
+        torch.manual_seed(1)
+        other = timm.create_model("viqs_t", **TINY).eval()
+        other.load_state_dict(model.state_dict())
+        torch.testing.assert_close(other(x), y)
+
+
+def test_router_picks_scan_and_logs_probs():
+    torch.manual_seed(0)
+    model = timm.create_model("vim2_t", **TINY).eval()
+    with torch.no_grad():
+        model.sos.router.weight.zero_()
+        model.sos.router.bias.zero_()
+        model.sos.router.bias[5] = 10.0
+        model(torch.randn(2, 3, 64, 64))
+    assert model.last_router_probs.argmax(-1).tolist() == [5, 5]
+
+
+@pytest.mark.parametrize("overrides", [dict(scan_mode="fixed"), dict(sos_top_n=2), dict(conv_branch=False),
+                                       dict(channel_mixer=False), dict(lst_concat=False), dict(global_pool="avg"),
+                                       dict(norm="rmsnorm")])
+def test_ablation_flags(overrides):
+    torch.manual_seed(0)
+    model = timm.create_model("viqs_t", **dict(TINY, **overrides))
+    out = model(torch.randn(1, 3, 64, 64))
+    assert out.shape == (1, 10)
+    out.sum().backward()
+
+
+def test_no_weight_decay_names_exist():
+    model = _tiny("vim2_t")
+    params = dict(model.named_parameters())
+    names = model.no_weight_decay()
+    assert {"pos_embed", "cls_token", "blocks.0.token_mixer.fwd.A_log", "blocks.0.token_mixer.bwd.dt_bias",
+            "blocks.0.token_mixer.D", "blocks.0.channel_mixer.gamma", "spm.level_embed",
+            "interactions.1.lambda_v"} <= names
+    assert all(n in params for n in names)
+
+
+def test_reset_classifier_and_pre_logits():
+    model = _tiny("vim2_t")
+    model.reset_classifier(0)
+    feats = model(torch.randn(1, 3, 64, 64))
+    assert feats.shape == (1, 32)
+    assert isinstance(model, VisionMambaMixer)
+    model.reset_classifier(10)
+
+
+def test_value_errors():
+    model = _tiny("viqs_t")
+    with pytest.raises(ValueError, match="multiples of 32"):
+        model(torch.randn(1, 3, 48, 64))
+    with pytest.raises(ValueError, match=r"\(batch, 3, H, W\)"):
+        model(torch.randn(1, 1, 64, 64))
+    with pytest.raises(ValueError, match="n_interactions"):
+        timm.create_model("viqs_t", **dict(TINY, n_interactions=3))
+    with pytest.raises(ValueError, match="channel_mixer"):
+        timm.create_model("viqs_t", **dict(TINY, channel_mixer="attention"))
+    with pytest.raises(ValueError, match="scan_mode"):
+        timm.create_model("viqs_t", **dict(TINY, scan_mode="random"))
+    with pytest.raises(ValueError, match="img_size"):
+        timm.create_model("viqs_t", **dict(TINY, img_size=48))
+
+
+@pytest.mark.parametrize("name", ["vim2_t_noqs", "viqs_t_nosos", "vim2_t_mlp"])
+def test_ablation_variants(name):
+    torch.manual_seed(0)
+    model = timm.create_model(name, **TINY)
+    assert (model.blocks[0].channel_mixer is None) == name.endswith("noqs")
+    assert (model.blocks[0].channel_kind == "mlp") == name.endswith("mlp")
+    assert model.scan_mode == ("fixed" if name.endswith("nosos") else "sos")
+    assert model(torch.randn(1, 3, 64, 64)).shape == (1, 10)
+
+
+def test_pretrained_file_same_and_other_resolution(tmp_path):
+    source = _tiny("viqs_t", num_classes=1000).eval()  # timm drops a classifier whose size differs from the cfg's
+    path = tmp_path / "checkpoint.pth"
+    torch.save(source.state_dict(), path)
+    loaded = timm.create_model("viqs_t", pretrained=True, pretrained_cfg_overlay=dict(file=str(path)),
+                               **dict(TINY, num_classes=1000)).eval()
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), source(x))
+    bigger = timm.create_model("viqs_t", pretrained=True, pretrained_cfg_overlay=dict(file=str(path)),
+                               **dict(TINY, img_size=128, num_classes=1000)).eval()
+    assert bigger.pos_embed.shape == (1, 1 + 64, 32)
+    assert bigger.blocks[0].channel_mixer.fwd.x_proj.weight.shape[1] == 1 + 64
+    with torch.no_grad():
+        assert torch.isfinite(bigger(torch.randn(1, 3, 128, 128))).all()
+
+
+@pytest.mark.parametrize("name", ["vim2_t", "viqs_t"])
+def test_features_only_pyramid(name):
+    torch.manual_seed(0)
+    model = timm.create_model(name, features_only=True, **{k: v for k, v in TINY.items() if k != "num_classes"})
+    assert model.feature_info.reduction() == [4, 8, 16, 32] and model.feature_info.channels() == [32] * 4
+    feats = model(torch.randn(2, 3, 64, 96))
+    assert [tuple(f.shape) for f in feats] == [(2, 32, 16, 24), (2, 32, 8, 12), (2, 32, 4, 6), (2, 32, 2, 3)]
+    sum(f.square().mean() for f in feats).backward()
+    partial = timm.create_model(name, features_only=True, out_indices=(1, 3),
+                                **{k: v for k, v in TINY.items() if k != "num_classes"})
+    assert [f.shape[-1] for f in partial(torch.randn(1, 3, 64, 64))] == [8, 2]
+
+
+def test_forward_intermediates_needs_dense_outputs():
+    model = _tiny("vim2_t")
+    with pytest.raises(ValueError, match="dense_outputs"):
+        model.forward_intermediates(torch.randn(1, 3, 64, 64))
+    with pytest.raises(ValueError, match="conv_branch"):
+        timm.create_model("vim2_t", **dict(TINY, conv_branch=False, dense_outputs=True))
+
+
+def test_meta_device():
+    model = timm.create_model("viqs_t", device="meta", **TINY)
+    assert all(p.is_meta for p in model.parameters())
+
+
+def test_router_importance_loss():
+    torch.manual_seed(0)
+    model = timm.create_model("viqs_t", **dict(TINY, sos_importance_weight=0.5))
+    model(torch.randn(2, 3, 64, 64))
+    assert model.router_aux_loss.requires_grad and model.router_aux_loss >= 0
+    model.router_aux_loss.backward()
+    assert model.sos.router.weight.grad.abs().sum() > 0
+    assert model.last_scan_ids.shape == (2, 1)

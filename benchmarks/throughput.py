@@ -2,8 +2,8 @@
 
     .venv/bin/python -m benchmarks.throughput [--batch 8] [--repeat 3]
 
-Ratios are against timm's deit_small_patch16_224 measured in the same run. Models not registered yet
-(ViM2/ViQS) are listed as such.
+Ratios are against timm's deit_small_patch16_224 measured in the same run; a model not registered
+is listed as such.
 """
 from __future__ import annotations
 

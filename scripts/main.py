@@ -19,36 +19,13 @@ from torch import nn
 
 import ssm_plugins
 from ssm_plugins.data import digits_split
-from ssm_plugins.ops import selective_scan
-
-
-class RowS6Classifier(nn.Module):
-    """Image rows as a sequence (8 tokens of 8 pixels) -> one selective-scan layer with a residual ->
-    mean pool -> linear head. The MambaMixer family's stand-in until ViM2/ViQS are registered in timm."""
-
-    def __init__(self, dim: int = 32, state: int = 8, num_classes: int = 10, rows: int = 8, cols: int = 8):
-        super().__init__()
-        self.embed = nn.Linear(cols, dim)
-        self.pos = nn.Parameter(torch.randn(rows, dim) * 0.02)
-        self.to_delta = nn.Linear(dim, dim)
-        self.to_bc = nn.Linear(dim, 2 * state)
-        self.A_log = nn.Parameter(torch.log(torch.arange(1, state + 1, dtype=torch.float32)).repeat(dim, 1))
-        self.D = nn.Parameter(torch.ones(dim))
-        self.head = nn.Linear(dim, num_classes)
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        x = self.embed(images.flatten(1, 2)) + self.pos  # (batch, rows, dim)
-        B, C = self.to_bc(x).chunk(2, dim=-1)  # (batch, rows, state) each
-        y = selective_scan(x.transpose(1, 2), self.to_delta(x).transpose(1, 2), -torch.exp(self.A_log),
-                           B.transpose(1, 2), C.transpose(1, 2), self.D, delta_softplus=True)
-        return self.head((F.silu(y).transpose(1, 2) + x).mean(1))
 
 
 @dataclass(frozen=True)
 class Recipe:
     """How one family's smallest model meets 8x8 one-channel digits, and how long it trains."""
     family: str
-    model: str  # a timm name, or 'row_s6'
+    model: str  # a timm name
     kwargs: dict = field(default_factory=dict)
     image_size: int = 8  # digits are 8x8; upsampled for models whose stem needs a larger image
     epochs: int = 5
@@ -56,7 +33,8 @@ class Recipe:
 
 
 RECIPES = (
-    Recipe("mambamixer", "row_s6", epochs=10, lr=1e-2),
+    Recipe("mambamixer", "vim2_t", dict(embed_dim=64, depth=4, n_interactions=2, drop_path_rate=0.0),
+           image_size=32, epochs=4),
     Recipe("ssm2d", "vit_cifar_patch4_32_ssm2d",
            dict(img_size=8, patch_size=2, embed_dim=64, depth=2, num_heads=2), epochs=6),
     Recipe("essm", "essm_scifar_tiny", dict(norm="layer"), epochs=20, lr=1e-2),
@@ -66,8 +44,6 @@ RECIPES = (
 
 
 def build(recipe: Recipe) -> nn.Module:
-    if recipe.model == "row_s6":
-        return RowS6Classifier()
     import timm  # registers ssm_plugins' models on import (ssm_plugins.timm)
 
     return timm.create_model(recipe.model, num_classes=10, in_chans=1, **recipe.kwargs)

@@ -34,7 +34,7 @@ class Recipe:
 
 RECIPES = (
     Recipe("mambamixer", "vim2_t", dict(embed_dim=64, depth=4, n_interactions=2, drop_path_rate=0.0),
-           image_size=32, epochs=4),
+           image_size=32, epochs=6, lr=1e-3),
     Recipe("ssm2d", "vit_cifar_patch4_32_ssm2d",
            dict(img_size=8, patch_size=2, embed_dim=64, depth=2, num_heads=2), epochs=6),
     Recipe("essm", "essm_scifar_tiny", dict(norm="layer"), epochs=20, lr=1e-2),

@@ -586,10 +586,11 @@ class SpatialPriorModule(nn.Module):
     c1 (batch, dim, H/4, W/4) and the tokens of F1, F2, F3 at 1/8, 1/16, 1/32 concatenated along the token axis
     (batch, n1 + n2 + n3, dim) with a learnable embedding per level, plus the 3 levels' (height, width).
 
-    Args: dim; inplanes: stem width (1/4 level; then 2x, 4x, 4x) [D: 64]; in_chans [3].
+    Args: dim; inplanes: stem width (1/4 level; then 2x, 4x, 4x) [D: 64]; in_chans [3]; with_c1: build the 1/4
+    level's projection (only dense outputs use c1; without it c1 is None, so no parameter goes without a gradient).
     """
 
-    def __init__(self, dim: int, inplanes: int = 64, in_chans: int = 3):
+    def __init__(self, dim: int, inplanes: int = 64, in_chans: int = 3, with_c1: bool = True):
         super().__init__()
         for name, value in (("dim", dim), ("inplanes", inplanes), ("in_chans", in_chans)):
             _positive_int(name, value)
@@ -599,7 +600,8 @@ class SpatialPriorModule(nn.Module):
         self.down8 = nn.Sequential(*_conv_bn_relu(inplanes, 2 * inplanes, 2))
         self.down16 = nn.Sequential(*_conv_bn_relu(2 * inplanes, 4 * inplanes, 2))
         self.down32 = nn.Sequential(*_conv_bn_relu(4 * inplanes, 4 * inplanes, 2))
-        self.proj = nn.ModuleList(nn.Conv2d(c, dim, 1) for c in (inplanes, 2 * inplanes, 4 * inplanes, 4 * inplanes))
+        self.proj_c1 = nn.Conv2d(inplanes, dim, 1) if with_c1 else None
+        self.proj = nn.ModuleList(nn.Conv2d(c, dim, 1) for c in (2 * inplanes, 4 * inplanes, 4 * inplanes))
         self.level_embed = nn.Parameter(torch.zeros(3, dim))
         nn.init.trunc_normal_(self.level_embed, std=0.02)
 
@@ -611,10 +613,10 @@ class SpatialPriorModule(nn.Module):
         c2 = self.down8(c1)
         c3 = self.down16(c2)
         c4 = self.down32(c3)
-        maps = [p(c) for p, c in zip(self.proj, (c1, c2, c3, c4))]
-        sizes = [tuple(m.shape[-2:]) for m in maps[1:]]
-        tokens = torch.cat([m.flatten(2).transpose(1, 2) + self.level_embed[i] for i, m in enumerate(maps[1:])], 1)
-        return maps[0], tokens, sizes
+        maps = [p(c) for p, c in zip(self.proj, (c2, c3, c4))]
+        sizes = [tuple(m.shape[-2:]) for m in maps]
+        tokens = torch.cat([m.flatten(2).transpose(1, 2) + self.level_embed[i] for i, m in enumerate(maps)], 1)
+        return (self.proj_c1(c1) if self.proj_c1 is not None else None), tokens, sizes
 
 
 class MultiResolutionConvGate(nn.Module):
@@ -665,15 +667,18 @@ class ConvTokenInteraction(nn.Module):
     x_grid (batch, h2*w2, dim) are the patch tokens without the class token; the 1/16 level must match their grid.
     """
 
-    def __init__(self, dim: int):
+    def __init__(self, dim: int, with_to_conv: bool = True):
         super().__init__()
         _positive_int("dim", dim)
         self.dim = dim
         self.norm_v = nn.LayerNorm(dim, eps=1e-6)
         self.proj_v = nn.Linear(dim, dim)
         self.lambda_v = nn.Parameter(torch.zeros(dim))
-        self.norm_c = nn.LayerNorm(dim, eps=1e-6)
-        self.proj_c = nn.Linear(dim, dim)
+        # the last interaction's tokens->conv update feeds only dense outputs: built only when it is used
+        self.with_to_conv = with_to_conv
+        if with_to_conv:
+            self.norm_c = nn.LayerNorm(dim, eps=1e-6)
+            self.proj_c = nn.Linear(dim, dim)
 
     def _add_grid(self, F_conv, x_grid, sizes):
         sizes = _check_levels(F_conv, self.dim, sizes)
@@ -695,5 +700,7 @@ class ConvTokenInteraction(nn.Module):
         return x_grid + self.lambda_v * total
 
     def to_conv(self, F_conv, x_grid, sizes):
+        if not self.with_to_conv:
+            raise RuntimeError("to_conv needs an interaction built with with_to_conv=True")
         fused, _ = self._add_grid(F_conv, x_grid, sizes)
         return fused + self.proj_c(self.norm_c(fused))

@@ -161,9 +161,13 @@ class VisionMambaMixer(nn.Module):
         self.conv_branch = conv_branch
         if conv_branch:
             self.n_interactions = n_interactions
-            self.spm = SpatialPriorModule(embed_dim, inplanes=spm_inplanes, in_chans=in_chans)
+            # c1 and the last tokens->conv update feed only the dense pyramid: without it they are not built, so
+            # every parameter of a classifier gets a gradient (DistributedDataParallel requires it)
+            self.spm = SpatialPriorModule(embed_dim, inplanes=spm_inplanes, in_chans=in_chans, with_c1=dense_outputs)
             self.mrfp = nn.ModuleList(MultiResolutionConvGate(embed_dim, conv_kernels) for _ in range(n_interactions))
-            self.interactions = nn.ModuleList(ConvTokenInteraction(embed_dim) for _ in range(n_interactions))
+            self.interactions = nn.ModuleList(
+                ConvTokenInteraction(embed_dim, with_to_conv=dense_outputs or i < n_interactions - 1)
+                for i in range(n_interactions))
         if dense_outputs and not conv_branch:
             raise ValueError("dense_outputs needs conv_branch=True (the 1/4, 1/8 and 1/32 levels come from it)")
         self.dense_outputs = dense_outputs
@@ -246,7 +250,8 @@ class VisionMambaMixer(nn.Module):
             x = torch.cat([x[:, :1], self.interactions[i].to_tokens(x[:, 1:], F_conv, sizes)], dim=1)
             for block in self.blocks[i * per_group:(i + 1) * per_group]:
                 x = block(x, grid, self.sos, orders, inverses, gates)
-            F_tokens = self.interactions[i].to_conv(F_conv, x[:, 1:], sizes)
+            if self.interactions[i].with_to_conv:
+                F_tokens = self.interactions[i].to_conv(F_conv, x[:, 1:], sizes)
         return x, c1, F_tokens, sizes, grid
 
     def forward_intermediates(self, x, indices=None, norm: bool = False, stop_early: bool = False,
@@ -297,6 +302,9 @@ def _resample_grid(weight, prefix, size):
     return torch.cat([weight[:, :prefix], maps], dim=1), side * side
 
 
+_DENSE_ONLY = ("spm.proj_c1.", "pyramid_")
+
+
 def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: VisionMambaMixer) -> Dict[str, torch.Tensor]:
     """Adapt a checkpoint trained at another (square) resolution: pos_embed is interpolated (bicubic) and the
     channel mixers' token-axis weights resampled with area rescaling (spec A9)."""
@@ -312,6 +320,11 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: VisionMamba
             value, old = _resample_grid(value, 1, grid)
             value = torch.cat([value[:, :1], value[:, 1:] * (old / (grid[0] * grid[1]))], dim=1)
         out[key] = value
+    # A classifier's checkpoint lacks the dense-only weights (c1 projection, last tokens->conv update, pyramid):
+    # keep the model's fresh ones, so a detection/segmentation backbone loads it.
+    for key, value in model.state_dict().items():
+        if key not in out and (key.startswith(_DENSE_ONLY) or key.split(".")[-2] in ("norm_c", "proj_c")):
+            out[key] = value
     return out
 
 

@@ -22,7 +22,7 @@ from ssm_plugins.layers.essm import (BatchNormNLC, essm_layer_param_count, hippo
                                      hippo_legs_normal)
 from ssm_plugins.models.essm import (PAPER_RECIPES, ESSMBackbone2D, ESSMSequence, essm_param_groups)
 from ssm_plugins.ops import reference
-from _contract import assert_grad_checkpointing_is_exact
+from _contract import assert_checkpoint_round_trip, assert_grad_checkpointing_is_exact
 
 MODELS = timm.list_models(module='essm')
 REQUIRED = {'essm_scifar', 'essm_scifar_tiny', 'essm_lra_image', 'essm_smnist', 'essm_psmnist', 'essm_2d_tiny'}
@@ -107,17 +107,9 @@ def test_forward_intermediates_match_forward_features(name):
 @pytest.mark.parametrize('name', MODELS)
 def test_state_dict_round_trip_and_pretrained_file(name, tmp_path):
     small = {'essm_2d_tiny': dict(depths=(1, 1, 1, 1))}.get(name, dict(depth=2))
-    torch.manual_seed(1)
-    source = timm.create_model(name, **small).eval()
-    path = tmp_path / 'checkpoint.pth'
-    torch.save({'state_dict': source.state_dict()}, path)  # a training checkpoint, unwrapped by the filter
-    torch.manual_seed(2)
-    loaded = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=dict(file=str(path)), **small).eval()
-    for key, value in source.state_dict().items():
-        assert torch.equal(loaded.state_dict()[key], value), key
-    x = torch.randn(2, _chans(source), *_sizes(source)[0])
-    with torch.no_grad():
-        torch.testing.assert_close(loaded(x), source(x))
+    model = timm.create_model(name, **small)
+    assert_checkpoint_round_trip(name, small, (2, _chans(model), *_sizes(model)[0]), tmp_path,
+                                 wrap_in_state_dict=True)
 
 
 @pytest.mark.parametrize('name', MODELS)

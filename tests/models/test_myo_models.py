@@ -21,7 +21,7 @@ from ssm_plugins.layers import MyoBlock, MyoMixer2d, MyoSSM
 from ssm_plugins.layers.myo import hippo_n_init
 from ssm_plugins.models.myo import MyoNet, MyoPix
 from ssm_plugins.ops import reference
-from _contract import assert_grad_checkpointing_is_exact
+from _contract import assert_checkpoint_round_trip, assert_grad_checkpointing_is_exact
 
 MODELS = timm.list_models(module='myo')
 REQUIRED = {'myopix_zcifar', 'myonet_tiny', 'myonet_small', 'myonet_base'}
@@ -107,21 +107,7 @@ def test_forward_intermediates_match_forward_features(name):
 
 @pytest.mark.parametrize('name', MODELS)
 def test_state_dict_round_trip_and_pretrained_file(name, tmp_path):
-    torch.manual_seed(1)
-    source = timm.create_model(name, **SMALL[name]).eval()
-    path = tmp_path / 'checkpoint.pth'
-    torch.save(source.state_dict(), path)
-    torch.manual_seed(2)
-    loaded = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=dict(file=str(path)),
-                               **SMALL[name]).eval()
-    for key, value in source.state_dict().items():
-        assert torch.equal(loaded.state_dict()[key], value), key
-    other = timm.create_model(name, **SMALL[name]).eval()
-    other.load_state_dict(torch.load(path))
-    x = torch.randn(1, 3, *_sizes(name)[0])
-    with torch.no_grad():
-        torch.testing.assert_close(loaded(x), source(x))
-        torch.testing.assert_close(other(x), source(x))
+    assert_checkpoint_round_trip(name, SMALL[name], (1, 3, *_sizes(name)[0]), tmp_path)
 
 
 @pytest.mark.parametrize('name', MODELS)

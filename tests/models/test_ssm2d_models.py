@@ -20,7 +20,7 @@ from ssm_plugins.layers import SSM2D
 from ssm_plugins.models.ssm2d import SwinTransformerSSM2D, VisionTransformerSSM2D
 from ssm_plugins.ops import reference
 from ssm_plugins.ops.ssm2d import _constrain
-from _contract import assert_grad_checkpointing_is_exact
+from _contract import assert_checkpoint_round_trip, assert_grad_checkpointing_is_exact
 
 MODELS = timm.list_models(module='ssm2d')
 REQUIRED = {'deit_tiny_patch16_224_ssm2d', 'deit_small_patch16_224_ssm2d', 'swin_tiny_patch4_window7_224_ssm2d',
@@ -106,20 +106,8 @@ def test_forward_intermediates_match_forward_features(name):
 def test_state_dict_round_trip_and_pretrained_file(name, tmp_path):
     small = {'deit_base_patch16_224_ssm2d': dict(depth=2), 'deit_small_patch16_224_ssm2d': dict(depth=2),
              'swin_tiny_patch4_window7_224_ssm2d': dict(depths=(1, 1, 2, 1))}.get(name, {})
-    torch.manual_seed(1)
-    source = timm.create_model(name, **small).eval()
-    path = tmp_path / 'checkpoint.pth'
-    torch.save(source.state_dict(), path)
-    torch.manual_seed(2)
-    loaded = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=dict(file=str(path)), **small).eval()
-    for key, value in source.state_dict().items():
-        assert torch.equal(loaded.state_dict()[key], value), key
-    other = timm.create_model(name, **small).eval()
-    other.load_state_dict(torch.load(path))
-    x = torch.randn(1, 3, *_sizes(source)[0])
-    with torch.no_grad():
-        torch.testing.assert_close(loaded(x), source(x))
-        torch.testing.assert_close(other(x), source(x))
+    size = _sizes(timm.create_model(name, **small))[0]
+    assert_checkpoint_round_trip(name, small, (1, 3, *size), tmp_path)
 
 
 @pytest.mark.parametrize('name', MODELS)

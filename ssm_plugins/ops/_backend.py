@@ -70,7 +70,28 @@ def use_kernel(op: str, tensor: torch.Tensor) -> bool:
     if _EXTENSION_ERROR is not None:
         _warn_missing_once()
         return False
-    return has_kernel(op, tensor.device.type)
+    if has_kernel(op, tensor.device.type):
+        return True
+    _warn_no_kernel_once(op, tensor.device.type)
+    return False
+
+
+_warned_ops: set = set()
+
+
+def _warn_no_kernel_once(op: str, device_type: str) -> None:
+    # The extension loaded but lacks this kernel: a build older than the Python code, or one made
+    # without CUDA. Say so once instead of silently running the slow reference.
+    if (op, device_type) in _warned_ops:
+        return
+    _warned_ops.add((op, device_type))
+    warnings.warn(
+        f"ssm_plugins: the compiled extension has no {device_type} kernel for {op!r} (a stale build, or one "
+        "without CUDA); using the slow pure-PyTorch reference. Rebuild with "
+        "`pip install --no-build-isolation -e .` (see README).",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def backend_info() -> dict:

@@ -1,4 +1,6 @@
 """The dispatch between compiled kernels and references."""
+import warnings
+
 import pytest
 import torch
 
@@ -35,3 +37,17 @@ def test_backend_info_lists_every_compiled_op_on_cpu():
     for op in ("selective_scan_fwd", "selective_scan_bwd", "qs_mix_fwd", "qs_mix_bwd", "ssm2d_kernel_fwd",
                "ssm2d_kernel_bwd", "essm_kernel", "essm_kernel_bwd", "myo_solve_fwd", "myo_solve_bwd"):
         assert "cpu" in ops.get(op, []), (op, ops)
+
+
+def test_a_stale_extension_warns_once_and_falls_back_to_the_reference(monkeypatch):
+    # An extension built before an op existed loads fine but lacks its kernel: say so, don't stay silent.
+    from ssm_plugins.ops import _backend
+
+    monkeypatch.setattr(_backend, "_COMPILED", _backend._COMPILED - {("selective_scan_fwd", "cpu")})
+    monkeypatch.setattr(_backend, "_warned_ops", set())
+    u, A, B, C = _scan_inputs()
+    with pytest.warns(RuntimeWarning, match="no cpu kernel for 'selective_scan_fwd'"):
+        assert not _backend.use_kernel("selective_scan_fwd", u)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per op and device
+        assert not _backend.use_kernel("selective_scan_fwd", u)

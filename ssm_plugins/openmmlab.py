@@ -128,8 +128,6 @@ class _TimmBackbone(BaseModule):
                 or list(out_indices) != sorted(set(out_indices))):
             raise ValueError(f"out_indices must be a non-empty, strictly increasing sequence of levels in "
                              f"(0, 1, 2, 3), got {out_indices!r}")
-        if isinstance(frozen_stages, bool) or not isinstance(frozen_stages, int) or not -1 <= frozen_stages <= 4:
-            raise ValueError(f"frozen_stages must be an int in -1..4 (-1: nothing frozen), got {frozen_stages!r}")
         if (isinstance(pad_size_divisor, bool) or not isinstance(pad_size_divisor, int) or pad_size_divisor < 1
                 or pad_size_divisor % self.min_pad_divisor):
             raise ValueError(f"pad_size_divisor must be a positive multiple of {self.min_pad_divisor} for "
@@ -151,6 +149,10 @@ class _TimmBackbone(BaseModule):
         self.out_channels = tuple(features.feature_info.channels())
         self.strides = tuple(features.feature_info.reduction())
         self._build_output_layers()
+        if (isinstance(frozen_stages, bool) or not isinstance(frozen_stages, int)
+                or not -1 <= frozen_stages <= self.num_stages):
+            raise ValueError(f"frozen_stages must be an int in -1..{self.num_stages} (-1: nothing frozen, 0: the "
+                             f"stem), got {frozen_stages!r}")
         if with_cp:
             self.model.set_grad_checkpointing(True)
         self._freeze_stages()
@@ -159,6 +161,8 @@ class _TimmBackbone(BaseModule):
         """Layers the wrapper adds after the timm model's outputs (none by default)."""
 
     # -- stages (frozen_stages) --
+    num_stages = 4
+
     def _stage_modules(self, index: int):
         """Modules and bare parameters of stage ``index`` (0 = stem)."""
         raise NotImplementedError
@@ -271,6 +275,10 @@ class _PlainMixer(_TimmBackbone):
     min_pad_divisor = 32  # the patch grid (1/16) and the conv branch's 1/32 level must coincide
     takes_img_size = True
     filter_fn = staticmethod(vim2.checkpoint_filter_fn)
+
+    @property
+    def num_stages(self):
+        return self.model.n_interactions
 
     def _stage_modules(self, index):
         m = self.model

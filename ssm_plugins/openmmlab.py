@@ -64,7 +64,10 @@ def _mmengine_checkpoint_globals() -> list:
 
     dtype_classes = [type(np.dtype(t)) for t in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
                                                  "uint32", "uint64", "float16", "float32", "float64")]
-    return [HistoryBuffer, multiarray._reconstruct, multiarray.scalar, np.ndarray, np.dtype, *dtype_classes,
+    # numpy 1 pickles these as numpy.core.multiarray.*, numpy 2 as numpy._core.multiarray.*: accept both names
+    numpy_functions = [(f, f"numpy.{core}.multiarray.{f.__name__}") for f in (multiarray._reconstruct, multiarray.scalar)
+                       for core in ("core", "_core")]
+    return [HistoryBuffer, np.ndarray, np.dtype, *dtype_classes, *numpy_functions,
             (_history_buffer_method, "builtins.getattr")]
 
 
@@ -246,22 +249,21 @@ class _TimmBackbone(BaseModule):
                       logger="current", level=30)
 
     def _adapt_classifier_state(self, state):
-        """The timm classifier's checkpoint -> the features model's state: keys of modules the backbone does not
-        have (head, final norm, pruned stages) dropped, then the model's own checkpoint filter (resampling)."""
-        own = self.model.state_dict()
+        """The timm classifier's checkpoint -> the features model's state: the model's own checkpoint filter
+        (resampling, old-format renames) on the keys whose module the backbone still has, then the keys it does
+        not use (classifier head, final norm, levels not built) set aside."""
         kept, dropped = {}, []
         for key, value in state.items():
-            path = key.rpartition(".")[0]
-            try:
-                exists = key in own or not path or self.model.get_submodule(path) is not None
+            try:  # modules of pruned stages are gone; the filters would look them up
+                self.model.get_submodule(key.rpartition(".")[0])
+                kept[key] = value
             except AttributeError:
-                exists = False
-            if key.startswith("head.") and key not in own:
-                exists = False
-            (kept.__setitem__(key, value) if exists else dropped.append(key))
+                dropped.append(key)
         if type(self).filter_fn is not None:
             kept = type(self).filter_fn(kept, self.model)
-        return kept, dropped
+        own = self.model.state_dict()
+        dropped += [k for k in kept if k not in own]
+        return {k: v for k, v in kept.items() if k in own}, dropped
 
 
 class _PlainMixer(_TimmBackbone):

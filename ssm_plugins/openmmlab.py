@@ -65,8 +65,8 @@ def _mmengine_checkpoint_globals() -> list:
     dtype_classes = [type(np.dtype(t)) for t in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
                                                  "uint32", "uint64", "float16", "float32", "float64")]
     # numpy 1 pickles these as numpy.core.multiarray.*, numpy 2 as numpy._core.multiarray.*: accept both names
-    numpy_functions = [(f, f"numpy.{core}.multiarray.{f.__name__}") for f in (multiarray._reconstruct, multiarray.scalar)
-                       for core in ("core", "_core")]
+    numpy_functions = [(f, f"numpy.{core}.multiarray.{f.__name__}")
+                       for f in (multiarray._reconstruct, multiarray.scalar) for core in ("core", "_core")]
     return [HistoryBuffer, np.ndarray, np.dtype, *dtype_classes, *numpy_functions,
             (_history_buffer_method, "builtins.getattr")]
 
@@ -98,7 +98,8 @@ class _TimmBackbone(BaseModule):
     Args:
         arch: model size, one of the class's ``arch_zoo`` keys.
         img_size: training resolution the model is built at (int or (H, W)); it sizes position embeddings and
-            token-grid weights. Other input sizes still work (resampled on the fly).
+            token-grid weights (ViM2/ViQS) and Swin's windows; ESSM2D and MyoNet have no size-dependent weights and
+            ignore it. Other input sizes still work (resampled on the fly).
         out_indices: feature levels to return, strictly increasing in 0..3 (strides 4, 8, 16, 32).
         frozen_stages: freeze the stem (0) and stages 1..frozen_stages (see the class docstring); -1 = none.
         norm_eval: keep every BatchNorm in eval mode while training (frozen statistics and affine updates only).

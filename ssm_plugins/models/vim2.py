@@ -320,6 +320,14 @@ def _resample_grid(weight, prefix, size):
     return torch.cat([weight[:, :prefix], maps], dim=1), side * side
 
 
+def resample_pos_embed(pos, prefix, size):
+    """Bicubic resampling of a (1, prefix + side², D) position embedding (square checkpoint grid) to ``size``."""
+    side = math.isqrt(pos.shape[1] - prefix)
+    maps = pos[:, prefix:].reshape(1, side, side, -1).permute(0, 3, 1, 2)
+    maps = F.interpolate(maps, size=tuple(size), mode="bicubic", align_corners=False)
+    return torch.cat([pos[:, :prefix], maps.flatten(2).transpose(1, 2)], dim=1)
+
+
 _DENSE_ONLY = ("spm.proj_c1.", "pyramid_")
 
 
@@ -330,10 +338,7 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: VisionMamba
     grid = model.grid_size
     for key, value in state_dict.items():
         if key == "pos_embed" and value.shape != model.pos_embed.shape:
-            side = math.isqrt(value.shape[1] - 1)
-            maps = value[:, 1:].reshape(1, side, side, -1).permute(0, 3, 1, 2)
-            maps = F.interpolate(maps, size=grid, mode="bicubic", align_corners=False)
-            value = torch.cat([value[:, :1], maps.flatten(2).transpose(1, 2)], dim=1)
+            value = resample_pos_embed(value, 1, grid)
         elif key.endswith("x_proj.weight") and ".channel_mixer." in key and value.shape[1] != 1 + grid[0] * grid[1]:
             value, old = _resample_grid(value, 1, grid)
             value = torch.cat([value[:, :1], value[:, 1:] * (old / (grid[0] * grid[1]))], dim=1)

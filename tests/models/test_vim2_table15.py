@@ -198,3 +198,12 @@ def test_sequence_value_errors():
         timm.create_model("svim2_b16", **dict(SEQ["svim2_b16"], img_size=72))
     with pytest.raises(ValueError, match="global_pool"):
         timm.create_model("svim2_b16", **dict(SEQ["svim2_b16"], global_pool="token"))
+
+
+def test_fixed_scan_mode_trains_under_ddp(tmp_path):
+    # the DDP (gloo, 2 CPU processes, find_unused_parameters=False) check of test_vim2_training, for "w/o SoS"
+    import torch.multiprocessing as mp
+    from test_vim2_training import _worker
+
+    mp.spawn(_worker, args=(2, str(tmp_path / "init"), str(tmp_path), "fixed", 1), nprocs=2, join=True)
+    torch.testing.assert_close(torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt"))

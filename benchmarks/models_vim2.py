@@ -46,7 +46,8 @@ def _params(module) -> float:
 
 
 def gmacs(model, size: int):
-    """(total, without the ssm_plugins scan ops, per-module counts) in GMACs for one (1, C, size, size) input."""
+    """(total, without the ssm_plugins scan ops, each module's own count) in GMACs for one (1, C, size, size)
+    input."""
     from torch.utils.flop_counter import FlopCounterMode
 
     x = torch.randn(1, model.in_chans, size, size)
@@ -55,7 +56,16 @@ def gmacs(model, size: int):
     counts = counter.get_flop_counts()
     total = counter.get_total_flops() / 2e9
     scan = sum(n for op, n in counts["Global"].items() if "ssm_plugins" in str(op)) / 2e9
-    per_module = {key.split(".", 1)[1]: sum(v.values()) / 2e9 for key, v in counts.items() if "." in key}
+    inclusive = {key.split(".", 1)[1]: sum(v.values()) / 2e9 for key, v in counts.items() if "." in key}
+    # each module's own count: its total minus its nearest counted descendants' (modules called through
+    # methods, e.g. an interaction's to_tokens, are not counted themselves, only their children)
+    per_module = dict(inclusive)
+    for key, value in inclusive.items():
+        parts = key.split(".")
+        parent = next((".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1) if ".".join(parts[:i]) in inclusive),
+                      None)
+        if parent is not None:
+            per_module[parent] -= value
     return total, total - scan, per_module
 
 
@@ -72,14 +82,14 @@ def breakdown(model, per_module):
         else:
             group = next(g for g, roots in groups.items() if parts[0] in roots)
         params[group] += p.numel() / 1e6
-    for key, value in per_module.items():
+    for key, value in per_module.items():  # own counts, so every module is summed once
         parts = key.split(".")
-        if len(parts) == 3 and parts[0] == "blocks" and parts[2] in ("token_mixer", "channel_mixer"):
-            flops["token mixers" if parts[2] == "token_mixer" else "channel mixers"] += value
-        elif len(parts) == 1:
-            for g, roots in groups.items():
-                if parts[0] in roots:
-                    flops[g] += value
+        if parts[0] == "blocks":
+            group = {"token_mixer": "token mixers", "channel_mixer": "channel mixers"}.get(
+                parts[2] if len(parts) > 2 else "", "head+norms")
+        else:
+            group = next(g for g, roots in groups.items() if parts[0] in roots)
+        flops[group] += value
     return params, flops
 
 

@@ -15,7 +15,7 @@ log U[1, 16] (scalar A), D = 1, no bias on projections, bias on the convolutions
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -354,11 +354,14 @@ class MambaMixerBlock(nn.Module):
         token_mixer: see SelectiveTokenMixer [D: 's6'].
         channel_qs_param, qs_shift, d_state, and **token_kwargs (expand, d_conv, dt_rank, gate_kernels,
         selection_input, causal, headdim) are passed to the mixers.
+        token_grid, num_prefix_tokens: as SelectiveChannelMixer; with a token_grid, ``forward(x, grid_size)``
+            accepts other grids (the channel mixer's token-axis weights are resampled).
     """
 
     def __init__(self, dim: int, num_tokens: int, drop_path: float = 0.0, norm: str = "layernorm",
                  token_mixer: str = "s6", channel_mixer: bool = True, channel_qs_param: str = "scalar",
-                 d_state: int = 16, qs_shift: str = "exact", **token_kwargs):
+                 d_state: int = 16, qs_shift: str = "exact", token_grid=None, num_prefix_tokens: int = 0,
+                 **token_kwargs):
         super().__init__()
         if not 0.0 <= drop_path < 1.0:
             raise ValueError(f"drop_path must be in [0, 1), got {drop_path!r}")
@@ -369,7 +372,8 @@ class MambaMixerBlock(nn.Module):
         if channel_mixer:
             self.norm2 = _make_norm(norm, dim)
             self.channel_mixer = SelectiveChannelMixer(dim, num_tokens, d_state=d_state,
-                                                       channel_qs_param=channel_qs_param, qs_shift=qs_shift)
+                                                       channel_qs_param=channel_qs_param, qs_shift=qs_shift,
+                                                       token_grid=token_grid, num_prefix_tokens=num_prefix_tokens)
         else:
             self.norm2 = self.channel_mixer = None
 
@@ -383,11 +387,11 @@ class MambaMixerBlock(nn.Module):
     def extra_repr(self):
         return f"drop_path={self.drop_path_prob}"
 
-    def forward(self, x):
+    def forward(self, x, grid_size=None):
         _check_input("x", x, self.dim)
         x = x + _drop_path(self.token_mixer(self.norm1(x)), self.drop_path_prob, self.training)
         if self.channel_mixer is not None:
-            x = x + _drop_path(self.channel_mixer(self.norm2(x)), self.drop_path_prob, self.training)
+            x = x + _drop_path(self.channel_mixer(self.norm2(x), grid_size), self.drop_path_prob, self.training)
         return x
 
 
@@ -473,7 +477,8 @@ class SwitchOfScans(nn.Module):
     (``lst_concat``), gates are g/sg(g) (value 1, gradient to the router; ``sos_gate='st'``) or the raw
     probabilities (``sos_gate='vmoe'``). ``scan_index(scan_ids, grid_size)`` gives the per-sample (orders,
     inverses) (batch, n, h*w); ``combine(u, ys, gates)`` mixes the n scans' outputs (n = 1: y·gate; n ≥ 2:
-    cross-scan attention or, with ``cross_scan_attn=False``, the plain gated sum).
+    cross-scan attention or, with ``cross_scan_attn=False``, the plain gated sum). With ``fixed_scans`` every
+    image gets those scans, gates 1 and probs None.
 
     Args:
         dim: width D.
@@ -482,16 +487,29 @@ class SwitchOfScans(nn.Module):
         sos_gate: 'st' (straight-through, [D]) or 'vmoe' (y·g).
         cross_scan_attn: softmax attention over the n outputs per token (n ≥ 2) [D: True].
         local_windows: window sizes of the L1-L4 scans [D: (2, 7)].
-    Parameter names: ``lst_norm``, ``lst_proj`` (Linear 2D -> D), ``router`` (Linear ℓ²D -> 16),
-    ``attn_q``/``attn_k`` (Linear D -> D, only for top_n ≥ 2 with attention).
+        fixed_scans: scan ids every image uses, with no router ("w/o SoS", Table 4: the four cross-scans
+            (0, 1, 2, 3) summed); None = routed [None]. Without a router nothing unused is built, so every
+            parameter gets a gradient (DistributedDataParallel with find_unused_parameters=False).
+    Parameter names: ``lst_norm`` (when the summaries are used), ``lst_proj`` (Linear 2D -> D), ``router``
+    (Linear ℓ²D -> 16, not with ``fixed_scans``), ``attn_q``/``attn_k`` (Linear D -> D, only for top_n ≥ 2 with
+    attention).
     """
 
     def __init__(self, dim: int, num_windows: int = 4, top_n: int = 1, lst_concat: bool = True,
-                 sos_gate: str = "st", cross_scan_attn: bool = True, local_windows: Sequence[int] = (2, 7)):
+                 sos_gate: str = "st", cross_scan_attn: bool = True, local_windows: Sequence[int] = (2, 7),
+                 fixed_scans: Optional[Sequence[int]] = None):
         super().__init__()
         _positive_int("dim", dim)
         if num_windows not in (1, 4, 9, 16):
             raise ValueError(f"num_windows must be a square (1, 4, 9 or 16), got {num_windows!r}")
+        if fixed_scans is not None:
+            fixed_scans = tuple(fixed_scans)
+            if not fixed_scans or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(SCAN_NAMES)
+                                      for i in fixed_scans):
+                raise ValueError(f"fixed_scans must be a non-empty sequence of scan ids in [0, {len(SCAN_NAMES)}), "
+                                 f"got {fixed_scans!r}")
+            top_n = len(fixed_scans)
+        self.fixed_scans = fixed_scans
         _positive_int("top_n", top_n)
         if top_n > len(SCAN_NAMES):
             raise ValueError(f"top_n must be <= {len(SCAN_NAMES)}, got {top_n}")
@@ -500,7 +518,8 @@ class SwitchOfScans(nn.Module):
         self.side = int(round(math.sqrt(num_windows)))
         self.sos_gate, self.local_windows = sos_gate, tuple(local_windows)
         scan_orders(2, 2, self.local_windows)  # validate local_windows early
-        self.lst_norm = nn.LayerNorm(dim, eps=1e-6)
+        # the summaries feed the router and/or the LST concatenation; with neither they are not built
+        self.lst_norm = nn.LayerNorm(dim, eps=1e-6) if lst_concat or fixed_scans is None else None
         if lst_concat:
             self.lst_proj = nn.Linear(2 * dim, dim, bias=False)
             with torch.no_grad():
@@ -508,10 +527,13 @@ class SwitchOfScans(nn.Module):
                 self.lst_proj.weight[:, :dim].copy_(torch.eye(dim))
         else:
             self.lst_proj = None
-        self.router = nn.Linear(num_windows * dim, len(SCAN_NAMES))
-        nn.init.trunc_normal_(self.router.weight, std=0.02)
-        nn.init.zeros_(self.router.bias)
-        if top_n >= 2 and cross_scan_attn:
+        if fixed_scans is None:
+            self.router = nn.Linear(num_windows * dim, len(SCAN_NAMES))
+            nn.init.trunc_normal_(self.router.weight, std=0.02)
+            nn.init.zeros_(self.router.bias)
+        else:
+            self.router = None
+        if top_n >= 2 and cross_scan_attn and fixed_scans is None:
             self.attn_q = nn.Linear(dim, dim, bias=False)
             self.attn_k = nn.Linear(dim, dim, bias=False)
         else:
@@ -519,7 +541,7 @@ class SwitchOfScans(nn.Module):
 
     def extra_repr(self):
         return (f"dim={self.dim}, num_windows={self.num_windows}, top_n={self.top_n}, sos_gate={self.sos_gate!r}, "
-                f"cross_scan_attn={self.attn_q is not None}")
+                f"cross_scan_attn={self.attn_q is not None}, fixed_scans={self.fixed_scans}")
 
     def _windows(self, height, width):
         """Window id (row-major over the ℓ x ℓ window grid) of every row-major token."""
@@ -533,11 +555,15 @@ class SwitchOfScans(nn.Module):
         if height < self.side or width < self.side:
             raise ValueError(f"grid_size {tuple(grid_size)} must be at least {self.side}x{self.side} "
                              f"for num_windows={self.num_windows}")
-        window = self._windows(height, width).to(e.device)
-        one_hot = F.one_hot(window, self.num_windows).to(e.dtype)  # (L, ℓ²)
-        summary = self.lst_norm(torch.einsum("lw,bld->bwd", one_hot / one_hot.sum(0), e))  # S_i = LN(mean)
-        if self.lst_proj is not None:
-            e = self.lst_proj(torch.cat([e, summary[:, window]], dim=-1))
+        if self.lst_norm is not None:
+            window = self._windows(height, width).to(e.device)
+            one_hot = F.one_hot(window, self.num_windows).to(e.dtype)  # (L, ℓ²)
+            summary = self.lst_norm(torch.einsum("lw,bld->bwd", one_hot / one_hot.sum(0), e))  # S_i = LN(mean)
+            if self.lst_proj is not None:
+                e = self.lst_proj(torch.cat([e, summary[:, window]], dim=-1))
+        if self.router is None:
+            scan_ids = torch.tensor(self.fixed_scans, device=e.device).expand(e.shape[0], -1)
+            return e, scan_ids, torch.ones(scan_ids.shape, device=e.device, dtype=e.dtype), None
         probs = torch.softmax(self.router(summary.flatten(1)), dim=-1)
         top_probs, scan_ids = probs.topk(self.top_n, dim=-1)
         gates = top_probs / top_probs.detach() if self.sos_gate == "st" else top_probs

@@ -4,7 +4,25 @@ Isotropic patch-16 backbone with a class token (inserted in the middle of every 
 Scans (one router per network on local summary tokens, top-1 scan run bidirectionally), MambaMixer (ViM2: f+b S6
 token mixer) or QSMixer (ViQS: QS token mixer) blocks with the QS channel mixer, and the multi-resolution conv
 branch (SPM stem, Eq. 11 MRFP, ViT-CoMer-style interactions with Linear instead of attention, Eq. 44).
-Widths and depths are the spec's proposed [D] configs (§3.5); the paper gives none.
+
+Variant sizes [D] (the paper gives no width or depth, spec A18) are fitted to Table 15's parameters AND FLOPs
+(``benchmarks/models_vim2.py`` prints the comparison). FLOPs convention: the paper's "FLOPs" are multiply-adds
+(timm deit_small / swin_tiny / resnet50 measure 4.24 / 4.49 / 4.09 GMACs with FlopCounterMode against the
+table's 4.6 / 4.5 / 4.1), counted here with the scans (selective_scan / qs_mix registered FLOPs / 2).
+  * Nearly every weight acts on all 197 tokens (~197 MACs per parameter; the S6 scans add ~15%), so each
+    variant's params/MACs ratio is almost fixed by the design; the ViT-CoMer conv branch costs ~1000 MACs per
+    parameter (1029 conv tokens, 112² stem). At ViT-CoMer's sizes (SPM 64, MRFP 0.5 D, 4 interactions) it
+    alone is 1.5 of ViM2-T's 2.1 GMACs, so all variants use the spec's FLOP-cutting options (§3.3/§3.5): SPM
+    stem width 16, MRFP hidden 0.25 D, 2 interactions (the fewest that keep Eq. 44's tokens->conv fusion in a
+    classifier). N = 16, expand 2 (Mamba) everywhere.
+  * (D, depth) per variant: searched over D (multiples of 32) and even depths for params within 10% and FLOPs
+    within 15% of the paper (ViM2-S / ViQS-S share D 320). S, B and L land inside. The Tiny rows cannot: ViM2-T
+    has 3.1M (31%) more parameters than ViQS-T for 0.2 GFLOPs (10%) more, although the two differ only in the
+    token mixer's selection parameters, and 13.2M / 2.1G is 159 MACs per parameter, below what any per-token
+    weight costs. For T the parameters are matched (DeiT/Vim's Tiny width 192, depth from the params) and the
+    FLOPs exceed the paper's (ViM2-T +39%, ViQS-T +20%).
+  * Without the scans (an fvcore count with no handle for custom ops, which spec §3.5 says papers in this family
+    often use) every variant, Tiny included, is within 15% (ViM2-T +15%, ViQS-T +5%).
 """
 from __future__ import annotations
 
@@ -112,8 +130,9 @@ class VisionMambaMixer(nn.Module):
         channel_mixer: True/'qs', 'mlp' ('*_mlp', Table 3) or False/'none' ('*_noqs') [True], channel_qs_param [D A8: 'scalar'],
         scan_mode: 'sos' or 'fixed' (the four cross-scans C1-C4 summed, "w/o SoS") [D: 'sos'],
         sos_top_n [P2: 1], sos_num_windows [D: 4], lst_concat [D: True], sos_gate [D: 'st'],
-        cross_scan_attn [D: True], conv_branch [True; False = '*_noconv'], n_interactions [D A13: 4],
-        conv_kernels [D A12: (3, 5)], spm_inplanes [D: 64], global_pool: 'token' | 'avg' [D: 'token'],
+        cross_scan_attn [D: True], conv_branch [True; False = '*_noconv'], n_interactions [D A13: 2, see
+        _VARIANTS], conv_kernels [D A12: (3, 5)], spm_inplanes [D: 16], mrfp_ratio: MRFP hidden width / D
+        [D: 0.25], global_pool: 'token' | 'avg' [D: 'token'],
         dense_outputs: build the §3.6 pyramid (ConvT 2x2 + 4 BatchNorms; set automatically by features_only)
             used by ``forward_intermediates`` [False, so classification parameter counts exclude it],
         sos_importance_weight: weight of the router's importance loss, stored as ``router_aux_loss`` after each
@@ -128,7 +147,8 @@ class VisionMambaMixer(nn.Module):
                  norm: str = "layernorm", channel_mixer: bool = True, channel_qs_param: str = "scalar",
                  scan_mode: str = "sos", sos_top_n: int = 1, sos_num_windows: int = 4, lst_concat: bool = True,
                  sos_gate: str = "st", cross_scan_attn: bool = True, conv_branch: bool = True,
-                 n_interactions: int = 4, conv_kernels=(3, 5), spm_inplanes: int = 64, global_pool: str = "token",
+                 n_interactions: int = 2, conv_kernels=(3, 5), spm_inplanes: int = 16, mrfp_ratio: float = 0.25,
+                 global_pool: str = "token",
                  dense_outputs: bool = False, sos_importance_weight: float = 0.0, device=None, dtype=None):
         super().__init__()
         img_size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
@@ -153,9 +173,10 @@ class VisionMambaMixer(nn.Module):
         self.patch_embed.proj = nn.Conv2d(in_chans, embed_dim, patch_size, patch_size)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
         self.pos_embed = nn.Parameter(torch.zeros(1, 1 + grid[0] * grid[1], embed_dim))
-        self.sos = SwitchOfScans(embed_dim, num_windows=sos_num_windows,
-                                 top_n=sos_top_n if scan_mode == "sos" else 4, lst_concat=lst_concat,
-                                 sos_gate=sos_gate, cross_scan_attn=cross_scan_attn and scan_mode == "sos")
+        # "w/o SoS" (Table 4 = Cross-Scan (4) of Table 12): the four cross-scans C1-C4, plain sum, no router
+        self.sos = SwitchOfScans(embed_dim, num_windows=sos_num_windows, top_n=sos_top_n, lst_concat=lst_concat,
+                                 sos_gate=sos_gate, cross_scan_attn=cross_scan_attn,
+                                 fixed_scans=(0, 1, 2, 3) if scan_mode == "fixed" else None)
         dpr = torch.linspace(0, drop_path_rate, depth).tolist()
         self.blocks = nn.ModuleList(
             VisionMixerBlock(embed_dim, grid, token_mixer, d_state, expand, headdim, dpr[i], norm, channel_mixer,
@@ -166,7 +187,8 @@ class VisionMambaMixer(nn.Module):
             # c1 and the last tokens->conv update feed only the dense pyramid: without it they are not built, so
             # every parameter of a classifier gets a gradient (DistributedDataParallel requires it)
             self.spm = SpatialPriorModule(embed_dim, inplanes=spm_inplanes, in_chans=in_chans, with_c1=dense_outputs)
-            self.mrfp = nn.ModuleList(MultiResolutionConvGate(embed_dim, conv_kernels) for _ in range(n_interactions))
+            self.mrfp = nn.ModuleList(MultiResolutionConvGate(embed_dim, conv_kernels, hidden_ratio=mrfp_ratio)
+                                      for _ in range(n_interactions))
             self.interactions = nn.ModuleList(
                 ConvTokenInteraction(embed_dim, with_to_conv=dense_outputs or i < n_interactions - 1)
                 for i in range(n_interactions))
@@ -237,12 +259,11 @@ class VisionMambaMixer(nn.Module):
         grid = tuple(e.shape[-2:])
         pos = self._pos_embed(grid)
         e = e.flatten(2).transpose(1, 2) + pos[:, 1:]
-        e, scan_ids, gates, probs = self.sos(e, grid)
-        if self.scan_mode == "fixed":  # "w/o SoS": the four cross-scans, plain sum
-            scan_ids = torch.arange(4, device=e.device).expand(e.shape[0], 4)
-            gates = torch.ones(e.shape[0], 4, device=e.device, dtype=e.dtype)
-        self.last_router_probs, self.last_scan_ids = probs.detach(), scan_ids.detach()  # usage histogram
-        self.router_aux_loss = self.sos_importance_weight * self.sos.importance_loss(probs)
+        e, scan_ids, gates, probs = self.sos(e, grid)  # scan_mode 'fixed': C1-C4 for every image, probs None
+        self.last_router_probs = None if probs is None else probs.detach()  # usage histogram
+        self.last_scan_ids = scan_ids.detach()
+        self.router_aux_loss = (e.new_zeros(()) if probs is None
+                                else self.sos_importance_weight * self.sos.importance_loss(probs))
         orders, inverses = self.sos.scan_index(scan_ids, grid)
         x = torch.cat([(self.cls_token + pos[:, :1]).expand(e.shape[0], -1, -1), e], dim=1)
         if not self.conv_branch:
@@ -334,6 +355,14 @@ def _resample_grid(weight, prefix, size):
     return torch.cat([weight[:, :prefix], maps], dim=1), side * side
 
 
+def resample_pos_embed(pos, prefix, size):
+    """Bicubic resampling of a (1, prefix + side², D) position embedding (square checkpoint grid) to ``size``."""
+    side = math.isqrt(pos.shape[1] - prefix)
+    maps = pos[:, prefix:].reshape(1, side, side, -1).permute(0, 3, 1, 2)
+    maps = F.interpolate(maps, size=tuple(size), mode="bicubic", align_corners=False)
+    return torch.cat([pos[:, :prefix], maps.flatten(2).transpose(1, 2)], dim=1)
+
+
 _DENSE_ONLY = ("spm.proj_c1.", "pyramid_")
 
 
@@ -344,13 +373,12 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: VisionMamba
     grid = model.grid_size
     for key, value in state_dict.items():
         if key == "pos_embed" and value.shape != model.pos_embed.shape:
-            side = math.isqrt(value.shape[1] - 1)
-            maps = value[:, 1:].reshape(1, side, side, -1).permute(0, 3, 1, 2)
-            maps = F.interpolate(maps, size=grid, mode="bicubic", align_corners=False)
-            value = torch.cat([value[:, :1], maps.flatten(2).transpose(1, 2)], dim=1)
+            value = resample_pos_embed(value, 1, grid)
         elif key.endswith("x_proj.weight") and ".channel_mixer." in key and value.shape[1] != 1 + grid[0] * grid[1]:
             value, old = _resample_grid(value, 1, grid)
             value = torch.cat([value[:, :1], value[:, 1:] * (old / (grid[0] * grid[1]))], dim=1)
+        if key.startswith(("sos.router.", "sos.lst_norm.")) and key not in model.state_dict():
+            continue  # a routed checkpoint loaded into a scan_mode='fixed' model, which has no router
         out[key] = value
     # A classifier's checkpoint lacks the dense-only weights (c1 projection, last tokens->conv update, pyramid):
     # keep the model's fresh ones, so a detection/segmentation backbone loads it.
@@ -382,56 +410,68 @@ default_cfgs = generate_default_cfgs({name: _cfg() for name in (
     "vim2_t", "viqs_t", "vim2_s", "viqs_s", "vim2_b", "viqs_b", "vim2_l",
     *(f"{base}_{suffix}" for base in ("vim2_t", "viqs_t") for suffix in _ABLATIONS))})
 
-# (embed_dim, depth, drop_path_rate): spec §3.5 [D] configs
-_SIZES = {"t": (192, 24, 0.1), "s": (384, 24, 0.3), "b": (512, 24, 0.4), "l": (768, 24, 0.5)}
+# (embed_dim, depth) fitted to Table 15 [D] (module docstring; measured with benchmarks/models_vim2.py):
+#   name     D    depth  params M (paper)   GMACs (paper)
+_VARIANTS = {
+    "vim2_t": (192, 36),  # 12.1 (13.2) -8%    2.91 (2.1) +39%: params matched, FLOPs unreachable (see above)
+    "viqs_t": (192, 30),  #  9.5 (10.1) -6%    2.28 (1.9) +20%: idem
+    "vim2_s": (320, 30),  # 26.0 (28)   -7%    6.04 (5.3) +14%
+    "viqs_s": (320, 26),  # 21.5 (23)   -7%    4.98 (4.7)  +6%
+    "vim2_b": (768, 16),  # 77.1 (74)   +4%   17.85 (17.9) -0%
+    "viqs_b": (576, 16),  # 42.2 (45)   -6%    9.85 (9.0)  +9%
+    "vim2_l": (768, 24),  # 113 (122)   -7%   25.3 (23.2)  +9%
+}
+# stochastic depth per size, spec §5.1 [D]
+_DROP_PATH = {"t": 0.1, "s": 0.3, "b": 0.4, "l": 0.5}
 
 
-def _model(variant, token_mixer, size, pretrained, kwargs):
-    dim, depth, dpr = _SIZES[size]
-    args = dict(embed_dim=dim, depth=depth, drop_path_rate=dpr, token_mixer=token_mixer)
+def _model(variant, token_mixer, base, pretrained, kwargs):
+    dim, depth = _VARIANTS[base]
+    args = dict(embed_dim=dim, depth=depth, drop_path_rate=_DROP_PATH[base[-1]], token_mixer=token_mixer,
+                n_interactions=2, spm_inplanes=16, mrfp_ratio=0.25)
     return _create(variant, pretrained, **dict(args, **kwargs))
 
 
 @register_model
 def vim2_t(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
-    """ViM2-Tiny: D 192, depth 24 [D §3.5]; paper 13.2M params / 2.1 GFLOPs."""
-    return _model("vim2_t", "s6_bi", "t", pretrained, kwargs)
+    """ViM2-Tiny: D 192, depth 36 [D, fitted to Table 15]; paper 13.2M params / 2.1 GFLOPs."""
+    return _model("vim2_t", "s6_bi", "vim2_t", pretrained, kwargs)
 
 
 @register_model
 def viqs_t(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
-    """ViQS-Tiny: D 192, depth 24 [D §3.5]; paper 10.1M / 1.9 GFLOPs."""
-    return _model("viqs_t", "qs", "t", pretrained, kwargs)
+    """ViQS-Tiny: D 192, depth 30 [D, fitted to Table 15]; paper 10.1M / 1.9 GFLOPs."""
+    return _model("viqs_t", "qs", "viqs_t", pretrained, kwargs)
 
 
 @register_model
 def vim2_s(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
-    """ViM2-Small: D 384, depth 24 [D]; paper 28M / 5.3 GFLOPs."""
-    return _model("vim2_s", "s6_bi", "s", pretrained, kwargs)
+    """ViM2-Small: D 320, depth 30 [D, fitted to Table 15]; paper 28M / 5.3 GFLOPs."""
+    return _model("vim2_s", "s6_bi", "vim2_s", pretrained, kwargs)
 
 
 @register_model
 def viqs_s(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
-    """ViQS-Small: D 384, depth 24 [D]; paper 23M / 4.7 GFLOPs."""
-    return _model("viqs_s", "qs", "s", pretrained, kwargs)
+    """ViQS-Small: D 320, depth 26 [D, fitted to Table 15]; paper 23M / 4.7 GFLOPs."""
+    return _model("viqs_s", "qs", "viqs_s", pretrained, kwargs)
 
 
 @register_model
 def vim2_b(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
-    """ViM2-Base: D 512, depth 24 [D]; paper 74M / 17.9 GFLOPs."""
-    return _model("vim2_b", "s6_bi", "b", pretrained, kwargs)
+    """ViM2-Base: D 768, depth 16 [D, fitted to Table 15]; paper 74M / 17.9 GFLOPs."""
+    return _model("vim2_b", "s6_bi", "vim2_b", pretrained, kwargs)
 
 
 @register_model
 def viqs_b(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
-    """ViQS-Base: D 512, depth 24 [D]; paper 45M / 9.0 GFLOPs."""
-    return _model("viqs_b", "qs", "b", pretrained, kwargs)
+    """ViQS-Base: D 576, depth 16 [D, fitted to Table 15]; paper 45M / 9.0 GFLOPs."""
+    return _model("viqs_b", "qs", "viqs_b", pretrained, kwargs)
 
 
 @register_model
 def vim2_l(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
-    """ViM2-Large: D 768, depth 24 [D]; paper 122M / 23.2 GFLOPs."""
-    return _model("vim2_l", "s6_bi", "l", pretrained, kwargs)
+    """ViM2-Large: D 768, depth 24 [D, fitted to Table 15]; paper 122M / 23.2 GFLOPs."""
+    return _model("vim2_l", "s6_bi", "vim2_l", pretrained, kwargs)
 
 
 def _register_ablations():
@@ -439,8 +479,9 @@ def _register_ablations():
         for suffix, flags in _ABLATIONS.items():
             variant = f"{base}_{suffix}"
 
-            def entry(pretrained: bool = False, _variant=variant, _mixer=token_mixer, _flags=flags, **kwargs):
-                return _model(_variant, _mixer, "t", pretrained, dict(_flags, **kwargs))
+            def entry(pretrained: bool = False, _variant=variant, _mixer=token_mixer, _flags=flags, _base=base,
+                      **kwargs):
+                return _model(_variant, _mixer, _base, pretrained, dict(_flags, **kwargs))
 
             entry.__name__ = entry.__qualname__ = variant
             entry.__module__ = __name__

@@ -42,7 +42,7 @@ def test_family_is_registered():
 def test_registered_tiny_config_forward(name):
     torch.manual_seed(0)
     model = timm.create_model(name, img_size=64).eval()
-    assert model.embed_dim == 192 and len(model.blocks) == 24
+    assert model.embed_dim == 192 and len(model.blocks) == {"vim2_t": 36, "viqs_t": 30}[name]  # Table 15 fit
     with torch.no_grad():
         assert model(torch.randn(1, 3, 64, 64)).shape == (1, 1000)
 

@@ -69,9 +69,9 @@ def test_four_maps_at_strides_4_to_32_at_an_odd_size(cls):
 
 
 def test_arch_names_map_to_the_timm_models_and_channels():
-    expected = {(ViM2, "tiny"): ("vim2_t", 192), (ViM2, "small"): ("vim2_s", 384), (ViM2, "base"): ("vim2_b", 512),
-                (ViM2, "large"): ("vim2_l", 768), (ViQS, "tiny"): ("viqs_t", 192), (ViQS, "small"): ("viqs_s", 384),
-                (ViQS, "base"): ("viqs_b", 512)}
+    expected = {(ViM2, "tiny"): ("vim2_t", 192), (ViM2, "small"): ("vim2_s", 320), (ViM2, "base"): ("vim2_b", 768),
+                (ViM2, "large"): ("vim2_l", 768), (ViQS, "tiny"): ("viqs_t", 192), (ViQS, "small"): ("viqs_s", 320),
+                (ViQS, "base"): ("viqs_b", 576)}
     for (cls, arch), (name, dim) in expected.items():
         assert cls.arch_zoo[arch] == name
         model = cls(arch=arch, img_size=64, device="meta")  # the real widths, built without memory

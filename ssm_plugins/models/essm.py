@@ -119,6 +119,10 @@ class ESSMSequence(nn.Module):
 
     Input: (B, C, H, W) images, flattened row-major to (B, H*W, C) [D, §8.4], or (B, L, C) sequences.
     ``forward(x, dt_scale=...)`` rescales Δ for this call (zero-shot resampling, A20).
+    ``forward(x, padding_mask=...)`` for padded sequence batches: (B, L) bool, True at padded steps; the mean pool
+    covers the valid steps only (the paper's length-aware decoder, §1.12) and every block zeroes the padded steps
+    before its SSM convolution, so padding does not leak into valid steps through the bidirectional kernel (A19).
+    Pass the mask to ``forward_head`` alone for the official behaviour (mask only in pooling).
     """
 
     def __init__(
@@ -201,10 +205,23 @@ class ESSMSequence(nn.Module):
             raise ValueError(f'x must have at least one step, got shape {tuple(x.shape)}')
         return self.encoder(x), grid
 
-    def _run_block(self, block: nn.Module, x: torch.Tensor, dt_scale: Optional[float]) -> torch.Tensor:
+    def _run_block(self, block: nn.Module, x: torch.Tensor, dt_scale: Optional[float],
+                   padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         if self.grad_checkpointing and not torch.jit.is_scripting():
-            return checkpoint(block, x, dt_scale)
-        return block(x, dt_scale)
+            return checkpoint(block, x, dt_scale, padding_mask)
+        return block(x, dt_scale, padding_mask)
+
+    @staticmethod
+    def _check_padding_mask(padding_mask: Optional[torch.Tensor], x: torch.Tensor) -> Optional[torch.Tensor]:
+        if padding_mask is None:
+            return None
+        if not isinstance(padding_mask, torch.Tensor) or tuple(padding_mask.shape) != tuple(x.shape[:2]):
+            got = tuple(padding_mask.shape) if isinstance(padding_mask, torch.Tensor) else type(padding_mask).__name__
+            raise ValueError(f'padding_mask must have shape (B, L) = {tuple(x.shape[:2])}, got {got}')
+        padding_mask = padding_mask.to(device=x.device, dtype=torch.bool)
+        if bool(padding_mask.all(dim=1).any()):
+            raise ValueError('padding_mask must leave at least one valid (False) step in every sequence')
+        return padding_mask
 
     def forward_intermediates(
             self,
@@ -251,19 +268,28 @@ class ESSMSequence(nn.Module):
             self.reset_classifier(0, '')
         return take_indices
 
-    def forward_features(self, x: torch.Tensor, dt_scale: Optional[float] = None) -> torch.Tensor:
+    def forward_features(self, x: torch.Tensor, dt_scale: Optional[float] = None,
+                         padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         x, _ = self._embed(x)
+        padding_mask = self._check_padding_mask(padding_mask, x)
         for block in self.blocks:
-            x = self._run_block(block, x, dt_scale)
+            x = self._run_block(block, x, dt_scale, padding_mask)
         return self.norm(x)
 
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False,
+                     padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         if self.global_pool == 'avg':
-            x = x.mean(dim=1)
+            padding_mask = self._check_padding_mask(padding_mask, x)
+            if padding_mask is None:
+                x = x.mean(dim=1)
+            else:  # mean over the valid steps only
+                valid = (~padding_mask).unsqueeze(-1).to(x.dtype)
+                x = (x * valid).sum(dim=1) / valid.sum(dim=1)
         return x if pre_logits else self.head(x)
 
-    def forward(self, x: torch.Tensor, dt_scale: Optional[float] = None) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x, dt_scale))
+    def forward(self, x: torch.Tensor, dt_scale: Optional[float] = None,
+                padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x, dt_scale, padding_mask), padding_mask=padding_mask)
 
 
 # ---- 2-D backbone (extension) ---------------------------------------------------------------------------------

@@ -495,6 +495,25 @@ def test_padding_mask_stops_leaks_and_dt_scale_kwarg():
         layer(x, dt_scale=0.0)
 
 
+def test_sequence_model_padding_mask_pools_valid_steps_only():
+    """§1.12 length-aware decoder + A19: with a padding mask, a padded sequence gives the result of the unpadded one
+    (eval mode), through every block and the mean pool; pool-only masking (the official code) still leaks."""
+    torch.manual_seed(0)
+    model = ESSMSequence(in_chans=2, num_classes=3, d_model=8, depth=2, d_state=8, n_heads=2).eval()
+    x = torch.randn(1, 12, 2)
+    padded = torch.cat([x, 50 * torch.randn(1, 5, 2)], dim=1)
+    mask = torch.zeros(1, 17, dtype=torch.bool)
+    mask[:, 12:] = True
+    with torch.no_grad():
+        torch.testing.assert_close(model(padded, padding_mask=mask), model(x), atol=1e-5, rtol=1e-5)
+        pool_only = model.forward_head(model.forward_features(padded), padding_mask=mask)
+        assert (pool_only - model(x)).abs().max() > 1e-3
+    with pytest.raises(ValueError, match='padding_mask must have shape'):
+        model(padded, padding_mask=mask[:, :12])
+    with pytest.raises(ValueError, match='at least one valid'):
+        model(padded, padding_mask=torch.ones(1, 17, dtype=torch.bool))
+
+
 def test_hippo_init_paper_semantics():
     """§1.9: Λ = -1/2 + iω (ω > 0, one per pair), the same in every head; B = Re(V* B0), one draw for all heads;
     C trunc-normal in [-2, 2]; D = 1; log Δ in [log dt_min, log dt_max]."""

@@ -482,12 +482,15 @@ class SwitchOfScans(nn.Module):
         sos_gate: 'st' (straight-through, [D]) or 'vmoe' (y·g).
         cross_scan_attn: softmax attention over the n outputs per token (n ≥ 2) [D: True].
         local_windows: window sizes of the L1-L4 scans [D: (2, 7)].
+        routed: False builds no router: every image takes the first ``top_n`` scans with gate 1 and ``forward``
+            returns probs None ("w/o SoS"; an unused router would break DistributedDataParallel) [True].
     Parameter names: ``lst_norm``, ``lst_proj`` (Linear 2D -> D), ``router`` (Linear ℓ²D -> 16),
     ``attn_q``/``attn_k`` (Linear D -> D, only for top_n ≥ 2 with attention).
     """
 
     def __init__(self, dim: int, num_windows: int = 4, top_n: int = 1, lst_concat: bool = True,
-                 sos_gate: str = "st", cross_scan_attn: bool = True, local_windows: Sequence[int] = (2, 7)):
+                 sos_gate: str = "st", cross_scan_attn: bool = True, local_windows: Sequence[int] = (2, 7),
+                 routed: bool = True):
         super().__init__()
         _positive_int("dim", dim)
         if num_windows not in (1, 4, 9, 16):
@@ -508,9 +511,10 @@ class SwitchOfScans(nn.Module):
                 self.lst_proj.weight[:, :dim].copy_(torch.eye(dim))
         else:
             self.lst_proj = None
-        self.router = nn.Linear(num_windows * dim, len(SCAN_NAMES))
-        nn.init.trunc_normal_(self.router.weight, std=0.02)
-        nn.init.zeros_(self.router.bias)
+        self.router = nn.Linear(num_windows * dim, len(SCAN_NAMES)) if routed else None
+        if routed:
+            nn.init.trunc_normal_(self.router.weight, std=0.02)
+            nn.init.zeros_(self.router.bias)
         if top_n >= 2 and cross_scan_attn:
             self.attn_q = nn.Linear(dim, dim, bias=False)
             self.attn_k = nn.Linear(dim, dim, bias=False)
@@ -538,6 +542,9 @@ class SwitchOfScans(nn.Module):
         summary = self.lst_norm(torch.einsum("lw,bld->bwd", one_hot / one_hot.sum(0), e))  # S_i = LN(mean)
         if self.lst_proj is not None:
             e = self.lst_proj(torch.cat([e, summary[:, window]], dim=-1))
+        if self.router is None:
+            scan_ids = torch.arange(self.top_n, device=e.device).expand(e.shape[0], -1)
+            return e, scan_ids, e.new_ones(scan_ids.shape), None
         probs = torch.softmax(self.router(summary.flatten(1)), dim=-1)
         top_probs, scan_ids = probs.topk(self.top_n, dim=-1)
         gates = top_probs / top_probs.detach() if self.sos_gate == "st" else top_probs

@@ -15,6 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models._manipulate import checkpoint
 
 from ..layers.mambamixer import (ConvTokenInteraction, MultiResolutionConvGate, SelectiveChannelMixer,
                                  SelectiveTokenMixer, SpatialPriorModule, SwitchOfScans, _drop_path, _make_norm,
@@ -142,6 +143,7 @@ class VisionMambaMixer(nn.Module):
         if conv_branch and (n_interactions < 1 or depth % n_interactions):
             raise ValueError(f"n_interactions ({n_interactions}) must be positive and divide depth ({depth})")
         self.num_classes, self.global_pool = num_classes, global_pool
+        self.grad_checkpointing = False
         self.num_features = self.embed_dim = embed_dim
         self.in_chans, self.patch_size, self.scan_mode = in_chans, patch_size, scan_mode
         self.sos_importance_weight = float(sos_importance_weight)
@@ -153,7 +155,8 @@ class VisionMambaMixer(nn.Module):
         self.pos_embed = nn.Parameter(torch.zeros(1, 1 + grid[0] * grid[1], embed_dim))
         self.sos = SwitchOfScans(embed_dim, num_windows=sos_num_windows,
                                  top_n=sos_top_n if scan_mode == "sos" else 4, lst_concat=lst_concat,
-                                 sos_gate=sos_gate, cross_scan_attn=cross_scan_attn and scan_mode == "sos")
+                                 sos_gate=sos_gate, cross_scan_attn=cross_scan_attn and scan_mode == "sos",
+                                 routed=scan_mode == "sos")
         dpr = torch.linspace(0, drop_path_rate, depth).tolist()
         self.blocks = nn.ModuleList(
             VisionMixerBlock(embed_dim, grid, token_mixer, d_state, expand, headdim, dpr[i], norm, channel_mixer,
@@ -201,6 +204,10 @@ class VisionMambaMixer(nn.Module):
         return names
 
     @torch.jit.ignore
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        self.grad_checkpointing = enable
+
+    @torch.jit.ignore
     def get_classifier(self) -> nn.Module:
         return self.head
 
@@ -220,6 +227,11 @@ class VisionMambaMixer(nn.Module):
     def forward_features(self, img):
         return self.norm(self._forward_tokens(img)[0])
 
+    def _run_block(self, block, x, grid, orders, inverses, gates):
+        if self.grad_checkpointing and not torch.jit.is_scripting():
+            return checkpoint(block, x, grid, self.sos, orders, inverses, gates)
+        return block(x, grid, self.sos, orders, inverses, gates)
+
     def _forward_tokens(self, img):
         """(tokens before the final norm, c1, conv-level tokens, level sizes, patch grid)."""
         if not isinstance(img, torch.Tensor) or img.dim() != 4 or img.shape[1] != self.in_chans:
@@ -231,17 +243,16 @@ class VisionMambaMixer(nn.Module):
         grid = tuple(e.shape[-2:])
         pos = self._pos_embed(grid)
         e = e.flatten(2).transpose(1, 2) + pos[:, 1:]
-        e, scan_ids, gates, probs = self.sos(e, grid)
-        if self.scan_mode == "fixed":  # "w/o SoS": the four cross-scans, plain sum
-            scan_ids = torch.arange(4, device=e.device).expand(e.shape[0], 4)
-            gates = torch.ones(e.shape[0], 4, device=e.device, dtype=e.dtype)
-        self.last_router_probs, self.last_scan_ids = probs.detach(), scan_ids.detach()  # usage histogram
-        self.router_aux_loss = self.sos_importance_weight * self.sos.importance_loss(probs)
+        e, scan_ids, gates, probs = self.sos(e, grid)  # "w/o SoS" (fixed): the four cross-scans, plain sum
+        self.last_scan_ids = scan_ids.detach()  # usage histogram
+        self.last_router_probs = None if probs is None else probs.detach()
+        self.router_aux_loss = (e.new_zeros(()) if probs is None
+                                else self.sos_importance_weight * self.sos.importance_loss(probs))
         orders, inverses = self.sos.scan_index(scan_ids, grid)
         x = torch.cat([(self.cls_token + pos[:, :1]).expand(e.shape[0], -1, -1), e], dim=1)
         if not self.conv_branch:
             for block in self.blocks:
-                x = block(x, grid, self.sos, orders, inverses, gates)
+                x = self._run_block(block, x, grid, orders, inverses, gates)
             return x, None, None, None, grid
         c1, F_tokens, sizes = self.spm(img)
         per_group = len(self.blocks) // self.n_interactions
@@ -249,7 +260,7 @@ class VisionMambaMixer(nn.Module):
             F_conv = self.mrfp[i](F_tokens, sizes)
             x = torch.cat([x[:, :1], self.interactions[i].to_tokens(x[:, 1:], F_conv, sizes)], dim=1)
             for block in self.blocks[i * per_group:(i + 1) * per_group]:
-                x = block(x, grid, self.sos, orders, inverses, gates)
+                x = self._run_block(block, x, grid, orders, inverses, gates)
             if self.interactions[i].with_to_conv:
                 F_tokens = self.interactions[i].to_conv(F_conv, x[:, 1:], sizes)
         return x, c1, F_tokens, sizes, grid

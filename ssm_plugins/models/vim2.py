@@ -15,6 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models._features import feature_take_indices
 from timm.models._manipulate import checkpoint
 
 from ..layers.mambamixer import (ConvTokenInteraction, MultiResolutionConvGate, SelectiveChannelMixer,
@@ -293,6 +294,16 @@ class VisionMambaMixer(nn.Module):
         if intermediates_only:
             return intermediates
         return self.norm(tokens), intermediates
+
+    def prune_intermediate_layers(self, indices=4, prune_norm: bool = False, prune_head: bool = True):
+        """For features_only: drop the classifier (and the final norm) so that every parameter left feeds the
+        pyramid (DistributedDataParallel needs it); the pyramid needs every block, so none is pruned."""
+        take_indices, _ = feature_take_indices(4, indices)
+        if prune_norm:
+            self.norm = nn.Identity()
+        if prune_head:
+            self.reset_classifier(0)
+        return take_indices
 
     def forward_head(self, x, pre_logits: bool = False):
         x = x[:, 0] if self.global_pool == "token" else x[:, 1:].mean(1)

@@ -156,16 +156,19 @@ def test_features_only_shapes_and_strides(name):
             _create(name, features_only=True)
         return
     info = _built(name).feature_info
-    out_indices = (0, len(info) - 1) if len(info) > 1 else (0,)
-    features = _create(name, features_only=True, out_indices=out_indices).eval()
-    assert features.feature_info.reduction() == [info[i]['reduction'] for i in out_indices]
-    assert features.feature_info.channels() == [info[i]['num_chs'] for i in out_indices]
     size = family(name).sizes[1]
-    with torch.no_grad():
+    every = tuple(range(len(info)))  # every level, so no weight may go unused (DistributedDataParallel)
+    for out_indices in (every, every[-1:]):
+        features = _create(name, features_only=True, out_indices=out_indices).eval()
+        assert features.feature_info.reduction() == [info[i]['reduction'] for i in out_indices]
+        assert features.feature_info.channels() == [info[i]['num_chs'] for i in out_indices]
         outs = features(_input(features.model, size))
-    assert len(outs) == len(out_indices)
-    for out, channels, stride in zip(outs, features.feature_info.channels(), features.feature_info.reduction()):
-        assert out.shape == (1, channels, -(-size[0] // stride), -(-size[1] // stride)), (name, stride)
+        assert len(outs) == len(out_indices)
+        for out, channels, stride in zip(outs, features.feature_info.channels(), features.feature_info.reduction()):
+            assert out.shape == (1, channels, -(-size[0] // stride), -(-size[1] // stride)), (name, stride)
+        if out_indices == every:
+            sum(out.square().mean() for out in outs).backward()
+            assert [n for n, p in features.named_parameters() if p.grad is None] == []
 
 
 @pytest.mark.parametrize('name', MODELS)

@@ -42,7 +42,7 @@ def reference(name: str):
     if name == 'myopix_zcifar':
         return {}, models_myo.s5_cifar_params() / 1e6, None, 'S5 sCIFAR network (not a paper figure)'
     if '%' in models_essm.TARGETS.get(name, ''):
-        return {}, None, None, f'none (accuracy {models_essm.TARGETS[name]})'
+        return {}, None, None, f'none; accuracy {models_essm.TARGETS[name]}'
     return {}, None, None, '-'
 
 

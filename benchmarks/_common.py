@@ -31,12 +31,12 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join([line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, cells)])
 
 
-def gflops(model, size) -> tuple[float, float]:
-    """(total, ssm_plugins ops' part) GFLOPs of one no-grad forward of a (1, 3, *size) image."""
+def gflops(model, size, in_chans: int = 3) -> tuple[float, float]:
+    """(total, ssm_plugins ops' part) GFLOPs of one no-grad forward of a (1, in_chans, *size) image."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    x = torch.randn(1, 3, *size)
+    x = torch.randn(1, in_chans, *size)
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         model(x)
     ours = sum(n for op, n in counter.get_flop_counts()["Global"].items() if "ssm_plugins" in str(op))

@@ -12,14 +12,13 @@
 3. The 2-D backbone (an extension, no paper figures) next to timm peers at 224 px.
 
 FLOPs are 2 x multiply-adds, counted with torch.utils.flop_counter.FlopCounterMode: matmuls/convs, our
-registered ``essm_kernel`` formula, and rFFT/irFFT at 2.5 n log2 n per transformed row (added here through
-``custom_mapping``; torch has no FFT formula). Elementwise work (the spectral product, GELU, gates, norms) is
-not counted, as usual for GFLOPs tables. "SSM core" = the essm_conv part: B/C projections, FFTs, kernel.
+registered ``essm_kernel`` formula, and rFFT/irFFT at 2.5 n log2 n per transformed row (torch has no FFT
+formula; ``ssm_plugins.ops._flops`` registers one package-wide). Elementwise work (the spectral product, GELU,
+gates, norms) is not counted, as usual for GFLOPs tables. "SSM core" = the essm_conv part: B/C projections, FFTs, kernel.
 """
 from __future__ import annotations
 
 import argparse
-import math
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -29,29 +28,10 @@ from ssm_plugins.layers.essm import ESSM, essm_layer_param_count
 
 from ._common import seconds, table
 
-aten = torch.ops.aten
-
-
-def _fft_rows_flops(shape, n):
-    rows = math.prod(shape) // max(shape[-1], 1) if shape else 1
-    return int(rows * 2.5 * n * math.log2(max(n, 2)))
-
-
-def _r2c_flops(self_shape, dim, normalization, onesided, out_shape=None, **kwargs):
-    n = self_shape[dim[-1]]
-    return _fft_rows_flops(self_shape, n)
-
-
-def _c2r_flops(self_shape, dim, normalization, last_dim_size, out_shape=None, **kwargs):
-    return _fft_rows_flops(out_shape, last_dim_size)
-
-
-FFT_FLOPS = {aten._fft_r2c: _r2c_flops, aten._fft_c2r: _c2r_flops}
-
 
 def gflops(model: torch.nn.Module, x: torch.Tensor) -> tuple[float, float]:
     """(total, SSM core) GFLOPs of one eval forward of ``x``."""
-    with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=FFT_FLOPS) as counter:
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
         model(x)
     per_module = counter.get_flop_counts()
     core = 0

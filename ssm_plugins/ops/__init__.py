@@ -8,8 +8,10 @@ Public API (names and contracts fixed; other code and tests rely on them):
     myo_solve        Myosotis tree solve x = T⁻¹u (per-node and level-shared pyramid forms);
                      trees: myo_tree (k-ary 1-D), myo_quadtree (2-D), myo_tree_from_parent, MyoTree
     backend_info     what the extension provides on this machine
+Every op registers a FLOP formula for torch.utils.flop_counter.FlopCounterMode, and so do torch's FFT ops
+(``_flops``), which torch leaves uncounted.
 """
-from . import reference
+from . import _flops, reference  # noqa: F401  (_flops: FLOP formulas for torch's FFT ops)
 from ._backend import backend_info
 from .essm import essm_conv
 from .myo import MyoTree, myo_quadtree, myo_solve, myo_tree, myo_tree_from_parent

@@ -303,7 +303,7 @@ def fft_conv2d(x, kernel, origin=(0, 0)):
     :func:`fuse_directions`. The kernel may be larger than x.
 
     Implemented with torch.fft (rfft2/irfft2 on grids zero-padded so nothing wraps around; cuFFT on GPU)
-    as a custom op with an FFT backward and a FLOP formula (FlopCounterMode does not count torch.fft).
+    as a custom op with an FFT backward and a FLOP formula (its transforms and the spectral product).
     Accumulates in float32 (float64 if either input is float64), so half-precision inputs work at any size.
 
     Args:

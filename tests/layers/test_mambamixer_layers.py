@@ -284,6 +284,17 @@ def test_sos_top1_router_gradient_and_vmoe_gate():
     torch.testing.assert_close(g[:, 0], probs.max(-1).values)
 
 
+def test_sos_without_router_takes_the_first_scans():
+    """routed=False ("w/o SoS"): no router parameters, the cross-scans C1-C4 for every image, gate 1."""
+    sos = SwitchOfScans(DIM, top_n=4, cross_scan_attn=False, routed=False)
+    assert sos.router is None and not any(n.startswith("router") for n, _ in sos.named_parameters())
+    e = torch.randn(2, 16, DIM)
+    out, scan_ids, gates, probs = sos(e, (4, 4))
+    assert scan_ids.tolist() == [[0, 1, 2, 3]] * 2 and probs is None
+    torch.testing.assert_close(gates, torch.ones(2, 4))
+    torch.testing.assert_close(out, e)  # the LSTs are still concatenated (W_lst = [I, 0] at init)
+
+
 def test_sos_value_errors():
     with pytest.raises(ValueError, match="num_windows"):
         SwitchOfScans(DIM, num_windows=5)

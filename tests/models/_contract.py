@@ -3,19 +3,29 @@ import torch
 
 
 def assert_grad_checkpointing_is_exact(model, x, seed: int = 3):
-    """Gradient checkpointing trades memory for recomputation: same output, same gradients."""
-    torch.manual_seed(seed)
-    reference_out = model(x)
-    reference_out.sum().backward()
-    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
-    model.zero_grad()
-    model.set_grad_checkpointing(True)
-    torch.manual_seed(seed)
-    out = model(x)
-    out.sum().backward()
+    """Gradient checkpointing trades memory for recomputation: same output, same gradients, and the backward
+    really re-runs forwards (counted with forward hooks, so a no-op set_grad_checkpointing fails)."""
+    calls = []
+    hooks = [m.register_forward_hook(lambda *args: calls.append(None)) for m in model.modules()]
+    try:
+        torch.manual_seed(seed)
+        reference_out = model(x)
+        reference_out.sum().backward()
+        plain_calls = len(calls)
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        model.zero_grad()
+        model.set_grad_checkpointing(True)
+        calls.clear()
+        torch.manual_seed(seed)
+        out = model(x)
+        out.sum().backward()
+    finally:
+        for hook in hooks:
+            hook.remove()
     torch.testing.assert_close(out, reference_out)
     for n, p in model.named_parameters():
         torch.testing.assert_close(p.grad, grads[n], msg=n)
+    assert len(calls) > plain_calls, 'set_grad_checkpointing(True) recomputed nothing in the backward'
 
 
 def assert_checkpoint_round_trip(name, kwargs, input_shape, tmp_path, wrap_in_state_dict: bool = False):

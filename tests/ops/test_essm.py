@@ -8,6 +8,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from ssm_plugins.ops import _backend, essm_conv, reference
+from ssm_plugins.ops._flops import fft_flops
 from ssm_plugins.ops.essm import KERNEL_BWD_FLOPS, KERNEL_FWD_FLOPS, fft_size
 
 needs_kernel = pytest.mark.skipif(not _backend.has_kernel("essm_kernel", "cpu"),
@@ -345,9 +346,12 @@ def test_flop_counter_counts_the_kernel_op():
     assert counts[torch.ops.ssm_plugins.essm_kernel_bwd] == KERNEL_BWD_FLOPS * modes * length > 0
     with FlopCounterMode(display=False) as counter:
         essm_conv(u, *params)
-    # forward total: the kernel op plus the two projection GEMMs (2·batch·L·N·h for B, 2·batch·L·M·n for C)
+    # forward total: the kernel op, the two projection GEMMs (2·batch·L·N·h for B, 2·batch·L·M·n for C) and the
+    # FFTs (ssm_plugins.ops._flops): rfft of v (batch·N rows) and of the kernel (N rows), irfft of batch·N rows
     projections = 2 * batch * length * modes * (width // heads) * 2
-    assert counter.get_total_flops() == KERNEL_FWD_FLOPS * modes * length + projections
+    n_fft = fft_size(length)
+    ffts = sum(fft_flops((rows, n_fft), (-1,), real=True) for rows in (batch * modes, modes, batch * modes))
+    assert counter.get_total_flops() == KERNEL_FWD_FLOPS * modes * length + projections + ffts
 
 
 # ---- input checking --------------------------------------------------------------------------------

@@ -1,0 +1,257 @@
+"""The timm model contract, checked for every model ssm_plugins registers (issue 4, "Tests").
+
+Parametrised over timm's registry filtered to our own modules, so a newly registered model is checked without
+editing this file; it only needs a family row in ``FAMILIES`` (a missing row fails ``test_every_model_has_a_family``).
+Each family row gives the kwargs that shrink the model's width/depth (same classes and code paths, seconds on
+one CPU thread), two input sizes (the second non-square) and an input size the family cannot take.
+
+Per model: forward + backward at both sizes (every parameter gets a finite gradient), features_only shapes and
+strides, forward_intermediates, checkpoint round trip (state_dict and pretrained_cfg_overlay file), eval-mode
+determinism with no batch coupling, ValueErrors for bad input, reset_classifier, set_grad_checkpointing (exact,
+and really recomputing), no_weight_decay covering the SSM parameters; at the registered (full) size: a meta-device
+build whose pretrained_cfg matches the model and never points at a download.
+"""
+import functools
+import re
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Tuple
+
+import pytest
+import timm
+import torch
+
+import ssm_plugins  # noqa: F401  (registers the models)
+from _contract import assert_checkpoint_round_trip, assert_grad_checkpointing_is_exact
+
+MODELS = sorted(n for n in timm.list_models() if timm.models.model_entrypoint(n).__module__.startswith('ssm_plugins.'))
+FAMILY_MODULES = {'ssm_plugins.models.vim2', 'ssm_plugins.models.ssm2d', 'ssm_plugins.models.essm',
+                  'ssm_plugins.models.myo'}
+
+
+@dataclass(frozen=True)
+class Family:
+    pattern: str  # regex on the model name
+    small: Dict = field(default_factory=dict)  # width/depth reductions
+    sizes: Tuple[Tuple[int, int], Tuple[int, int]] = ((32, 32), (24, 40))
+    bad_size: Optional[Tuple[Tuple[int, int], str]] = None  # (size, regex of the ValueError); None: derived below
+    intermediates: Dict = field(default_factory=dict)  # extra kwargs forward_intermediates needs
+    no_feature_maps: str = ''  # the model has none by design: regex of the ValueError features_only must raise
+
+
+_SSM2D_SMALL = dict(ssm_d_state=4, ssm_n_ssm=2)
+_VIM2_SMALL = dict(img_size=64, embed_dim=32, depth=4, n_interactions=2, spm_inplanes=8, headdim=16, d_state=4)
+_VIM2_BAD = ((48, 64), r'multiples of 32.*\(48, 64\)')
+FAMILIES = [
+    # ViM2/ViQS build their feature pyramid from the conv branch: the *_noconv ablations have none
+    Family(r'^s?vi(m2|qs)_.*noconv', _VIM2_SMALL, ((64, 64), (64, 96)), _VIM2_BAD,
+           no_feature_maps=r'dense_outputs needs conv_branch=True'),
+    Family(r'^s?vi(m2|qs)_', _VIM2_SMALL, ((64, 64), (64, 96)), _VIM2_BAD, intermediates=dict(dense_outputs=True)),
+    Family(r'^(deit|vit)_.*patch(8|16).*_ssm2d$', dict(embed_dim=32, depth=2, num_heads=2, **_SSM2D_SMALL),
+           ((64, 64), (48, 80))),
+    Family(r'^(deit|vit)_.*_ssm2d$', dict(embed_dim=32, depth=2, num_heads=2, **_SSM2D_SMALL)),
+    Family(r'^swin_tiny_.*_ssm2d$', dict(embed_dim=16, depths=(2, 1, 1, 1), num_heads=(1, 2, 2, 4), **_SSM2D_SMALL)),
+    Family(r'^swin_.*_ssm2d$', dict(embed_dim=16, depths=(2, 1, 1), num_heads=(1, 2, 4), **_SSM2D_SMALL)),
+    Family(r'^essm_2d_', dict(embed_dim=(8, 16, 24, 32), depths=(1, 1, 1, 1)),
+           bad_size=((0, 8), r'must have shape .*\(1, 3, 0, 8\)')),
+    Family(r'^essm_', dict(d_model=16, depth=2, d_state=16, n_heads=4), ((8, 8), (5, 7)),
+           ((0, 8), r'at least one step')),
+    Family(r'^myopix_', dict(embed_dim=32, depth=2, state_size=16, blocks=1), ((8, 8), (5, 7)),
+           ((0, 8), r'input size \(0, 8\) must be at least')),
+    Family(r'^myonet_', dict(dims=(16, 32, 48, 64), depths=(1, 1, 2, 1)),
+           bad_size=((0, 8), r'input size \(0, 8\) must be at least')),
+]
+
+
+def family(name: str) -> Family:
+    for fam in FAMILIES:
+        if re.search(fam.pattern, name):
+            return fam
+    raise LookupError(f'{name} has no row in FAMILIES: add its reduced kwargs and input sizes')
+
+
+def _create(name, **kwargs):
+    torch.manual_seed(0)
+    return timm.create_model(name, **dict(family(name).small, **kwargs))
+
+
+@functools.lru_cache(maxsize=None)
+def _built(name):
+    """The reduced model, shared by the tests that do not change it (they set train/eval themselves)."""
+    return _create(name)
+
+
+def _input(model, size, batch=1):
+    return torch.randn(batch, model.in_chans, *size)
+
+
+def _bad_size(name, model):
+    fam = family(name)
+    if fam.bad_size is not None:
+        return fam.bad_size
+    patch = tuple(model.patch_embed.patch_size)  # 2-D SSM: any size the patch size does not divide
+    size = (fam.sizes[0][0] + 1, fam.sizes[0][1])
+    return size, re.escape(str(size)) + '.*' + re.escape(str(patch))
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_every_family_registers_models():
+    assert FAMILY_MODULES <= {timm.models.model_entrypoint(n).__module__ for n in MODELS}
+
+
+@pytest.mark.parametrize('name', MODELS)
+def test_every_model_has_a_family(name):
+    family(name)
+
+
+# ---- at the registered size: meta device only ------------------------------------------------------------
+
+
+@pytest.mark.parametrize('name', MODELS)
+def test_full_size_builds_and_pretrained_cfg_never_downloads(name, monkeypatch):
+    cfg = timm.models.get_pretrained_cfg(name)
+    assert not cfg.url and cfg.hf_hub_id is None, f'{name} must not point at a download'
+    model = timm.create_model(name, device='meta')
+    assert all(p.is_meta for p in model.parameters()) and sum(p.numel() for p in model.parameters()) > 0
+    assert model.num_classes == cfg.num_classes and model.in_chans == cfg.input_size[0]
+    assert model.get_classifier().out_features == cfg.num_classes
+    assert len(model.feature_info) >= 1 and model.no_weight_decay()
+
+    import timm.models._builder as builder
+
+    def no_network(*args, **kwargs):
+        raise AssertionError('attempted a download')
+
+    monkeypatch.setattr(builder, 'download_cached_file', no_network)
+    monkeypatch.setattr(builder, 'load_state_dict_from_hf', no_network)
+    with pytest.raises(RuntimeError, match='No pretrained weights exist'):  # timm's clear error, no fetch
+        timm.create_model(name, pretrained=True, device='meta')
+
+
+# ---- reduced models -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize('name', MODELS)
+def test_forward_backward_two_sizes(name):
+    model = _built(name).train()
+    for size in family(name).sizes:
+        model.zero_grad(set_to_none=True)
+        out = model(_input(model, size, batch=2))
+        assert out.shape == (2, model.num_classes) and torch.isfinite(out).all()
+        out.logsumexp(-1).sum().backward()
+        for n, p in model.named_parameters():
+            assert p.grad is not None and torch.isfinite(p.grad).all(), (name, size, n)
+
+
+@pytest.mark.parametrize('name', MODELS)
+def test_features_only_shapes_and_strides(name):
+    if family(name).no_feature_maps:
+        with pytest.raises(ValueError, match=family(name).no_feature_maps):
+            _create(name, features_only=True)
+        return
+    info = _built(name).feature_info
+    size = family(name).sizes[1]
+    every = tuple(range(len(info)))  # every level, so no weight may go unused (DistributedDataParallel)
+    for out_indices in (every, every[-1:]):
+        features = _create(name, features_only=True, out_indices=out_indices).eval()
+        assert features.feature_info.reduction() == [info[i]['reduction'] for i in out_indices]
+        assert features.feature_info.channels() == [info[i]['num_chs'] for i in out_indices]
+        outs = features(_input(features.model, size))
+        assert len(outs) == len(out_indices)
+        for out, channels, stride in zip(outs, features.feature_info.channels(), features.feature_info.reduction()):
+            assert out.shape == (1, channels, -(-size[0] // stride), -(-size[1] // stride)), (name, stride)
+        if out_indices == every:
+            sum(out.square().mean() for out in outs).backward()
+            assert [n for n, p in features.named_parameters() if p.grad is None] == []
+
+
+@pytest.mark.parametrize('name', MODELS)
+def test_forward_intermediates_match_forward_features_and_head(name):
+    extra = family(name).intermediates
+    if family(name).no_feature_maps:
+        with pytest.raises(ValueError, match='dense_outputs'):
+            _built(name).forward_intermediates(_input(_built(name), family(name).sizes[0]))
+        return
+    model = _create(name, **extra).eval() if extra else _built(name).eval()
+    size = family(name).sizes[1]
+    x = _input(model, size)
+    with torch.no_grad():
+        final, intermediates = model.forward_intermediates(x, indices=2)
+        features = model.forward_features(x)
+        only = model.forward_intermediates(x, indices=[0], intermediates_only=True, stop_early=True)
+        logits = model(x)
+    torch.testing.assert_close(final, features)
+    torch.testing.assert_close(model.forward_head(features), logits)
+    assert model.forward_head(features, pre_logits=True).shape == (1, model.num_features)
+    for out, info in zip(intermediates + only, model.feature_info[-2:] + model.feature_info[:1]):
+        stride = info['reduction']
+        assert out.shape == (1, info['num_chs'], -(-size[0] // stride), -(-size[1] // stride)), (name, stride)
+    assert len(intermediates) == 2 and len(only) == 1
+
+
+@pytest.mark.parametrize('name', MODELS)
+def test_checkpoint_round_trip(name, tmp_path):
+    model = _built(name)
+    assert_checkpoint_round_trip(name, family(name).small, (1, model.in_chans, *family(name).sizes[0]), tmp_path)
+
+
+@pytest.mark.parametrize('name', MODELS)
+def test_eval_is_deterministic_without_batch_coupling(name):
+    model = _built(name).eval()
+    x = _input(model, family(name).sizes[1], batch=2)
+    with torch.no_grad():
+        first, second, single = model(x), model(x), model(x[1:])
+    assert torch.equal(first, second)
+    torch.testing.assert_close(single, first[1:], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('name', MODELS)
+def test_bad_input_raises_value_error(name):
+    model = _built(name)
+    size, message = _bad_size(name, model)
+    with pytest.raises(ValueError, match=message):
+        model(_input(model, size))
+    with pytest.raises(ValueError, match='must have shape'):
+        model(torch.randn(1, model.in_chans + 1, *family(name).sizes[0]))
+    with pytest.raises(ValueError, match='must have shape'):
+        model(torch.randn(model.in_chans, *family(name).sizes[0]))
+
+
+@pytest.mark.parametrize('name', MODELS)
+def test_reset_classifier(name):
+    model = _create(name).eval()
+    x = _input(model, family(name).sizes[0], batch=2)
+    model.reset_classifier(7)
+    assert model.get_classifier().out_features == 7
+    with torch.no_grad():
+        assert model(x).shape == (2, 7)
+        model.reset_classifier(0)
+        assert model(x).shape == (2, model.num_features)
+
+
+@pytest.mark.parametrize('name', MODELS)
+def test_grad_checkpointing_is_exact_and_recomputes(name):
+    model = _create(name).train()
+    assert_grad_checkpointing_is_exact(model, _input(model, family(name).sizes[1], batch=2))
+
+
+@pytest.mark.parametrize('name', MODELS)
+def test_no_weight_decay_covers_ssm_parameters(name):
+    model = _built(name)
+    params = dict(model.named_parameters())
+    ssm_names = {f'{prefix}.{n}' if prefix else n for prefix, module in model.named_modules()
+                 for n in getattr(module, 'no_weight_decay_names', ())}
+    ssm_names &= set(params)
+    assert ssm_names, f'{name}: no SSM layer lists its no_weight_decay_names'
+    assert ssm_names <= model.no_weight_decay()
+    from timm.optim import create_optimizer_v2
+
+    optimizer = create_optimizer_v2(model, 'adamw', lr=1e-3, weight_decay=0.05)
+    decayed = {id(p) for g in optimizer.param_groups if g['weight_decay'] > 0 for p in g['params']}
+    assert decayed and not any(id(params[n]) in decayed for n in ssm_names)

@@ -121,8 +121,8 @@ class SequenceMambaMixer(nn.Module):
         if not isinstance(img, torch.Tensor) or img.dim() != 4 or img.shape[1] != self.in_chans:
             shape = tuple(img.shape) if isinstance(img, torch.Tensor) else type(img).__name__
             raise ValueError(f"img must have shape (batch, {self.in_chans}, H, W), got {shape}")
-        if img.shape[-2] % self.patch_size or img.shape[-1] % self.patch_size:
-            raise ValueError(f"img height and width must be multiples of patch_size {self.patch_size}, "
+        if img.shape[-2] % self.patch_size or img.shape[-1] % self.patch_size or min(img.shape[-2:]) == 0:
+            raise ValueError(f"img height and width must be positive multiples of patch_size {self.patch_size}, "
                              f"got {tuple(img.shape[-2:])}")
         x = self.patch_embed.proj(img)
         grid = tuple(x.shape[-2:])

@@ -284,9 +284,9 @@ def test_sos_top1_router_gradient_and_vmoe_gate():
     torch.testing.assert_close(g[:, 0], probs.max(-1).values)
 
 
-def test_sos_without_router_takes_the_first_scans():
-    """routed=False ("w/o SoS"): no router parameters, the cross-scans C1-C4 for every image, gate 1."""
-    sos = SwitchOfScans(DIM, top_n=4, cross_scan_attn=False, routed=False)
+def test_sos_with_fixed_scans_builds_no_router():
+    """fixed_scans ("w/o SoS"): no router parameters, the cross-scans C1-C4 for every image, gate 1."""
+    sos = SwitchOfScans(DIM, top_n=4, cross_scan_attn=False, fixed_scans=(0, 1, 2, 3))
     assert sos.router is None and not any(n.startswith("router") for n, _ in sos.named_parameters())
     e = torch.randn(2, 16, DIM)
     out, scan_ids, gates, probs = sos(e, (4, 4))

@@ -41,7 +41,12 @@ class Family:
 _SSM2D_SMALL = dict(ssm_d_state=4, ssm_n_ssm=2)
 _VIM2_SMALL = dict(img_size=64, embed_dim=32, depth=4, n_interactions=2, spm_inplanes=8, headdim=16, d_state=4)
 _VIM2_BAD = ((48, 64), r'multiples of 32.*\(48, 64\)')
+_SVIM2_SMALL = dict(embed_dim=32, depth=2, headdim=16, d_state=4, expand=2)
 FAMILIES = [
+    Family(r'^svi(m2|qs)_b16$', dict(_SVIM2_SMALL, img_size=32), ((32, 32), (32, 48)),
+           ((40, 32), r'multiples of patch_size 16.*\(40, 32\)')),
+    Family(r'^svi(m2|qs)_scifar$', dict(_SVIM2_SMALL, img_size=8), ((8, 8), (6, 10)),
+           ((0, 8), r'positive multiples of patch_size 1.*\(0, 8\)')),
     # ViM2/ViQS build their feature pyramid from the conv branch: the *_noconv ablations have none
     Family(r'^s?vi(m2|qs)_.*noconv', _VIM2_SMALL, ((64, 64), (64, 96)), _VIM2_BAD,
            no_feature_maps=r'dense_outputs needs conv_branch=True'),

@@ -351,6 +351,9 @@ class MambaMixerBlock(nn.Module):
         drop_path: stochastic depth on both branches [D: 0].
         norm: 'layernorm' (eps 1e-6) or 'rmsnorm' [D: 'layernorm'].
         channel_mixer: False drops the channel mixer (the ``*_noqs`` ablation) [True].
+        token_grid: (h0, w0) with h0*w0 = num_tokens: ``forward(x, grid_size=(h, w))`` then accepts other token
+            counts by resampling the channel mixer's token-axis weights (SelectiveChannelMixer); (1, L0) gives the
+            1-D linear resampling of variable-length sequences (spec §4.4, the inter-chunk path of speech) [None].
         token_mixer: see SelectiveTokenMixer [D: 's6'].
         channel_qs_param, qs_shift, d_state, and **token_kwargs (expand, d_conv, dt_rank, gate_kernels,
         selection_input, causal, headdim) are passed to the mixers.
@@ -358,7 +361,7 @@ class MambaMixerBlock(nn.Module):
 
     def __init__(self, dim: int, num_tokens: int, drop_path: float = 0.0, norm: str = "layernorm",
                  token_mixer: str = "s6", channel_mixer: bool = True, channel_qs_param: str = "scalar",
-                 d_state: int = 16, qs_shift: str = "exact", **token_kwargs):
+                 d_state: int = 16, qs_shift: str = "exact", token_grid=None, **token_kwargs):
         super().__init__()
         if not 0.0 <= drop_path < 1.0:
             raise ValueError(f"drop_path must be in [0, 1), got {drop_path!r}")
@@ -369,7 +372,8 @@ class MambaMixerBlock(nn.Module):
         if channel_mixer:
             self.norm2 = _make_norm(norm, dim)
             self.channel_mixer = SelectiveChannelMixer(dim, num_tokens, d_state=d_state,
-                                                       channel_qs_param=channel_qs_param, qs_shift=qs_shift)
+                                                       channel_qs_param=channel_qs_param, qs_shift=qs_shift,
+                                                       token_grid=token_grid)
         else:
             self.norm2 = self.channel_mixer = None
 
@@ -383,11 +387,12 @@ class MambaMixerBlock(nn.Module):
     def extra_repr(self):
         return f"drop_path={self.drop_path_prob}"
 
-    def forward(self, x):
+    def forward(self, x, grid_size=None):
+        """x (batch, L, dim); grid_size (h, w) of the tokens for a block built with ``token_grid``."""
         _check_input("x", x, self.dim)
         x = x + _drop_path(self.token_mixer(self.norm1(x)), self.drop_path_prob, self.training)
         if self.channel_mixer is not None:
-            x = x + _drop_path(self.channel_mixer(self.norm2(x)), self.drop_path_prob, self.training)
+            x = x + _drop_path(self.channel_mixer(self.norm2(x), grid_size), self.drop_path_prob, self.training)
         return x
 
 

@@ -235,6 +235,9 @@ def test_short_training_improves_si_snri(tmp_path_factory):
     generate_mixtures(str(data), n_train=32, n_valid=4, n_test=8, seed=1)
     output = tmp_path_factory.mktemp("learn")
     common = ("--use_speedperturb", "False")
-    before = float(_avg(_run("mambamixer", data, output, "--N_epochs", "0", *common))["si-snr_i"])
-    after = float(_avg(_run("mambamixer", data, output, "--N_epochs", "2", *common))["si-snr_i"])
-    assert after > before + 2.0, (before, after)
+    before = _avg(_run("mambamixer", data, output, "--N_epochs", "0", *common))
+    after = _avg(_run("mambamixer", data, output, "--N_epochs", "2", *common))
+    gain = {k: float(after[k]) - float(before[k]) for k in ("si-snr_i", "sdr_i")}
+    # measured: SI-SNRi -22.5 -> -0.6 dB, SDRi -9.8 -> +0.9 dB (the untrained decoder is far off the sources)
+    assert gain["si-snr_i"] > 2.0 and gain["sdr_i"] > 2.0, (before, after)
+    assert float(after["si-snr_i"]) > -5.0, after  # near mixture level at least, not merely less wrong

@@ -86,7 +86,7 @@ def _make_mixture(rng, num_samples, sample_rate, min_f0_ratio):
 
 
 def generate_mixtures(out_dir, n_train: int = 64, n_valid: int = 16, n_test: int = 16, min_seconds: float = 1.0,
-                      max_seconds: float = 2.0, sample_rate: int = 8000, seed: int = 0, min_f0_ratio: float = 1.25,
+                      max_seconds: float = 2.0, sample_rate: int = 8000, seed: int = 0, min_f0_ratio: float = 1.6,
                       overwrite: bool = False) -> dict:
     """Write the mixture set under ``out_dir`` (wsj0-2mix layout, see the module docstring) and its csv files.
 

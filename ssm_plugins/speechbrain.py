@@ -72,7 +72,8 @@ class SBMambaMixerBlock(_SBMixerStack):
         num_tokens: steps the channel mixer's token-axis weights are sized for: the chunk size K for the intra
             model, a typical number of chunks S for the inter model; other lengths are resampled [250].
         d_state, expand, d_conv: S6 sizes [DPMamba: 16, 2, 4].
-        bidirectional: forward + backward S6 (``token_mixer='s6_bi'``, 'same' padding) or causal S6 [True].
+        bidirectional: forward + backward S6 (``token_mixer='s6_bi'``, 'same' padding) or causal S6 [True]. The
+            channel mixer's selection reads every step, so only ``channel_mixer=False`` makes a causal block.
         channel_mixer: the selective channel mixer over the N encoder channels [True]; False = plain
             (bidirectional) Mamba-style blocks with the multi-resolution gate (spec's ``inter_channel_mixer``).
         norm: 'rmsnorm' (DPMamba's RMSNorm) or 'layernorm' [D: 'rmsnorm'].

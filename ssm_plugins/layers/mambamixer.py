@@ -351,6 +351,9 @@ class MambaMixerBlock(nn.Module):
         drop_path: stochastic depth on both branches [D: 0].
         norm: 'layernorm' (eps 1e-6) or 'rmsnorm' [D: 'layernorm'].
         channel_mixer: False drops the channel mixer (the ``*_noqs`` ablation) [True].
+        token_grid: (h0, w0) with h0*w0 = num_tokens: ``forward(x, grid_size=(h, w))`` then accepts other token
+            counts by resampling the channel mixer's token-axis weights (SelectiveChannelMixer); (1, L0) gives the
+            1-D linear resampling of variable-length sequences (spec §4.4, the inter-chunk path of speech) [None].
         token_mixer: see SelectiveTokenMixer [D: 's6'].
         channel_qs_param, qs_shift, d_state, and **token_kwargs (expand, d_conv, dt_rank, gate_kernels,
         selection_input, causal, headdim) are passed to the mixers.
@@ -388,6 +391,7 @@ class MambaMixerBlock(nn.Module):
         return f"drop_path={self.drop_path_prob}"
 
     def forward(self, x, grid_size=None):
+        """x (batch, L, dim); grid_size (h, w) of the tokens for a block built with ``token_grid``."""
         _check_input("x", x, self.dim)
         x = x + _drop_path(self.token_mixer(self.norm1(x)), self.drop_path_prob, self.training)
         if self.channel_mixer is not None:

@@ -1,0 +1,192 @@
+"""A small deterministic two-source mixture set at 8 kHz, laid out like wsj0-2mix, from generated signals only.
+
+Each source is a synthetic voice: a harmonic series on a smooth, randomly drifting f0 contour, shaped by
+three formant resonances that change from syllable to syllable, cut into syllables by raised-cosine
+envelopes with pauses between them, plus a little aspiration noise. The two voices of a mixture differ in
+f0 by at least ``min_f0_ratio`` and are mixed at a relative level drawn from [-2.5, 2.5] dB (mix = s1 + s2
+exactly). Files go where a wsj0-2mix user has them, so the recipe reads both the same way:
+
+    <out>/wav8k/min/{tr,cv,tt}/{mix,s1,s2}/<name>.wav      and the csv files <out>/wsj_{tr,cv,tt}.csv
+
+    python -m ssm_plugins.data.mixtures --out DIR [--train 64 --valid 16 --test 16 --seed 0]
+
+``prepare_wsjmix_csv`` turns any such folder (the generated one or the real wsj0-2mix) into SpeechBrain's
+csv files (columns ID, duration, mix_wav, s1_wav, s2_wav with their _format/_opts companions).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+
+import numpy as np
+
+SPLITS = ("tr", "cv", "tt")
+MIX_LEVEL_DB = 2.5  # relative level of the two sources, uniform in [-2.5, 2.5] dB
+_MANIFEST = "mixtures.json"
+
+
+def _smooth_walk(rng, n, steps, scale):
+    """A smooth random curve of n samples: ``steps`` random knots, linearly interpolated."""
+    knots = np.cumsum(rng.normal(0.0, scale, steps + 1))
+    return np.interp(np.linspace(0, steps, n), np.arange(steps + 1), knots - knots.mean())
+
+
+def _formant_gain(freqs, formants, bandwidths):
+    """|H(f)| of a cascade of second-order resonances (unit gain at DC), evaluated at ``freqs`` (any shape)."""
+    gain = np.ones_like(freqs)
+    for centre, bw in zip(formants, bandwidths):
+        gain = gain * centre ** 2 / np.sqrt((centre ** 2 - freqs ** 2) ** 2 + (bw * freqs) ** 2)
+    return gain
+
+
+def synthetic_voice(rng: np.random.Generator, num_samples: int, f0: float, sample_rate: int = 8000) -> np.ndarray:
+    """One synthetic utterance of ``num_samples`` samples around fundamental ``f0`` Hz, peak-normalised (float64)."""
+    t = np.arange(num_samples)
+    # f0 contour: slow drift (±~8 %) and a declination over the utterance
+    contour = f0 * np.exp(_smooth_walk(rng, num_samples, max(2, num_samples // 1600), 0.05)
+                          - 0.1 * t / num_samples)
+    phase = 2 * np.pi * np.cumsum(contour) / sample_rate
+    num_harmonics = int(0.48 * sample_rate / contour.min())
+    harmonics = np.arange(1, num_harmonics + 1)[:, None]
+    alive = harmonics * contour[None, :] < 0.48 * sample_rate  # no harmonic above ~Nyquist
+    # syllables: formants per syllable, raised-cosine envelope, pauses between syllables
+    signal, envelope = np.zeros(num_samples), np.zeros(num_samples)
+    start = int(rng.uniform(0.0, 0.15) * sample_rate)
+    while start < num_samples:
+        length = int(rng.uniform(0.12, 0.32) * sample_rate)
+        stop = min(start + length, num_samples)
+        formants = (rng.uniform(300, 900), rng.uniform(900, 2300), rng.uniform(2300, 3500))
+        bandwidths = (rng.uniform(60, 120), rng.uniform(80, 160), rng.uniform(120, 250))
+        seg = slice(start, stop)
+        freqs = harmonics * contour[None, seg]
+        amps = _formant_gain(freqs, formants, bandwidths) / harmonics ** 0.5 * alive[:, seg]
+        signal[seg] = (amps * np.sin(harmonics * phase[None, seg] + rng.uniform(0, 2 * np.pi, (num_harmonics, 1)))).sum(0)
+        window = np.sin(np.pi * np.arange(stop - start) / length) ** 2  # raised cosine, cut at the end if needed
+        envelope[seg] = window * rng.uniform(0.5, 1.0)
+        start = stop + int(rng.uniform(0.03, 0.15) * sample_rate)
+    signal = signal / (np.abs(signal).max() + 1e-9)
+    voice = envelope * (signal + 0.02 * rng.standard_normal(num_samples))
+    return voice / (np.abs(voice).max() + 1e-9)
+
+
+def _make_mixture(rng, num_samples, sample_rate, min_f0_ratio):
+    f0_a = float(np.exp(rng.uniform(np.log(85.0), np.log(280.0))))
+    while True:  # the second voice at least min_f0_ratio away from the first, within the same range
+        f0_b = float(np.exp(rng.uniform(np.log(85.0), np.log(280.0))))
+        if max(f0_a, f0_b) / min(f0_a, f0_b) >= min_f0_ratio:
+            break
+    s1 = synthetic_voice(rng, num_samples, f0_a, sample_rate)
+    s2 = synthetic_voice(rng, num_samples, f0_b, sample_rate)
+    level_db = float(rng.uniform(-MIX_LEVEL_DB, MIX_LEVEL_DB))
+    s1, s2 = s1 / np.std(s1), s2 / np.std(s2) * 10 ** (-level_db / 20)
+    scale = 0.9 / np.abs(s1 + s2).max()  # mixture peak at 0.9: no clipping, mix = s1 + s2 exactly
+    return s1 * scale, s2 * scale, f0_a, f0_b, level_db
+
+
+def generate_mixtures(out_dir, n_train: int = 64, n_valid: int = 16, n_test: int = 16, min_seconds: float = 1.0,
+                      max_seconds: float = 2.0, sample_rate: int = 8000, seed: int = 0, min_f0_ratio: float = 1.6,
+                      overwrite: bool = False) -> dict:
+    """Write the mixture set under ``out_dir`` (wsj0-2mix layout, see the module docstring) and its csv files.
+
+    Returns ``{"tr": csv path, "cv": ..., "tt": ...}``. Deterministic in its arguments; a folder generated
+    with the same arguments is reused unless ``overwrite``.
+    """
+    counts = {"tr": n_train, "cv": n_valid, "tt": n_test}
+    for name, value in (("n_train", n_train), ("n_valid", n_valid), ("n_test", n_test)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if not 0 < min_seconds <= max_seconds:
+        raise ValueError(f"need 0 < min_seconds <= max_seconds, got {min_seconds}, {max_seconds}")
+    if min_f0_ratio < 1.0:
+        raise ValueError(f"min_f0_ratio must be >= 1, got {min_f0_ratio}")
+    import soundfile  # SpeechBrain's own audio backend; imported only when writing
+
+    settings = dict(counts=counts, min_seconds=min_seconds, max_seconds=max_seconds, sample_rate=sample_rate,
+                    seed=seed, min_f0_ratio=min_f0_ratio)
+    manifest = os.path.join(out_dir, _MANIFEST)
+    csvs = {split: os.path.join(out_dir, f"wsj_{split}.csv") for split in SPLITS}
+    if not overwrite and os.path.exists(manifest) and all(os.path.exists(p) for p in csvs.values()):
+        with open(manifest, encoding="utf-8") as f:
+            if json.load(f) == settings:
+                return csvs
+    root = os.path.join(out_dir, "wav8k", "min")
+    for offset, split in enumerate(SPLITS):
+        rng = np.random.default_rng([seed, offset])  # each split its own stream: sizes do not shift the others
+        for kind in ("mix", "s1", "s2"):
+            os.makedirs(os.path.join(root, split, kind), exist_ok=True)
+        for index in range(counts[split]):
+            num_samples = int(rng.uniform(min_seconds, max_seconds) * sample_rate)
+            s1, s2, f0_a, f0_b, level_db = _make_mixture(rng, num_samples, sample_rate, min_f0_ratio)
+            name = f"{split}{index:04d}_f{f0_a:.0f}_{level_db:.3f}_f{f0_b:.0f}_{-level_db:.3f}.wav"
+            for kind, wav in (("mix", s1 + s2), ("s1", s1), ("s2", s2)):
+                soundfile.write(os.path.join(root, split, kind, name), wav.astype(np.float32), sample_rate,
+                                subtype="FLOAT")
+    csvs = prepare_wsjmix_csv(out_dir, out_dir, num_spks=2, sample_rate=sample_rate)
+    with open(manifest, "w", encoding="utf-8") as f:
+        json.dump(settings, f)
+    return csvs
+
+
+def prepare_wsjmix_csv(data_folder, save_folder, num_spks: int = 2, sample_rate: int = 8000) -> dict:
+    """SpeechBrain csv files ``<save_folder>/wsj_{tr,cv,tt}.csv`` for a wsj0-mix folder
+    ``<data_folder>/wav{sample_rate//1000}k/min/{tr,cv,tt}/{mix,s1,s2[,s3]}/*.wav`` (files matched by name).
+
+    Columns: ID (file stem), duration (s), and for mix, s1, s2(, s3): <x>_wav, <x>_wav_format, <x>_wav_opts.
+    """
+    import soundfile
+
+    if num_spks not in (2, 3):
+        raise ValueError(f"num_spks must be 2 or 3, got {num_spks!r}")
+    root = os.path.join(data_folder, f"wav{sample_rate // 1000}k", "min")
+    kinds = ["mix"] + [f"s{i + 1}" for i in range(num_spks)]
+    columns = ["ID", "duration"] + [f"{k}_wav{suffix}" for k in kinds for suffix in ("", "_format", "_opts")]
+    os.makedirs(save_folder, exist_ok=True)
+    csvs = {}
+    for split in SPLITS:
+        mix_dir = os.path.join(root, split, "mix")
+        if not os.path.isdir(mix_dir):
+            raise ValueError(f"data_folder must hold wav{sample_rate // 1000}k/min/{split}/mix (the wsj0-mix layout), "
+                             f"not found: {mix_dir}")
+        names = sorted(n for n in os.listdir(mix_dir) if n.endswith(".wav"))
+        if not names:
+            raise ValueError(f"no .wav files in {mix_dir}")
+        csvs[split] = os.path.join(save_folder, f"wsj_{split}.csv")
+        with open(csvs[split], "w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            writer.writeheader()
+            for name in names:
+                row = {"ID": os.path.splitext(name)[0]}
+                for kind in kinds:
+                    path = os.path.abspath(os.path.join(root, split, kind, name))
+                    if not os.path.exists(path):
+                        raise ValueError(f"{kind} file missing for mixture {name}: {path}")
+                    row.update({f"{kind}_wav": path, f"{kind}_wav_format": "wav", f"{kind}_wav_opts": None})
+                info = soundfile.info(row["mix_wav"])
+                if info.samplerate != sample_rate:
+                    raise ValueError(f"{row['mix_wav']} has sample rate {info.samplerate}, expected {sample_rate}")
+                row["duration"] = info.frames / info.samplerate
+                writer.writerow(row)
+    return csvs
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="output folder (wsj0-2mix layout + wsj_{tr,cv,tt}.csv)")
+    parser.add_argument("--train", type=int, default=64)
+    parser.add_argument("--valid", type=int, default=16)
+    parser.add_argument("--test", type=int, default=16)
+    parser.add_argument("--min-seconds", type=float, default=1.0)
+    parser.add_argument("--max-seconds", type=float, default=2.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--overwrite", action="store_true")
+    args = parser.parse_args(argv)
+    csvs = generate_mixtures(args.out, args.train, args.valid, args.test, args.min_seconds, args.max_seconds,
+                             seed=args.seed, overwrite=args.overwrite)
+    print(json.dumps(csvs))
+    return csvs
+
+
+if __name__ == "__main__":
+    main()

@@ -15,6 +15,7 @@ from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
+FORMAT_VERSION = 1  # bump when the generated content changes: complete folders of another version are rewritten
 DATA_ENV = "SSM_PLUGINS_DATA"  # overrides the cache folder ~/.cache/ssm_plugins/data
 DIGIT_NAMES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 # Words, not '0'..'9': mmengine's --cfg-options parser turns '0' into the int 0, and class names must match.
@@ -101,16 +102,23 @@ def generated(name: str, write: Callable[[Path], None], root: Optional[os.PathLi
     Written into a temporary sibling folder and renamed, so concurrent first uses never see half a data set.
     """
     root = Path(root) if root is not None else data_home() / name
-    done = root / ".complete"
-    if done.exists() and not overwrite:
+    done, stamp = root / ".complete", f"{name} v{FORMAT_VERSION}\n"
+
+    def complete() -> bool:
+        return done.exists() and done.read_text() == stamp
+
+    if complete() and not overwrite:
         return root
+    if root.exists() and not done.exists() and any(root.iterdir()):  # never delete a folder we did not write
+        raise ValueError(f"root {str(root)!r} exists, is not empty and holds no generated {name} data; "
+                         f"give a new or empty folder")
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
     try:
         write(tmp)
-        (tmp / ".complete").write_text("ok\n")
+        (tmp / ".complete").write_text(stamp)
         if root.exists():
-            if done.exists() and not overwrite:  # another process finished first
+            if complete() and not overwrite:  # another process finished first
                 return root
             shutil.rmtree(root)
         tmp.rename(root)

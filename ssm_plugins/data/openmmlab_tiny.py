@@ -1,0 +1,81 @@
+"""``--cfg-options`` that turn a paper config of configs_mmdet/ or configs_mmseg/ into a CPU run of seconds on
+the embedded ``coco_digits`` / ``ade_digits`` data (tests and the OpenMMLab main job use them).
+
+They keep the config's model family, heads, optimiser type and evaluators and change only: the data (root,
+classes, a few small images, no worker processes), the number of classes, the backbone's build size, the length
+of the run (iterations, no warm-up), logging every iteration without smoothing, and the test-time score threshold
+(a barely trained Mask R-CNN scores below mmdet's 0.05, and CocoMetric then reports nothing). The model starts
+from scratch (``init_cfg=None``): the paper configs expect a local ImageNet checkpoint.
+
+Pure data: no toolbox is imported, so ``mim train`` gets these as plain strings::
+
+    mim train mmdet CONFIG --work-dir DIR --cfg-options $(python -c "...; print(' '.join(mmdet_tiny_options(root)))")
+"""
+from __future__ import annotations
+
+import os
+from typing import List, Sequence
+
+from ._scenes import DIGIT_NAMES
+
+_CLASSES = "[" + ",".join(DIGIT_NAMES) + "]"
+
+
+def _loaders(loaders: Sequence[str], data_root: os.PathLike, batch_size: int) -> List[str]:
+    options = []
+    for loader in loaders:
+        options += [f"{loader}.dataset.data_root={data_root}", f"{loader}.dataset.metainfo.classes={_CLASSES}",
+                    f"{loader}.num_workers=0", f"{loader}.persistent_workers=False"]
+    return options + [f"train_dataloader.batch_size={batch_size}"]
+
+
+def _run(seed: int, lr: float) -> List[str]:
+    return [f"randomness.seed={seed}", "randomness.deterministic=False", f"optim_wrapper.optimizer.lr={lr}",
+            "default_hooks.logger.interval=1", "log_processor.window_size=1", "model.backbone.init_cfg=None"]
+
+
+def mmdet_tiny_options(data_root: os.PathLike, epochs: int = 1, images: int = 8, image_scale: int = 160,
+                       batch_size: int = 2, lr: float = 2e-4, seed: int = 0) -> List[str]:
+    """Options for a Mask R-CNN config (1x pipeline layout: Resize is train step 2, test step 1) on coco_digits:
+    ``epochs`` epochs over the first ``images`` training images at ``image_scale`` px, validation (CocoMetric
+    bbox + segm on the 30 val images) and a checkpoint after every epoch."""
+    ann = f"{data_root}/annotations/instances_val2017.json"
+    scale = f"({image_scale},{image_scale})"
+    return _loaders(("train_dataloader", "val_dataloader", "test_dataloader"), data_root, batch_size) + [
+        f"train_dataloader.dataset.indices={images}",
+        f"train_dataloader.dataset.pipeline.2.scale={scale}",
+        f"val_dataloader.dataset.pipeline.1.scale={scale}",
+        f"test_dataloader.dataset.pipeline.1.scale={scale}",
+        f"val_evaluator.ann_file={ann}", f"test_evaluator.ann_file={ann}",
+        "model.roi_head.bbox_head.num_classes=10", "model.roi_head.mask_head.num_classes=10",
+        f"model.backbone.img_size={scale}",
+        "model.test_cfg.rcnn.score_thr=0.0",
+        f"train_cfg.max_epochs={epochs}", "train_cfg.val_interval=1", "default_hooks.checkpoint.interval=1",
+        # constant lr: the 1x warm-up lasts 1000 iterations, far longer than the run
+        "param_scheduler.0.start_factor=1.0", f"param_scheduler.1.end={epochs}",
+    ] + _run(seed, lr)
+
+
+def mmseg_tiny_options(data_root: os.PathLike, iters: int = 4, crop: int = 128, batch_size: int = 2,
+                       lr: float = 2e-4, seed: int = 0) -> List[str]:
+    """Options for an UperNet config (ADE20K pipeline layout) on ade_digits: ``iters`` iterations on ``crop``-px
+    crops, then validation (IoUMetric mIoU on the 30 val images) and a checkpoint."""
+    crop_size = f"({crop},{crop})"
+    # ADE20KDataset only accepts subsets of its own 150 class names; the generic dataset takes ours, with the
+    # same layout and label convention (0 = other, ignored)
+    generic = [f"{loader}.dataset.{key}" for loader in ("train_dataloader", "val_dataloader", "test_dataloader")
+               for key in ("type=BaseSegDataset", "img_suffix=.jpg", "seg_map_suffix=.png", "reduce_zero_label=True")]
+    scale = f"({2 * crop},{crop})"  # ADE20K's (2048, 512) at the tiny size
+    return _loaders(("train_dataloader", "val_dataloader", "test_dataloader"), data_root, batch_size) + generic + [
+        f"train_dataloader.dataset.pipeline.2.scale={scale}",
+        f"train_dataloader.dataset.pipeline.3.crop_size={crop_size}",
+        f"val_dataloader.dataset.pipeline.1.scale={scale}",
+        f"test_dataloader.dataset.pipeline.1.scale={scale}",
+        f"model.data_preprocessor.size={crop_size}",
+        f"model.backbone.img_size={crop}",
+        "model.decode_head.num_classes=10", "model.auxiliary_head.num_classes=10",
+        f"train_cfg.max_iters={iters}", f"train_cfg.val_interval={iters}",
+        f"default_hooks.checkpoint.interval={iters}",
+        "param_scheduler.0.start_factor=1.0", "param_scheduler.0.end=1",
+        "param_scheduler.1.begin=1", f"param_scheduler.1.end={iters}",
+    ] + _run(seed, lr)

@@ -1,9 +1,15 @@
 """MMDetection 3.x adapter: ssm_plugins backbones in ``mmdet.registry.MODELS``.
 
-Configs load it with ``custom_imports=dict(imports=['ssm_plugins.mmdet'], allow_failed_imports=False)``.
-It is the only module of the package that imports mmdet; ``import ssm_plugins`` never does.
-The backbones themselves arrive with the detection/segmentation issue.
+Configs load it with ``custom_imports=dict(imports=['ssm_plugins.mmdet'], allow_failed_imports=False)`` and then
+use ``backbone=dict(type='ViM2', arch='tiny', ...)`` (also ViQS, SwinSSM2D, ESSM2D, MyoNet; see
+``ssm_plugins.openmmlab``). It is the only module of the package that imports mmdet; ``import ssm_plugins`` never
+does. Importing it also lets torch's default ``weights_only`` load mmengine checkpoints (``mim test``, resume).
 """
 from mmdet.registry import MODELS
 
-__all__ = ["MODELS"]
+from .openmmlab import BACKBONES, ESSM2D, SwinSSM2D, MyoNet, ViM2, ViQS
+
+for _backbone in BACKBONES:
+    MODELS.register_module(module=_backbone)
+
+__all__ = ["MODELS", "ViM2", "ViQS", "SwinSSM2D", "ESSM2D", "MyoNet"]

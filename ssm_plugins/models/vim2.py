@@ -15,6 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models._manipulate import checkpoint
 
 from ..layers.mambamixer import (ConvTokenInteraction, MultiResolutionConvGate, SelectiveChannelMixer,
                                  SelectiveTokenMixer, SpatialPriorModule, SwitchOfScans, _drop_path, _make_norm,
@@ -144,6 +145,7 @@ class VisionMambaMixer(nn.Module):
         self.num_classes, self.global_pool = num_classes, global_pool
         self.num_features = self.embed_dim = embed_dim
         self.in_chans, self.patch_size, self.scan_mode = in_chans, patch_size, scan_mode
+        self.grad_checkpointing = False
         self.sos_importance_weight = float(sos_importance_weight)
         grid = (img_size[0] // patch_size, img_size[1] // patch_size)
         self.grid_size = grid
@@ -201,6 +203,10 @@ class VisionMambaMixer(nn.Module):
         return names
 
     @torch.jit.ignore
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        self.grad_checkpointing = enable
+
+    @torch.jit.ignore
     def get_classifier(self) -> nn.Module:
         return self.head
 
@@ -241,7 +247,7 @@ class VisionMambaMixer(nn.Module):
         x = torch.cat([(self.cls_token + pos[:, :1]).expand(e.shape[0], -1, -1), e], dim=1)
         if not self.conv_branch:
             for block in self.blocks:
-                x = block(x, grid, self.sos, orders, inverses, gates)
+                x = self._run_block(block, x, grid, orders, inverses, gates)
             return x, None, None, None, grid
         c1, F_tokens, sizes = self.spm(img)
         per_group = len(self.blocks) // self.n_interactions
@@ -249,10 +255,15 @@ class VisionMambaMixer(nn.Module):
             F_conv = self.mrfp[i](F_tokens, sizes)
             x = torch.cat([x[:, :1], self.interactions[i].to_tokens(x[:, 1:], F_conv, sizes)], dim=1)
             for block in self.blocks[i * per_group:(i + 1) * per_group]:
-                x = block(x, grid, self.sos, orders, inverses, gates)
+                x = self._run_block(block, x, grid, orders, inverses, gates)
             if self.interactions[i].with_to_conv:
                 F_tokens = self.interactions[i].to_conv(F_conv, x[:, 1:], sizes)
         return x, c1, F_tokens, sizes, grid
+
+    def _run_block(self, block, x, grid, orders, inverses, gates):
+        if self.grad_checkpointing and not torch.jit.is_scripting():
+            return checkpoint(block, x, grid, self.sos, orders, inverses, gates)
+        return block(x, grid, self.sos, orders, inverses, gates)
 
     def forward_intermediates(self, x, indices=None, norm: bool = False, stop_early: bool = False,
                               output_fmt: str = "NCHW", intermediates_only: bool = False):
@@ -275,13 +286,34 @@ class VisionMambaMixer(nn.Module):
         levels = [t.transpose(1, 2).reshape(batch, -1, h, w)
                   for t, (h, w) in zip(F_tokens.split([h * w for h, w in sizes], dim=1), sizes)]
         up = lambda t, size: F.interpolate(t, size=size, mode="bilinear", align_corners=False)  # noqa: E731
-        pyramid = [self.pyramid_up(levels[0]) + c1 + up(x_grid, c1.shape[-2:]),
-                   levels[0] + up(x_grid, sizes[0]), levels[1] + x_grid,
-                   levels[2] + F.max_pool2d(x_grid, 2)]
-        intermediates = [self.pyramid_norms[i](pyramid[i]) for i in indices]
+        level = {0: lambda: self.pyramid_up(levels[0]) + c1 + up(x_grid, c1.shape[-2:]),
+                 1: lambda: levels[0] + up(x_grid, sizes[0]), 2: lambda: levels[1] + x_grid,
+                 3: lambda: levels[2] + F.max_pool2d(x_grid, 2)}
+        intermediates = [self.pyramid_norms[i](level[i]()) for i in indices]  # only the levels asked for
         if intermediates_only:
             return intermediates
         return self.norm(tokens), intermediates
+
+    def prune_intermediate_layers(self, indices=None, prune_norm: bool = False, prune_head: bool = True):
+        """Drop what the pyramid levels ``indices`` do not use (timm's features_only calls this): the 1/4 level's
+        ConvT, c1 projection and BatchNorm unless level 0 is kept, the other levels' BatchNorms, and the head
+        and final norm, so every remaining parameter gets a gradient (DistributedDataParallel)."""
+        if indices is None:
+            indices = [0, 1, 2, 3]
+        elif isinstance(indices, int):
+            indices = list(range(4 - indices, 4))
+        indices = sorted({i % 4 for i in indices})
+        if self.dense_outputs:
+            for i in range(4):
+                if i not in indices:
+                    self.pyramid_norms[i] = nn.Identity()
+            if 0 not in indices:
+                self.pyramid_up = self.spm.proj_c1 = None
+        if prune_norm:
+            self.norm = nn.Identity()
+        if prune_head:
+            self.reset_classifier(0)
+        return indices
 
     def forward_head(self, x, pre_logits: bool = False):
         x = x[:, 0] if self.global_pool == "token" else x[:, 1:].mean(1)

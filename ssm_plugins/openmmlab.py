@@ -64,7 +64,10 @@ def _mmengine_checkpoint_globals() -> list:
 
     dtype_classes = [type(np.dtype(t)) for t in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
                                                  "uint32", "uint64", "float16", "float32", "float64")]
-    return [HistoryBuffer, multiarray._reconstruct, multiarray.scalar, np.ndarray, np.dtype, *dtype_classes,
+    # numpy 1 pickles these as numpy.core.multiarray.*, numpy 2 as numpy._core.multiarray.*: accept both names
+    numpy_functions = [(f, f"numpy.{core}.multiarray.{f.__name__}")
+                       for f in (multiarray._reconstruct, multiarray.scalar) for core in ("core", "_core")]
+    return [HistoryBuffer, np.ndarray, np.dtype, *dtype_classes, *numpy_functions,
             (_history_buffer_method, "builtins.getattr")]
 
 
@@ -95,7 +98,8 @@ class _TimmBackbone(BaseModule):
     Args:
         arch: model size, one of the class's ``arch_zoo`` keys.
         img_size: training resolution the model is built at (int or (H, W)); it sizes position embeddings and
-            token-grid weights. Other input sizes still work (resampled on the fly).
+            token-grid weights (ViM2/ViQS) and Swin's windows; ESSM2D and MyoNet have no size-dependent weights and
+            ignore it. Other input sizes still work (resampled on the fly).
         out_indices: feature levels to return, strictly increasing in 0..3 (strides 4, 8, 16, 32).
         frozen_stages: freeze the stem (0) and stages 1..frozen_stages (see the class docstring); -1 = none.
         norm_eval: keep every BatchNorm in eval mode while training (frozen statistics and affine updates only).
@@ -128,8 +132,6 @@ class _TimmBackbone(BaseModule):
                 or list(out_indices) != sorted(set(out_indices))):
             raise ValueError(f"out_indices must be a non-empty, strictly increasing sequence of levels in "
                              f"(0, 1, 2, 3), got {out_indices!r}")
-        if isinstance(frozen_stages, bool) or not isinstance(frozen_stages, int) or not -1 <= frozen_stages <= 4:
-            raise ValueError(f"frozen_stages must be an int in -1..4 (-1: nothing frozen), got {frozen_stages!r}")
         if (isinstance(pad_size_divisor, bool) or not isinstance(pad_size_divisor, int) or pad_size_divisor < 1
                 or pad_size_divisor % self.min_pad_divisor):
             raise ValueError(f"pad_size_divisor must be a positive multiple of {self.min_pad_divisor} for "
@@ -151,6 +153,10 @@ class _TimmBackbone(BaseModule):
         self.out_channels = tuple(features.feature_info.channels())
         self.strides = tuple(features.feature_info.reduction())
         self._build_output_layers()
+        if (isinstance(frozen_stages, bool) or not isinstance(frozen_stages, int)
+                or not -1 <= frozen_stages <= self.num_stages):
+            raise ValueError(f"frozen_stages must be an int in -1..{self.num_stages} (-1: nothing frozen, 0: the "
+                             f"stem), got {frozen_stages!r}")
         if with_cp:
             self.model.set_grad_checkpointing(True)
         self._freeze_stages()
@@ -159,6 +165,8 @@ class _TimmBackbone(BaseModule):
         """Layers the wrapper adds after the timm model's outputs (none by default)."""
 
     # -- stages (frozen_stages) --
+    num_stages = 4
+
     def _stage_modules(self, index: int):
         """Modules and bare parameters of stage ``index`` (0 = stem)."""
         raise NotImplementedError
@@ -242,22 +250,21 @@ class _TimmBackbone(BaseModule):
                       logger="current", level=30)
 
     def _adapt_classifier_state(self, state):
-        """The timm classifier's checkpoint -> the features model's state: keys of modules the backbone does not
-        have (head, final norm, pruned stages) dropped, then the model's own checkpoint filter (resampling)."""
-        own = self.model.state_dict()
+        """The timm classifier's checkpoint -> the features model's state: the model's own checkpoint filter
+        (resampling, old-format renames) on the keys whose module the backbone still has, then the keys it does
+        not use (classifier head, final norm, levels not built) set aside."""
         kept, dropped = {}, []
         for key, value in state.items():
-            path = key.rpartition(".")[0]
-            try:
-                exists = key in own or not path or self.model.get_submodule(path) is not None
+            try:  # modules of pruned stages are gone; the filters would look them up
+                self.model.get_submodule(key.rpartition(".")[0])
+                kept[key] = value
             except AttributeError:
-                exists = False
-            if key.startswith("head.") and key not in own:
-                exists = False
-            (kept.__setitem__(key, value) if exists else dropped.append(key))
+                dropped.append(key)
         if type(self).filter_fn is not None:
             kept = type(self).filter_fn(kept, self.model)
-        return kept, dropped
+        own = self.model.state_dict()
+        dropped += [k for k in kept if k not in own]
+        return {k: v for k, v in kept.items() if k in own}, dropped
 
 
 class _PlainMixer(_TimmBackbone):
@@ -271,6 +278,10 @@ class _PlainMixer(_TimmBackbone):
     min_pad_divisor = 32  # the patch grid (1/16) and the conv branch's 1/32 level must coincide
     takes_img_size = True
     filter_fn = staticmethod(vim2.checkpoint_filter_fn)
+
+    @property
+    def num_stages(self):
+        return self.model.n_interactions
 
     def _stage_modules(self, index):
         m = self.model

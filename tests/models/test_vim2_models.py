@@ -8,6 +8,7 @@ import torch
 
 import ssm_plugins  # noqa: F401  (registers the models)
 from ssm_plugins.models.vim2 import VisionMambaMixer
+from _contract import assert_grad_checkpointing_is_exact
 
 MODELS = timm.list_models(module="vim2")
 REQUIRED = {"vim2_t", "viqs_t", "vim2_s", "viqs_s", "vim2_b", "viqs_b", "vim2_l",
@@ -166,6 +167,22 @@ def test_features_only_pyramid(name):
     partial = timm.create_model(name, features_only=True, out_indices=(1, 3),
                                 **{k: v for k, v in TINY.items() if k != "num_classes"})
     assert [f.shape[-1] for f in partial(torch.randn(1, 3, 64, 64))] == [8, 2]
+
+
+@pytest.mark.parametrize("out_indices", [(0, 1, 2, 3), (1, 3), (3,)])
+def test_features_only_builds_only_what_its_levels_use(out_indices):
+    # every parameter of a features_only model gets a gradient (DistributedDataParallel needs it)
+    torch.manual_seed(0)
+    model = timm.create_model("vim2_t", features_only=True, out_indices=out_indices,
+                              **{k: v for k, v in TINY.items() if k != "num_classes"})
+    assert model.model.pyramid_up is not None if 0 in out_indices else model.model.pyramid_up is None
+    sum(f.square().mean() for f in model(torch.randn(1, 3, 64, 64))).backward()
+    assert [n for n, p in model.named_parameters() if p.grad is None] == []
+
+
+def test_grad_checkpointing_is_exact():
+    model = timm.create_model("viqs_t", **dict(TINY, drop_path_rate=0.2)).train()
+    assert_grad_checkpointing_is_exact(model, torch.randn(2, 3, 64, 64))
 
 
 def test_forward_intermediates_needs_dense_outputs():

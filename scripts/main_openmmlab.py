@@ -23,10 +23,10 @@ from ssm_plugins.data.openmmlab_tiny import logged_runs, mim, mmdet_tiny_options
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = {
-    # Mask R-CNN from scratch: 3 epochs x 8 iterations (16 images, batch 2), then CocoMetric on the 30 val images
+    # Mask R-CNN from scratch: 6 epochs x 8 iterations (16 images, batch 2), then CocoMetric on the 30 val images
     "mmdet": dict(config=REPO / "configs_mmdet/vim2/mask-rcnn_vim2-t_fpn_1x_coco.py",
                   data=coco_digits, options=lambda root, scale: mmdet_tiny_options(
-                      root, epochs=max(1, round(3 * scale)), images=16, lr=1e-3),
+                      root, epochs=max(1, round(6 * scale)), images=16, val_interval=1000, lr=5e-4),
                   metrics=("coco/bbox_mAP", "coco/bbox_mAP_50", "coco/segm_mAP", "coco/segm_mAP_50")),
     # UperNet from scratch: 24 iterations of batch 2 on 128-px crops, then IoUMetric on the 30 val images
     "mmseg": dict(config=REPO / "configs_mmseg/viqs/upernet_viqs-t_4xb4-160k_ade20k-512x512.py",

@@ -42,10 +42,12 @@ def _run(seed: int, lr: float) -> List[str]:
 
 
 def mmdet_tiny_options(data_root: os.PathLike, epochs: int = 1, images: int = 8, val_images: int = 30,
-                       image_scale: int = 160, batch_size: int = 2, lr: float = 2e-4, seed: int = 0) -> List[str]:
+                       val_interval: int = 1, image_scale: int = 160, batch_size: int = 2, lr: float = 2e-4,
+                       seed: int = 0) -> List[str]:
     """Options for a Mask R-CNN config (1x pipeline layout: Resize is train step 2, test step 1) on coco_digits:
     ``epochs`` epochs over the first ``images`` training images at ``image_scale`` px, validation (CocoMetric
-    bbox + segm on the first ``val_images`` of the 30 val images) and a checkpoint after every epoch.
+    bbox + segm on the first ``val_images`` of the 30 val images) every ``val_interval`` epochs and after the
+    last, and a checkpoint after every epoch.
 
     Scenes hold at most 4 digits, so proposals and sampled RoIs are cut to a few hundred / 64 and test-time
     detections to 20: mmdet's COCO numbers (1000 proposals, 512 RoIs, 100 detections) make the mask head dominate a
@@ -65,7 +67,7 @@ def mmdet_tiny_options(data_root: os.PathLike, epochs: int = 1, images: int = 8,
         "model.train_cfg.rpn_proposal.nms_pre=300", "model.train_cfg.rpn_proposal.max_per_img=100",
         "model.test_cfg.rpn.nms_pre=300", "model.test_cfg.rpn.max_per_img=100",
         "model.train_cfg.rcnn.sampler.num=64",
-        f"train_cfg.max_epochs={epochs}", "train_cfg.val_interval=1", "default_hooks.checkpoint.interval=1",
+        f"train_cfg.max_epochs={epochs}", f"train_cfg.val_interval={val_interval}", "default_hooks.checkpoint.interval=1",
         # constant lr: the warm-up (now from factor 1) lasts 1000 iterations, the first step is at epoch 8
         "param_scheduler.0.start_factor=1.0",
     ] + _run(seed, lr)

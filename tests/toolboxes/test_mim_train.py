@@ -45,8 +45,9 @@ def mmdet_run(tmp_path_factory):
     from ssm_plugins.data.coco_digits import coco_digits
 
     root = coco_digits()
-    # 8 training images, batch 2: 4 iterations per epoch; CocoMetric on 10 val images
-    options = lambda epochs, *more: mmdet_tiny_options(root, epochs=epochs, val_images=10) + list(more)  # noqa: E731
+    def options(epochs, *more):  # 8 training images, batch 2: 4 iterations per epoch; CocoMetric on 10 val images
+        return mmdet_tiny_options(root, epochs=epochs, val_images=10) + list(more)
+
     return _Toolbox("mmdet", MMDET_CONFIG, options, tmp_path_factory.mktemp("mmdet_run"))
 
 

@@ -206,6 +206,12 @@ class _TimmBackbone(BaseModule):
         return tuple(out[..., :math.ceil(height / stride), :math.ceil(width / stride)]
                      for out, stride in zip(outs, self.strides))
 
+    def no_weight_decay(self) -> set:
+        """Names (in this module) of the timm model's no-weight-decay parameters (position/class embeddings, SSM
+        scalars, ...), for an optimizer constructor or ``paramwise_cfg``; norms and biases are not listed."""
+        own = {name for name, _ in self.named_parameters()}
+        return {f"model.{name}" for name in self.model.no_weight_decay()} & own
+
     # -- weights --
     def init_weights(self):
         cfg = self.init_cfg

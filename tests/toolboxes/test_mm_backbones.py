@@ -144,6 +144,13 @@ def test_plain_mixer_stages_are_stem_and_interaction_groups():
         n for n, _ in model.named_parameters() if n.startswith("model.pyramid_")}
 
 
+def test_no_weight_decay_names_are_parameters_of_the_backbone():
+    names = _small(ViM2).no_weight_decay()
+    assert {"model.pos_embed", "model.cls_token", "model.blocks.0.channel_mixer.gamma"} <= names
+    assert names <= {n for n, _ in _small(ViM2).named_parameters()}
+    assert any("relative_position_bias_table" in n for n in _small(SwinSSM2D).no_weight_decay())
+
+
 def test_norm_eval_keeps_batchnorm_statistics():
     model = _small(ViM2, norm_eval=True).train()
     norms = [m for m in model.modules() if isinstance(m, _BatchNorm)]

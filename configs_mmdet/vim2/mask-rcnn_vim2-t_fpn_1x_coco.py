@@ -24,7 +24,7 @@ model = dict(
     neck=dict(in_channels=[192, 192, 192, 192]))
 
 # AdamW lr 1e-4 [paper], weight decay 0.05 [VMamba/Swin]; no decay on norms, position/level embeddings, the class
-# token and the SSM parameters (A_log, D, dt bias, channel-mixer gamma, lambda_v; 2-D SSM A/B/C/D)
+# token and the SSM parameters (A_log, D, dt bias, channel-mixer gamma, QS gamma bias, lambda_v; 2-D SSM A/B/C/D)
 optim_wrapper = dict(
     paramwise_cfg=dict(
         norm_decay_mult=0.,
@@ -34,6 +34,7 @@ optim_wrapper = dict(
             'level_embed': dict(decay_mult=0.),
             'A_log': dict(decay_mult=0.),
             'token_mixer.D': dict(decay_mult=0.),
+            'token_mixer.gamma_bias': dict(decay_mult=0.),
             'dt_bias': dict(decay_mult=0.),
             'channel_mixer.gamma': dict(decay_mult=0.),
             'lambda_v': dict(decay_mult=0.),

@@ -67,7 +67,8 @@ def mmdet_tiny_options(data_root: os.PathLike, epochs: int = 1, images: int = 8,
         "model.train_cfg.rpn_proposal.nms_pre=300", "model.train_cfg.rpn_proposal.max_per_img=100",
         "model.test_cfg.rpn.nms_pre=300", "model.test_cfg.rpn.max_per_img=100",
         "model.train_cfg.rcnn.sampler.num=64",
-        f"train_cfg.max_epochs={epochs}", f"train_cfg.val_interval={val_interval}", "default_hooks.checkpoint.interval=1",
+        f"train_cfg.max_epochs={epochs}", f"train_cfg.val_interval={val_interval}",
+        "default_hooks.checkpoint.interval=1",
         # constant lr: the warm-up (now from factor 1) lasts 1000 iterations, the first step is at epoch 8
         "param_scheduler.0.start_factor=1.0",
     ] + _run(seed, lr)
@@ -80,7 +81,8 @@ def mmseg_tiny_options(data_root: os.PathLike, iters: int = 4, val_images: int =
     crop_size = f"({crop},{crop})"
     # ADE20KDataset only accepts subsets of its own 150 class names; the generic dataset takes ours, with the
     # same layout and label convention (0 = other, ignored)
-    generic = [f"{loader}.dataset.{key}" for loader in LOADERS for key in ("type=BaseSegDataset", "img_suffix=.jpg", "seg_map_suffix=.png", "reduce_zero_label=True")]
+    generic = [f"{loader}.dataset.{key}" for loader in LOADERS
+               for key in ("type=BaseSegDataset", "img_suffix=.jpg", "seg_map_suffix=.png", "reduce_zero_label=True")]
     scale = f"({2 * crop},{crop})"  # ADE20K's (2048, 512) at the tiny size
     return _loaders(data_root, batch_size) + generic + [
         f"train_dataloader.dataset.pipeline.2.scale={scale}",

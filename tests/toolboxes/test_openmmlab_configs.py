@@ -54,7 +54,7 @@ def test_mmdet_config_follows_the_paper_protocol(path):
     assert cfg.train_dataloader.batch_size == 2 and cfg.auto_scale_lr.base_batch_size == 16  # 8 GPUs x 2
     keys = cfg.optim_wrapper.paramwise_cfg.custom_keys
     assert cfg.optim_wrapper.paramwise_cfg.norm_decay_mult == 0
-    for key in ("pos_embed", "A_log", "dt_bias", "token_mixer.D", "ssm.A_logit"):
+    for key in ("pos_embed", "A_log", "dt_bias", "token_mixer.D", "token_mixer.gamma_bias", "ssm.A_logit"):
         assert keys[key].decay_mult == 0, key
     assert cfg.model.backbone.drop_path_rate == (0.3 if "-s_" in path.name else 0.2)
 
@@ -114,6 +114,21 @@ def _predict(path, model, size):
     (_predict_detection if toolbox_of(path) == "mmdet" else _predict_segmentation)(model, *size)
 
 
+def _assert_no_decay_on_the_backbone_s_list(cfg, model):
+    """paramwise_cfg exempts every parameter the timm model lists in no_weight_decay() (and the norms)."""
+    from mmengine.optim import build_optim_wrapper
+
+    decay = {}
+    for group in build_optim_wrapper(model, cfg.optim_wrapper).optimizer.param_groups:
+        for param in group["params"]:
+            decay[id(param)] = group["weight_decay"]
+    params = dict(model.backbone.named_parameters())
+    exempt = model.backbone.no_weight_decay()
+    assert exempt and all(decay[id(params[name])] == 0 for name in exempt), \
+        sorted(name for name in exempt if decay[id(params[name])] != 0)
+    assert any(value > 0 for value in decay.values())
+
+
 # the ms-3x configs hold the same model as their 1x config (checked above), so only 1x and UperNet are built
 BUILT = ONE_X + MMSEG_CONFIGS
 
@@ -125,6 +140,7 @@ def test_config_builds_and_predicts_at_an_odd_size(path):
     assert list(model.backbone.out_channels) == list(levels)
     if toolbox_of(path) == "mmseg":
         assert cfg.model.auxiliary_head.in_channels == model.backbone.out_channels[2]
+    _assert_no_decay_on_the_backbone_s_list(cfg, model)
     # neither side a multiple of 32: the backbone pads and crops (UperNet's 512-channel head is kept small)
     _predict(path, model, (203, 317) if toolbox_of(path) == "mmdet" else (101, 163))
 
@@ -132,14 +148,13 @@ def test_config_builds_and_predicts_at_an_odd_size(path):
 # one config per backbone family at the papers' input size: 1333x800 (COCO 1x) and 512x512 (ADE20K crop)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # about 10-14 s each on 2 cores
 @pytest.mark.parametrize("path", [p for p in ONE_X if p.name.startswith(("mask-rcnn_vim2-t", "mask-rcnn_viqs-t",
                                                                             "mask-rcnn_swin"))], ids=config_id)
 def test_detector_predicts_at_coco_size(path):
     _predict(path, build(path)[1], (800, 1333))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("path", [p for p in MMSEG_CONFIGS if "-s_" not in p.name], ids=config_id)
 def test_segmentor_predicts_at_ade20k_crop_size(path):
     _predict(path, build(path)[1], (512, 512))

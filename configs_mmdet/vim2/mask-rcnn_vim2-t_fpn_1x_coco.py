@@ -1,0 +1,49 @@
+# Mask R-CNN + FPN with a ViM2-T backbone, 1x schedule (mambamixer.md §5.3: the paper's COCO protocol follows
+# VMamba, i.e. MMDetection's Swin Mask R-CNN config, with AdamW lr 1e-4). Every config of configs_mmdet/ derives
+# from this one; it inherits the installed mmdet's Swin-T config and replaces the backbone.
+_base_ = ['mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py']
+
+custom_imports = dict(imports=['ssm_plugins.mmdet'], allow_failed_imports=False)
+
+# ImageNet-1K checkpoint of the timm model (vim2_t) on local disk; nothing is downloaded. Set it with
+# --cfg-options model.backbone.init_cfg.checkpoint=PATH (or model.backbone.init_cfg=None to start from scratch).
+pretrained = 'checkpoints/vim2_t_in1k.pth'
+model = dict(
+    backbone=dict(
+        _delete_=True,
+        type='ViM2',
+        arch='tiny',
+        # built for the largest padded 1x input (800 x 1344); other sizes resample the position embedding and
+        # the channel mixer's token-axis weights on the fly (mambamixer.md §3.6)
+        img_size=(800, 1344),
+        out_indices=(0, 1, 2, 3),
+        drop_path_rate=0.2,
+        with_cp=False,
+        init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
+    # the §3.6 pyramid: all four levels have the embedding width D
+    neck=dict(in_channels=[192, 192, 192, 192]))
+
+# AdamW lr 1e-4 [paper], weight decay 0.05 [VMamba/Swin]; no decay on norms, position/level embeddings, the class
+# token and the SSM parameters (A_log, D, dt bias, channel-mixer gamma, QS gamma bias, lambda_v; 2-D SSM A/B/C/D)
+optim_wrapper = dict(
+    paramwise_cfg=dict(
+        norm_decay_mult=0.,
+        custom_keys={
+            'pos_embed': dict(decay_mult=0.),
+            'cls_token': dict(decay_mult=0.),
+            'level_embed': dict(decay_mult=0.),
+            'A_log': dict(decay_mult=0.),
+            'token_mixer.D': dict(decay_mult=0.),
+            'token_mixer.gamma_bias': dict(decay_mult=0.),
+            'dt_bias': dict(decay_mult=0.),
+            'channel_mixer.gamma': dict(decay_mult=0.),
+            'lambda_v': dict(decay_mult=0.),
+            'ssm.A_logit': dict(decay_mult=0.),
+            'ssm.B_logit': dict(decay_mult=0.),
+            'ssm.C': dict(decay_mult=0.),
+            'ssm.D': dict(decay_mult=0.),
+        }))
+
+# data_root (default data/coco/) is baked into the dataloaders and evaluators when the config is read; to move it
+# override train_dataloader.dataset.data_root, val_dataloader.dataset.data_root, test_dataloader.dataset.data_root,
+# val_evaluator.ann_file and test_evaluator.ann_file (see configs_mmdet/README.md).

@@ -1,0 +1,6 @@
+# Mask R-CNN + FPN with a ViQS-T backbone (QSMixer token mixer), 1x schedule: the ViM2-T config with the other
+# token mixer (mambamixer.md §5.3).
+_base_ = ['../vim2/mask-rcnn_vim2-t_fpn_1x_coco.py']
+
+pretrained = 'checkpoints/viqs_t_in1k.pth'  # local timm checkpoint, see the ViM2-T config
+model = dict(backbone=dict(type='ViQS', init_cfg=dict(checkpoint=pretrained)))

@@ -1,0 +1,52 @@
+# UperNet (+ auxiliary FCN head) with a ViM2-T backbone on ADE20K, crop 512, 160k iterations, total batch 16
+# (4 GPUs x 4 images) (mambamixer.md §5.4: the paper's protocol follows VMamba, i.e. MMSegmentation's Swin UperNet
+# config: AdamW lr 6e-5, wd 0.01, 1500 linear warm-up iterations then poly decay, power 1). Every config of
+# configs_mmseg/ derives from this one; it inherits the installed mmseg's Swin-T config and replaces the backbone.
+_base_ = ['mmseg::swin/swin-tiny-patch4-window7-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py']
+
+custom_imports = dict(imports=['ssm_plugins.mmseg'], allow_failed_imports=False)
+
+# ImageNet-1K checkpoint of the timm model (vim2_t) on local disk; nothing is downloaded. Set it with
+# --cfg-options model.backbone.init_cfg.checkpoint=PATH (or model.backbone.init_cfg=None to start from scratch).
+checkpoint_file = 'checkpoints/vim2_t_in1k.pth'
+model = dict(
+    backbone=dict(
+        _delete_=True,
+        type='ViM2',
+        arch='tiny',
+        img_size=512,  # the crop; other sizes (whole-image test) resample the token-grid weights on the fly
+        out_indices=(0, 1, 2, 3),
+        drop_path_rate=0.2,
+        with_cp=False,
+        init_cfg=dict(type='Pretrained', checkpoint=checkpoint_file)),
+    # the §3.6 pyramid: all four levels have the embedding width D; the auxiliary head reads level 3 (1/16)
+    decode_head=dict(in_channels=[192, 192, 192, 192]),
+    auxiliary_head=dict(in_channels=192))
+
+# no decay on norms, position/level embeddings, the class token and the SSM parameters (A_log, D, dt bias,
+# channel-mixer gamma, QS gamma bias, lambda_v; 2-D SSM A/B/C/D)
+optim_wrapper = dict(
+    paramwise_cfg=dict(
+        norm_decay_mult=0.,
+        custom_keys={
+            'pos_embed': dict(decay_mult=0.),
+            'cls_token': dict(decay_mult=0.),
+            'level_embed': dict(decay_mult=0.),
+            'A_log': dict(decay_mult=0.),
+            'token_mixer.D': dict(decay_mult=0.),
+            'token_mixer.gamma_bias': dict(decay_mult=0.),
+            'dt_bias': dict(decay_mult=0.),
+            'channel_mixer.gamma': dict(decay_mult=0.),
+            'lambda_v': dict(decay_mult=0.),
+            'ssm.A_logit': dict(decay_mult=0.),
+            'ssm.B_logit': dict(decay_mult=0.),
+            'ssm.C': dict(decay_mult=0.),
+            'ssm.D': dict(decay_mult=0.),
+        }))
+
+# 4 GPUs x 4 images = 16 [paper]
+train_dataloader = dict(batch_size=4)
+
+# data_root (default data/ade/ADEChallengeData2016) is baked into the dataloaders when the config is read; to move
+# it override train_dataloader.dataset.data_root, val_dataloader.dataset.data_root and
+# test_dataloader.dataset.data_root (see configs_mmseg/README.md).

@@ -1,0 +1,124 @@
+"""``--cfg-options`` that turn a paper config of configs_mmdet/ or configs_mmseg/ into a CPU run of seconds on
+the embedded ``coco_digits`` / ``ade_digits`` data (tests and the OpenMMLab main job use them).
+
+They keep the config's model family, heads, optimiser type and evaluators and change only: the data (root,
+classes, a few small images, no worker processes), the number of classes, the backbone's build size, the length
+of the run (iterations, no warm-up), logging every iteration without smoothing, and the test-time score threshold
+(a barely trained Mask R-CNN scores below mmdet's 0.05, and CocoMetric then reports nothing). The model starts
+from scratch (``init_cfg=None``): the paper configs expect a local ImageNet checkpoint.
+
+Pure data: no toolbox is imported, so ``mim train`` gets these as plain strings::
+
+    mim train mmdet CONFIG --work-dir DIR --cfg-options $(python -c "...; print(' '.join(mmdet_tiny_options(root)))")
+"""
+from __future__ import annotations
+
+import os
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+from ._scenes import DIGIT_NAMES
+
+_CLASSES = "[" + ",".join(DIGIT_NAMES) + "]"
+
+
+LOADERS = ("train_dataloader", "val_dataloader", "test_dataloader")
+
+
+def _loaders(data_root: os.PathLike, batch_size: int) -> List[str]:
+    options = []
+    for loader in LOADERS:
+        options += [f"{loader}.dataset.data_root={data_root}", f"{loader}.dataset.metainfo.classes={_CLASSES}",
+                    f"{loader}.num_workers=0", f"{loader}.persistent_workers=False"]
+    return options + [f"train_dataloader.batch_size={batch_size}"]
+
+
+def _run(seed: int, lr: float) -> List[str]:
+    return [f"randomness.seed={seed}", "randomness.deterministic=False", f"optim_wrapper.optimizer.lr={lr}",
+            "default_hooks.logger.interval=1", "log_processor.window_size=1", "model.backbone.init_cfg=None"]
+
+
+def mmdet_tiny_options(data_root: os.PathLike, epochs: int = 1, images: int = 8, val_images: int = 30,
+                       val_interval: int = 1, image_scale: int = 160, batch_size: int = 2, lr: float = 2e-4,
+                       seed: int = 0) -> List[str]:
+    """Options for a Mask R-CNN config (1x pipeline layout: Resize is train step 2, test step 1) on coco_digits:
+    ``epochs`` epochs over the first ``images`` training images at ``image_scale`` px, validation (CocoMetric
+    bbox + segm on the first ``val_images`` of the 30 val images) every ``val_interval`` epochs and after the
+    last, and a checkpoint after every epoch.
+
+    Scenes hold at most 4 digits, so proposals and sampled RoIs are cut to a few hundred / 64 and test-time
+    detections to 20: mmdet's COCO numbers (1000 proposals, 512 RoIs, 100 detections) make the mask head dominate a
+    CPU run."""
+    ann = f"{data_root}/annotations/instances_val2017.json"
+    scale = f"({image_scale},{image_scale})"
+    return _loaders(data_root, batch_size) + [
+        f"train_dataloader.dataset.indices={images}", f"val_dataloader.dataset.indices={val_images}",
+        f"test_dataloader.dataset.indices={val_images}",
+        f"train_dataloader.dataset.pipeline.2.scale={scale}",
+        f"val_dataloader.dataset.pipeline.1.scale={scale}",
+        f"test_dataloader.dataset.pipeline.1.scale={scale}",
+        f"val_evaluator.ann_file={ann}", f"test_evaluator.ann_file={ann}",
+        "model.roi_head.bbox_head.num_classes=10", "model.roi_head.mask_head.num_classes=10",
+        f"model.backbone.img_size={scale}",
+        "model.test_cfg.rcnn.score_thr=0.0", "model.test_cfg.rcnn.max_per_img=20",
+        "model.train_cfg.rpn_proposal.nms_pre=300", "model.train_cfg.rpn_proposal.max_per_img=100",
+        "model.test_cfg.rpn.nms_pre=300", "model.test_cfg.rpn.max_per_img=100",
+        "model.train_cfg.rcnn.sampler.num=64",
+        f"train_cfg.max_epochs={epochs}", f"train_cfg.val_interval={val_interval}",
+        "default_hooks.checkpoint.interval=1",
+        # constant lr: the warm-up (now from factor 1) lasts 1000 iterations, the first step is at epoch 8
+        "param_scheduler.0.start_factor=1.0",
+    ] + _run(seed, lr)
+
+
+def mmseg_tiny_options(data_root: os.PathLike, iters: int = 4, val_images: int = 30, crop: int = 128,
+                       batch_size: int = 2, lr: float = 2e-4, seed: int = 0) -> List[str]:
+    """Options for an UperNet config (ADE20K pipeline layout) on ade_digits: ``iters`` iterations on ``crop``-px
+    crops, then validation (IoUMetric mIoU on the first ``val_images`` of the 30 val images) and a checkpoint."""
+    crop_size = f"({crop},{crop})"
+    # ADE20KDataset only accepts subsets of its own 150 class names; the generic dataset takes ours, with the
+    # same layout and label convention (0 = other, ignored)
+    generic = [f"{loader}.dataset.{key}" for loader in LOADERS
+               for key in ("type=BaseSegDataset", "img_suffix=.jpg", "seg_map_suffix=.png", "reduce_zero_label=True")]
+    scale = f"({2 * crop},{crop})"  # ADE20K's (2048, 512) at the tiny size
+    return _loaders(data_root, batch_size) + generic + [
+        f"train_dataloader.dataset.pipeline.2.scale={scale}",
+        f"train_dataloader.dataset.pipeline.3.crop_size={crop_size}",
+        f"val_dataloader.dataset.pipeline.1.scale={scale}",
+        f"test_dataloader.dataset.pipeline.1.scale={scale}",
+        f"model.data_preprocessor.size={crop_size}",
+        f"model.backbone.img_size={crop}",
+        "model.decode_head.num_classes=10", "model.auxiliary_head.num_classes=10",
+        # digits cover a few % of a crop: average the loss over labelled pixels, not over every pixel, so it does
+        # not swing with the amount of ink in the batch
+        "model.decode_head.loss_decode.avg_non_ignore=True", "model.auxiliary_head.loss_decode.avg_non_ignore=True",
+        f"val_dataloader.dataset.indices={val_images}", f"test_dataloader.dataset.indices={val_images}",
+        f"train_cfg.max_iters={iters}", f"train_cfg.val_interval={iters}",
+        f"default_hooks.checkpoint.interval={iters}",
+        # constant lr: the warm-up (now from factor 1) lasts 1500 iterations, the poly decay starts after it
+        "param_scheduler.0.start_factor=1.0",
+    ] + _run(seed, lr)
+
+
+def mim(command: str, toolbox: str, config: os.PathLike, work_dir: os.PathLike, options: List[str],
+        *args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
+    """Run ``mim <command> <toolbox> <config> --work-dir <work_dir> [args] --cfg-options <options>`` on the CPU
+    (``--gpus 0`` for train), with this checkout of ssm_plugins importable by the config's custom_imports."""
+    exe = Path(sys.executable).with_name("mim")
+    cmd = [str(exe) if exe.exists() else "mim", command, toolbox, str(config), "--work-dir", str(work_dir)]
+    cmd += (["--gpus", "0"] if command == "train" else []) + list(args) + ["--cfg-options", *options]
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def logged_runs(work_dir: os.PathLike) -> List[List[Dict]]:
+    """The scalars mmengine logged in ``work_dir``, one list of records per run (oldest run first)."""
+    runs = []
+    for scalars in sorted(Path(work_dir).glob("*/vis_data/scalars.json")):
+        with open(scalars) as f:
+            runs.append([json.loads(line) for line in f if line.strip()])
+    return runs

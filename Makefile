@@ -6,8 +6,12 @@ PYTEST_ARGS ?=
 env:
 	bash scripts/env.sh
 
+# The main job: image classification (every family, timm), one short Mask R-CNN run (mim train), one short
+# separation run (SpeechBrain recipe), all on embedded default data.
 main: env
 	$(PY) scripts/main.py
+	$(PY) scripts/main_openmmlab.py
+	$(PY) scripts/main_speech.py
 
 test: env
 	$(PY) -m pytest $(PYTEST_ARGS)

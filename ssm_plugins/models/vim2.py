@@ -225,6 +225,28 @@ class VisionMambaMixer(nn.Module):
         return names
 
     @torch.jit.ignore
+    def group_matcher(self, coarse: bool = False):
+        """Depth order of the parameters for timm's layer-wise lr decay (``layer_decay``): the stem (patch
+        embedding, tokens, Switch of Scans, conv stem), then the blocks, each interaction group's conv gate and
+        token-conv interaction just before its first block; final norm, pyramid and head last. ``coarse``: one
+        group per interaction group of blocks."""
+        per_group = len(self.blocks) // self.n_interactions if self.conv_branch else len(self.blocks)
+
+        def ordinal(name: str):
+            top, _, rest = name.partition(".")
+            if top in ("cls_token", "pos_embed", "patch_embed", "sos", "spm"):
+                return (0,)
+            if top in ("interactions", "mrfp"):  # feeds blocks i*per_group ... (i+1)*per_group - 1
+                first = int(rest.split(".")[0]) * per_group
+                return (1 + first // per_group,) if coarse else (1 + first, 0)
+            if top == "blocks":
+                index = int(rest.split(".")[0])
+                return (1 + index // per_group,) if coarse else (1 + index, 1)
+            return (float("inf"),)  # norm, pyramid, head
+
+        return ordinal
+
+    @torch.jit.ignore
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         self.grad_checkpointing = enable
 

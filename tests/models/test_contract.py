@@ -98,12 +98,7 @@ def _bad_size(name, model):
     return size, re.escape(str(size)) + '.*' + re.escape(str(patch))
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def test_every_family_registers_models():

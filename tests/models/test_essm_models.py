@@ -25,12 +25,7 @@ MODELS = timm.list_models(module='essm')
 REQUIRED = {'essm_scifar', 'essm_scifar_tiny', 'essm_lra_image', 'essm_smnist', 'essm_psmnist', 'essm_2d_tiny'}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def test_family_is_registered():

@@ -26,12 +26,7 @@ REQUIRED = {'deit_tiny_patch16_224_ssm2d', 'deit_small_patch16_224_ssm2d', 'swin
             'vit_cifar_patch4_32_ssm2d'}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _sizes(model):

@@ -16,12 +16,7 @@ TINY = dict(img_size=64, embed_dim=32, depth=4, n_interactions=2, spm_inplanes=8
             num_classes=10)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @functools.lru_cache(maxsize=None)
@@ -141,3 +136,25 @@ def test_router_importance_loss():
     model.router_aux_loss.backward()
     assert model.sos.router.weight.grad.abs().sum() > 0
     assert model.last_scan_ids.shape == (2, 1)
+
+
+def test_layer_decay_follows_depth():
+    # timm's layer-wise lr decay groups parameters by group_matcher: stem first, the interaction feeding a
+    # group of blocks just before its first block, head last
+    from timm.models import group_parameters
+    from timm.optim import create_optimizer_v2
+
+    model = _tiny("vim2_t")
+    groups = group_parameters(model, model.group_matcher())
+    layer_of = {name: layer for layer, names in groups.items() for name in names}
+    assert layer_of["patch_embed.proj.weight"] == layer_of["sos.lst_proj.weight"] == 0
+    first_of_second_group = len(model.blocks) // model.n_interactions
+    assert layer_of["blocks.0.norm1.weight"] < layer_of["interactions.1.lambda_v"]
+    assert layer_of["interactions.1.lambda_v"] < layer_of[f"blocks.{first_of_second_group}.norm1.weight"]
+    assert layer_of["blocks.3.norm1.weight"] < layer_of["head.weight"] == max(groups)
+    optimizer = create_optimizer_v2(model, "adamw", lr=1e-3, layer_decay=0.5)
+    scale = {p: g["lr_scale"] for g in optimizer.param_groups for p in g["params"]}  # applied by the scheduler
+    params = dict(model.named_parameters())
+    stem, last_block, head = (scale[params[n]] for n in ("patch_embed.proj.weight", "blocks.3.norm1.weight",
+                                                          "head.weight"))
+    assert stem < last_block < head

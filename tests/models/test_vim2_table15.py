@@ -18,12 +18,7 @@ SMALL = dict(img_size=64, embed_dim=32, depth=4, n_interactions=2, spm_inplanes=
              num_classes=10, drop_path_rate=0.0)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _gmacs(model, size):

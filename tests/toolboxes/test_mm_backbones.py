@@ -28,12 +28,7 @@ SMALL_CHANNELS = {ViM2: (32,) * 4, ViQS: (32,) * 4, SwinSSM2D: (16, 32, 64, 128)
 FAMILIES = pytest.mark.parametrize("cls", BACKBONES, ids=lambda c: c.__name__)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _small(cls, seed=0, **kwargs):

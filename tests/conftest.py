@@ -14,7 +14,10 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def one_thread():
-    """Run a test on one intra-op thread: small models are faster so, and timings stop depending on the load."""
+    """Run a test on one intra-op thread: small models are faster so, and timings stop depending on the load.
+    Beware: on torch 2.11 + MKL, lowering and then raising the thread count breaks batched LU (torch.linalg.solve
+    on a batch of 512x512 float64 matrices: "oneMKL ERROR ... DLASWP", bad pivots) for the rest of the process;
+    Cholesky and per-matrix solves are unaffected."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

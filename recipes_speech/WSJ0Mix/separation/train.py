@@ -55,7 +55,9 @@ def bss_eval_sdr(reference, estimate, filter_length: int = 512):
     lag = torch.arange(filter_length)
     gram = autocorr[:, (lag[:, None] - lag[None, :]).abs()]  # Toeplitz Gram matrix of the delayed references
     gram = gram + 1e-10 * autocorr[:, :1, None] * torch.eye(filter_length, dtype=torch.float64)
-    taps = torch.linalg.solve(gram, cross.unsqueeze(-1)).squeeze(-1)
+    # The Gram matrix is symmetric positive definite: Cholesky, not LU. (Also: torch 2.11's MKL batched LU returns
+    # garbage pivots once torch.set_num_threads has lowered and raised the thread count in the process.)
+    taps = torch.cholesky_solve(cross.unsqueeze(-1), torch.linalg.cholesky(gram)).squeeze(-1)
     target = torch.fft.irfft(torch.fft.rfft(taps, nfft) * ref_f, nfft)[:, :length]
     error = F.pad(est, (0, filter_length - 1)) - target
     return 10 * torch.log10(target.pow(2).sum(-1) / error.pow(2).sum(-1).clamp_min(1e-20))

@@ -251,3 +251,15 @@ def test_causal_mixer_block_ignores_the_future():
     x2[:, 10:] += torch.randn(10, D)
     torch.testing.assert_close(block(x)[:, :10], block(x2)[:, :10])
     assert not torch.allclose(block(x)[:, 10:], block(x2)[:, 10:])
+
+
+def test_bss_eval_sdr_survives_a_thread_count_toggle():
+    # torch 2.11 + MKL: after lowering and raising the thread count, batched LU solves fail; the SDR must not care
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    torch.set_num_threads(max(threads, 2))
+    try:
+        ref = torch.randn(2, 4000, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+        assert (_recipe_module().bss_eval_sdr(ref, 2.0 * ref) > 100).all()  # a scaled copy is all target
+    finally:
+        torch.set_num_threads(threads)

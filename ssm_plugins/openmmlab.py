@@ -277,8 +277,9 @@ class _PlainMixer(_TimmBackbone):
     """ViM2 / ViQS: the isotropic token stack plus the conv branch; the 4 levels are the §3.6 pyramid.
 
     Stages (``frozen_stages``): 0 = stem (patch embedding, class token, position embedding, Switch-of-Scans
-    router, conv-branch stem SPM); stage i in 1..4 = interaction group i (its multi-resolution conv gate, its
-    conv<->token interaction and its depth/4 blocks). The pyramid's ConvT and BatchNorms are never frozen.
+    router, conv-branch stem SPM); stage i in 1..n_interactions (2 in the registered variants) = interaction
+    group i (its multi-resolution conv gate, its conv<->token interaction and its depth/n_interactions blocks).
+    The pyramid's ConvT and BatchNorms are never frozen.
     """
 
     min_pad_divisor = 32  # the patch grid (1/16) and the conv branch's 1/32 level must coincide

@@ -611,61 +611,6 @@ int64_t threads_for(int64_t updates) {
   return std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), updates / kMinUpdatesPerThread));
 }
 
-// Work shared by the calling thread and its helpers: items [0, n) handed out in grabs.
-struct SharedWork {
-  int64_t n, grab;
-  std::atomic<int64_t> next{0}, done{0};
-  std::mutex mutex;
-  std::condition_variable all_done;
-  SharedWork(int64_t n_, int64_t grab_) : n(n_), grab(grab_) {}
-};
-
-// take(begin, end) for one thread: the next grab, first come first served; false when none is left.
-// A grab counts as done when its thread asks for the next one.
-class Taker {
- public:
-  Taker(SharedWork* work, int64_t first_begin = -1) : w_(work), first_(first_begin) {}
-  bool operator()(int64_t& begin, int64_t& end) {
-    if (pending_ > 0 && w_->done.fetch_add(pending_) + pending_ == w_->n) {
-      std::lock_guard<std::mutex> lock(w_->mutex);
-      w_->all_done.notify_all();
-    }
-    begin = first_ >= 0 ? first_ : w_->next.fetch_add(w_->grab);
-    first_ = -1;
-    end = std::min(begin + w_->grab, w_->n);
-    pending_ = std::max<int64_t>(0, end - begin);
-    return begin < w_->n;
-  }
-
- private:
-  SharedWork* w_;
-  int64_t first_, pending_ = 0;
-};
-
-// Runs per_thread(take) on the calling thread and on up to threads - 1 helpers from ATen's inter-op
-// pool, over items [0, n) in grabs of `grab`. The caller waits only for grabs that a helper has
-// taken: a helper that the OS starts late (a busy machine) finds nothing left and never touches the
-// caller's state, where an OpenMP region would wait for every thread to arrive.
-template <typename F>
-void dynamic_for(int64_t n, int64_t grab, int64_t threads, const F& per_thread) {
-  threads = std::min<int64_t>(threads, (n + grab - 1) / grab);
-  auto work = std::make_shared<SharedWork>(n, grab);
-  if (threads > 1 && !at::in_parallel_region()) {
-    for (int64_t i = 1; i < threads; ++i) {
-      at::launch([work, fn = &per_thread] {
-        const int64_t begin = work->next.fetch_add(work->grab);
-        if (begin >= work->n) return;  // all taken: the caller may be gone, touch nothing of it
-        Taker take(work.get(), begin);  // the caller now waits for this grab
-        (*fn)(take);
-      });
-    }
-  }
-  Taker take(work.get());
-  per_thread(take);
-  std::unique_lock<std::mutex> lock(work->mutex);
-  work->all_done.wait(lock, [&] { return work->done.load() >= n; });
-}
-
 // A, B and C in the cores' layout: A (dim, Npad), B and C (batch * groups, L, Npad).
 template <typename acc_t>
 struct Prepared {

@@ -100,4 +100,27 @@ void dynamic_for(int64_t n, int64_t grab, int64_t threads, const F& per_thread) 
   work->all_done.wait(lock, [&] { return work->done.load() >= n; });
 }
 
+// dynamic_for's schedule on ATen's intra-op (OpenMP) pool: the threads of one parallel region take grabs
+// first come first served, so a thread the OS starts late or preempts does less of the work; only the
+// region's end waits for every thread to arrive. Same per_thread(take) contract as dynamic_for.
+// Kernels called between other ATen ops use this one: inter-op helpers would compete with the intra-op
+// workers still spinning after the previous op's region.
+template <typename F>
+void dynamic_for_intra(int64_t n, int64_t grab, int64_t threads, const F& per_thread) {
+  threads = std::min<int64_t>(threads, (n + grab - 1) / grab);
+  std::atomic<int64_t> next{0};
+  auto take = [&next, n, grab](int64_t& begin, int64_t& end) {
+    begin = next.fetch_add(grab);
+    end = std::min(begin + grab, n);
+    return begin < n;
+  };
+  if (threads <= 1 || at::in_parallel_region()) {
+    per_thread(take);
+    return;
+  }
+  at::parallel_for(0, threads, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t slot = begin; slot < end; ++slot) per_thread(take);
+  });
+}
+
 }  // namespace ssm_plugins

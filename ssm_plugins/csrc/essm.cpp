@@ -37,23 +37,25 @@ void check_lengths(const char* op, int64_t L, int64_t n_fft) {
   SSM_CHECK(n_fft >= 2 * L, op, ": n_fft must be >= 2L = ", 2 * L, ", got ", n_fft);
 }
 
-// Rows per parallel task: enough kernel elements per task to pay for the thread hand-off.
+// Rows per grab: enough kernel elements per grab to pay for the thread hand-off.
 int64_t grain(int64_t L) { return std::max<int64_t>(1, at::internal::GRAIN_SIZE / L); }
 
 template <typename T>
 void kernel_fwd_cpu(int64_t modes, int64_t L, int64_t n_fft, bool bidirectional, const T* g_re, const T* g_im,
                     const T* z_re, const T* z_im, T* K) {
   // One mode (row of the (S*n, n_fft) buffer) per task: every lag is independent.
-  at::parallel_for(0, modes, grain(L), [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      T* out = K + row * n_fft;
-      const T a = g_re[row], b = g_im[row], zr = z_re[row], zi = z_im[row];
-      std::fill(out + L, out + n_fft - (bidirectional ? L : 0), T(0));
-      for (int64_t j = 0; j < L; ++j) {
-        const T lag = static_cast<T>(j);
-        const T k = std::exp(lag * zr) * (a * std::cos(lag * zi) - b * std::sin(lag * zi));
-        out[j] = k;
-        if (bidirectional) out[n_fft - 1 - j] = k;
+  dynamic_for_intra(modes, grain(L), at::get_num_threads(), [&](auto take) {
+    for (int64_t begin, end; take(begin, end);) {
+      for (int64_t row = begin; row < end; ++row) {
+        T* out = K + row * n_fft;
+        const T a = g_re[row], b = g_im[row], zr = z_re[row], zi = z_im[row];
+        std::fill(out + L, out + n_fft - (bidirectional ? L : 0), T(0));
+        for (int64_t j = 0; j < L; ++j) {
+          const T lag = static_cast<T>(j);
+          const T k = std::exp(lag * zr) * (a * std::cos(lag * zi) - b * std::sin(lag * zi));
+          out[j] = k;
+          if (bidirectional) out[n_fft - 1 - j] = k;
+        }
       }
     }
   });
@@ -63,25 +65,27 @@ template <typename T>
 void kernel_bwd_cpu(int64_t modes, int64_t L, int64_t n_fft, bool bidirectional, const T* grad_K, const T* g_re,
                     const T* g_im, const T* z_re, const T* z_im, T* grad_g_re, T* grad_g_im, T* grad_z_re,
                     T* grad_z_im) {
-  at::parallel_for(0, modes, grain(L), [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      const T* G = grad_K + row * n_fft;
-      const T a = g_re[row], b = g_im[row], zr = z_re[row], zi = z_im[row];
-      T da = 0, db = 0, dzr = 0, dzi = 0;
-      for (int64_t j = 0; j < L; ++j) {
-        const T lag = static_cast<T>(j);
-        const T Gj = bidirectional ? G[j] + G[n_fft - 1 - j] : G[j];
-        const T decay = std::exp(lag * zr);
-        const T c = decay * std::cos(lag * zi), s = decay * std::sin(lag * zi);
-        da += Gj * c;
-        db -= Gj * s;
-        dzr += Gj * lag * (a * c - b * s);
-        dzi -= Gj * lag * (a * s + b * c);
+  dynamic_for_intra(modes, grain(L), at::get_num_threads(), [&](auto take) {
+    for (int64_t begin, end; take(begin, end);) {
+      for (int64_t row = begin; row < end; ++row) {
+        const T* G = grad_K + row * n_fft;
+        const T a = g_re[row], b = g_im[row], zr = z_re[row], zi = z_im[row];
+        T da = 0, db = 0, dzr = 0, dzi = 0;
+        for (int64_t j = 0; j < L; ++j) {
+          const T lag = static_cast<T>(j);
+          const T Gj = bidirectional ? G[j] + G[n_fft - 1 - j] : G[j];
+          const T decay = std::exp(lag * zr);
+          const T c = decay * std::cos(lag * zi), s = decay * std::sin(lag * zi);
+          da += Gj * c;
+          db -= Gj * s;
+          dzr += Gj * lag * (a * c - b * s);
+          dzi -= Gj * lag * (a * s + b * c);
+        }
+        grad_g_re[row] = da;
+        grad_g_im[row] = db;
+        grad_z_re[row] = dzr;
+        grad_z_im[row] = dzi;
       }
-      grad_g_re[row] = da;
-      grad_g_im[row] = db;
-      grad_z_re[row] = dzr;
-      grad_z_im[row] = dzi;
     }
   });
 }

@@ -168,10 +168,13 @@ inline acc_t softplus_grad(acc_t v) {
 // Rows split into `parts` contiguous ranges (one per thread) so that per-part partial sums never race.
 inline int64_t num_parts(int64_t rows) { return std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), rows)); }
 
+// body(part, begin, end) for every part; the parts are handed out whole, first come first served.
 template <typename F>
-void for_each_part(int64_t rows, int64_t parts, F&& body) {
-  at::parallel_for(0, parts, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t part = begin; part < end; ++part) body(part, rows * part / parts, rows * (part + 1) / parts);
+void for_each_part(int64_t rows, int64_t parts, const F& body) {
+  dynamic_for_intra(parts, 1, parts, [&](auto take) {
+    for (int64_t begin, end; take(begin, end);) {
+      for (int64_t part = begin; part < end; ++part) body(part, rows * part / parts, rows * (part + 1) / parts);
+    }
   });
 }
 
@@ -253,21 +256,25 @@ template <typename scalar_t>
 void fwd_cpu_kernel(const FwdArgs<scalar_t>& a) {
   using acc_t = at::opmath_type<scalar_t>;
   const MixShape& s = a.s;
-  // One (batch, head) row per task: both scans are sequential in L and independent across rows.
-  at::parallel_for(0, s.batch * s.H, 1, [&](int64_t begin, int64_t end) {
+  // One (batch, head) row per task: both scans are sequential in L and independent across rows. Rows are
+  // handed out in grabs of about 32k state updates (one row at the head layout's P = 64).
+  const int64_t grab = std::max<int64_t>(1, 32768 / (2 * s.L * s.N * s.P + 1));
+  dynamic_for_intra(s.batch * s.H, grab, at::get_num_threads(), [&](auto take) {
     FwdScratch<acc_t> scratch(s.N, s.P);
     std::vector<acc_t> out(s.L * s.P);
-    for (int64_t row = begin; row < end; ++row) {
-      const int64_t b = row / s.H, h = row % s.H;
-      std::fill(out.begin(), out.end(), acc_t(0));
-      scan_direction(a, a.fwd, false, b, h, scratch, out);
-      scan_direction(a, a.rev, true, b, h, scratch, out);
-      for (int64_t t = 0; t < s.L; ++t) {
-        const acc_t gam = a.gamma[b * a.gamma_s[0] + t * a.gamma_s[1] + h * a.gamma_s[2]];
-        const scalar_t* xrow = a.x + b * a.x_s[0] + t * a.x_s[1] + h * a.x_s[2];
-        scalar_t* yrow = a.y + b * a.y_s[0] + t * a.y_s[1] + h * a.y_s[2];
-        for (int64_t p = 0; p < s.P; ++p) {
-          yrow[p * a.y_s[3]] = static_cast<scalar_t>(out[t * s.P + p] + gam * static_cast<acc_t>(xrow[p * a.x_s[3]]));
+    for (int64_t begin, end; take(begin, end);) {
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t b = row / s.H, h = row % s.H;
+        std::fill(out.begin(), out.end(), acc_t(0));
+        scan_direction(a, a.fwd, false, b, h, scratch, out);
+        scan_direction(a, a.rev, true, b, h, scratch, out);
+        for (int64_t t = 0; t < s.L; ++t) {
+          const acc_t gam = a.gamma[b * a.gamma_s[0] + t * a.gamma_s[1] + h * a.gamma_s[2]];
+          const scalar_t* xrow = a.x + b * a.x_s[0] + t * a.x_s[1] + h * a.x_s[2];
+          scalar_t* yrow = a.y + b * a.y_s[0] + t * a.y_s[1] + h * a.y_s[2];
+          for (int64_t p = 0; p < s.P; ++p) {
+            yrow[p * a.y_s[3]] = static_cast<scalar_t>(out[t * s.P + p] + gam * static_cast<acc_t>(xrow[p * a.x_s[3]]));
+          }
         }
       }
     }

@@ -119,21 +119,23 @@ void fwd_cpu(const Ssm2dShape& s, const V* A, const V* B, const V* C, decltype(r
   using acc_t = decltype(real_of(V()));
   const int64_t chunks = (s.N + kChunk - 1) / kChunk;
   const acc_t scale = acc_t(1) / std::sqrt(acc_t(s.N));
-  at::parallel_for(0, s.S * chunks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t set = task / chunks, n0 = (task % chunks) * kChunk;
-      const int64_t cnt = std::min(kChunk, s.N - n0);
-      const TaskParams<V> p(A, B, C, s, set, n0, cnt);
-      StateGrid<V> g(s.H, s.W, cnt);
-      impulse_states(p, g, s.H, s.W);
-      acc_t* out = partial + task * s.H * s.W;
-      for (int64_t i = 0; i < s.H; ++i) {
-        for (int64_t j = 0; j < s.W; ++j) {
-          const V* xh = &g.h[g.at(i, j)];
-          const V* xv = &g.v[g.at(i, j)];
-          acc_t sum = 0;
-          for (int64_t k = 0; k < cnt; ++k) sum += real_of(p.c1[k] * xh[k] + p.c2[k] * xv[k]);
-          out[i * s.W + j] = edge_factor(i, j) * scale * sum;
+  dynamic_for_intra(s.S * chunks, 1, at::get_num_threads(), [&](auto take) {
+    for (int64_t begin, end; take(begin, end);) {
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t set = task / chunks, n0 = (task % chunks) * kChunk;
+        const int64_t cnt = std::min(kChunk, s.N - n0);
+        const TaskParams<V> p(A, B, C, s, set, n0, cnt);
+        StateGrid<V> g(s.H, s.W, cnt);
+        impulse_states(p, g, s.H, s.W);
+        acc_t* out = partial + task * s.H * s.W;
+        for (int64_t i = 0; i < s.H; ++i) {
+          for (int64_t j = 0; j < s.W; ++j) {
+            const V* xh = &g.h[g.at(i, j)];
+            const V* xv = &g.v[g.at(i, j)];
+            acc_t sum = 0;
+            for (int64_t k = 0; k < cnt; ++k) sum += real_of(p.c1[k] * xh[k] + p.c2[k] * xv[k]);
+            out[i * s.W + j] = edge_factor(i, j) * scale * sum;
+          }
         }
       }
     }
@@ -148,66 +150,68 @@ void bwd_cpu(const Ssm2dShape& s, const decltype(real_of(V()))* grad, const V* A
   using acc_t = decltype(real_of(V()));
   const int64_t chunks = (s.N + kChunk - 1) / kChunk;
   const acc_t scale = acc_t(1) / std::sqrt(acc_t(s.N));
-  at::parallel_for(0, s.S * chunks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t set = task / chunks, n0 = (task % chunks) * kChunk;
-      const int64_t cnt = std::min(kChunk, s.N - n0);
-      const TaskParams<V> p(A, B, C, s, set, n0, cnt);
-      StateGrid<V> g(s.H, s.W, cnt);
-      impulse_states(p, g, s.H, s.W);
-      std::vector<V> lam_h((s.W + 1) * cnt, V(0)), lam_v((s.W + 1) * cnt, V(0));
-      std::vector<V> da1(cnt, V(0)), da2(cnt, V(0)), da3(cnt, V(0)), da4(cnt, V(0)), dc1(cnt, V(0)),
-          dc2(cnt, V(0));
-      const acc_t* G = grad + set * s.H * s.W;
-      for (int64_t i = s.H - 1; i >= 0; --i) {
-        for (int64_t j = s.W - 1; j >= 0; --j) {
-          const acc_t gk = edge_factor(i, j) * scale * G[i * s.W + j];
-          // Factors of the updates that consumed this cell: x^h[i, j+1] and x^v[i+1, j].
-          const acc_t right = halve_h(i, j + 1) ? acc_t(0.5) : acc_t(1);
-          const acc_t below = halve_v(i + 1, j) ? acc_t(0.5) : acc_t(1);
-          // Factors of the updates that produced this cell (zero where the state is structural).
-          const bool origin = i == 0 && j == 0;
-          const acc_t fh = j >= 1 ? (halve_h(i, j) ? acc_t(0.5) : acc_t(1)) : acc_t(0);
-          const acc_t fv = i >= 1 ? (halve_v(i, j) ? acc_t(0.5) : acc_t(1)) : acc_t(0);
-          const V* xh = &g.h[g.at(i, j)];
-          const V* xv = &g.v[g.at(i, j)];
-          const V* left_h = &g.h[g.at(i, j - 1)];
-          const V* left_v = &g.v[g.at(i, j - 1)];
-          const V* up_h = &g.h[g.at(i - 1, j)];
-          const V* up_v = &g.v[g.at(i - 1, j)];
-          V* lh_row = &lam_h[j * cnt];
-          const V* lh_right = &lam_h[(j + 1) * cnt];
-          V* lv_row = &lam_v[j * cnt];  // holds lam_v[i+1, j] until overwritten below
-          for (int64_t k = 0; k < cnt; ++k) {
-            const V from_right = right * lh_right[k];
-            const V from_below = below * lv_row[k];
-            const V lh = conj_of(p.c1[k]) * gk + conj_of(p.a1[k]) * from_right + conj_of(p.a3[k]) * from_below;
-            const V lv = conj_of(p.c2[k]) * gk + conj_of(p.a2[k]) * from_right + conj_of(p.a4[k]) * from_below;
-            dc1[k] += gk * conj_of(xh[k]);
-            dc2[k] += gk * conj_of(xv[k]);
-            da1[k] += fh * lh * conj_of(left_h[k]);
-            da2[k] += fh * lh * conj_of(left_v[k]);
-            da3[k] += fv * lv * conj_of(up_h[k]);
-            da4[k] += fv * lv * conj_of(up_v[k]);
-            lh_row[k] = lh;
-            lv_row[k] = lv;
-          }
-          if (origin) {
+  dynamic_for_intra(s.S * chunks, 1, at::get_num_threads(), [&](auto take) {
+    for (int64_t begin, end; take(begin, end);) {
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t set = task / chunks, n0 = (task % chunks) * kChunk;
+        const int64_t cnt = std::min(kChunk, s.N - n0);
+        const TaskParams<V> p(A, B, C, s, set, n0, cnt);
+        StateGrid<V> g(s.H, s.W, cnt);
+        impulse_states(p, g, s.H, s.W);
+        std::vector<V> lam_h((s.W + 1) * cnt, V(0)), lam_v((s.W + 1) * cnt, V(0));
+        std::vector<V> da1(cnt, V(0)), da2(cnt, V(0)), da3(cnt, V(0)), da4(cnt, V(0)), dc1(cnt, V(0)),
+            dc2(cnt, V(0));
+        const acc_t* G = grad + set * s.H * s.W;
+        for (int64_t i = s.H - 1; i >= 0; --i) {
+          for (int64_t j = s.W - 1; j >= 0; --j) {
+            const acc_t gk = edge_factor(i, j) * scale * G[i * s.W + j];
+            // Factors of the updates that consumed this cell: x^h[i, j+1] and x^v[i+1, j].
+            const acc_t right = halve_h(i, j + 1) ? acc_t(0.5) : acc_t(1);
+            const acc_t below = halve_v(i + 1, j) ? acc_t(0.5) : acc_t(1);
+            // Factors of the updates that produced this cell (zero where the state is structural).
+            const bool origin = i == 0 && j == 0;
+            const acc_t fh = j >= 1 ? (halve_h(i, j) ? acc_t(0.5) : acc_t(1)) : acc_t(0);
+            const acc_t fv = i >= 1 ? (halve_v(i, j) ? acc_t(0.5) : acc_t(1)) : acc_t(0);
+            const V* xh = &g.h[g.at(i, j)];
+            const V* xv = &g.v[g.at(i, j)];
+            const V* left_h = &g.h[g.at(i, j - 1)];
+            const V* left_v = &g.v[g.at(i, j - 1)];
+            const V* up_h = &g.h[g.at(i - 1, j)];
+            const V* up_v = &g.v[g.at(i - 1, j)];
+            V* lh_row = &lam_h[j * cnt];
+            const V* lh_right = &lam_h[(j + 1) * cnt];
+            V* lv_row = &lam_v[j * cnt];  // holds lam_v[i+1, j] until overwritten below
             for (int64_t k = 0; k < cnt; ++k) {
-              dB[(0 * s.S + set) * s.N + n0 + k] = lh_row[k];
-              dB[(1 * s.S + set) * s.N + n0 + k] = lv_row[k];
+              const V from_right = right * lh_right[k];
+              const V from_below = below * lv_row[k];
+              const V lh = conj_of(p.c1[k]) * gk + conj_of(p.a1[k]) * from_right + conj_of(p.a3[k]) * from_below;
+              const V lv = conj_of(p.c2[k]) * gk + conj_of(p.a2[k]) * from_right + conj_of(p.a4[k]) * from_below;
+              dc1[k] += gk * conj_of(xh[k]);
+              dc2[k] += gk * conj_of(xv[k]);
+              da1[k] += fh * lh * conj_of(left_h[k]);
+              da2[k] += fh * lh * conj_of(left_v[k]);
+              da3[k] += fv * lv * conj_of(up_h[k]);
+              da4[k] += fv * lv * conj_of(up_v[k]);
+              lh_row[k] = lh;
+              lv_row[k] = lv;
+            }
+            if (origin) {
+              for (int64_t k = 0; k < cnt; ++k) {
+                dB[(0 * s.S + set) * s.N + n0 + k] = lh_row[k];
+                dB[(1 * s.S + set) * s.N + n0 + k] = lv_row[k];
+              }
             }
           }
         }
-      }
-      for (int64_t k = 0; k < cnt; ++k) {
-        const int64_t n = n0 + k;
-        dA[(0 * s.S + set) * s.N + n] = da1[k];
-        dA[(1 * s.S + set) * s.N + n] = da2[k];
-        dA[(2 * s.S + set) * s.N + n] = da3[k];
-        dA[(3 * s.S + set) * s.N + n] = da4[k];
-        dC[(0 * s.S + set) * s.N + n] = dc1[k];
-        dC[(1 * s.S + set) * s.N + n] = dc2[k];
+        for (int64_t k = 0; k < cnt; ++k) {
+          const int64_t n = n0 + k;
+          dA[(0 * s.S + set) * s.N + n] = da1[k];
+          dA[(1 * s.S + set) * s.N + n] = da2[k];
+          dA[(2 * s.S + set) * s.N + n] = da3[k];
+          dA[(3 * s.S + set) * s.N + n] = da4[k];
+          dC[(0 * s.S + set) * s.N + n] = dc1[k];
+          dC[(1 * s.S + set) * s.N + n] = dc2[k];
+        }
       }
     }
   });

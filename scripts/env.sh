@@ -49,7 +49,7 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.stack-key" 2>/dev/null)" != "
   fi
   "$venv/bin/python" -m pip install --no-deps "$wheel_dir"/mmcv-*.whl
 
-  "${pip[@]}" mmengine mmcv mmdet mmsegmentation ftfy regex timm speechbrain soundfile \
+  "${pip[@]}" mmengine mmcv mmdet mmsegmentation mmpretrain einops mat4py modelindex importlib_metadata ftfy regex timm speechbrain soundfile \
     scipy scikit-learn pandas opencv-python pytest \
     click colorama model-index requests rich tabulate
   # openmim's declared dependencies downgrade half the stack; its real imports are installed above

@@ -1,12 +1,21 @@
-"""OpenMMLab main job: a paper config trained for a short while with the real ``mim train`` on the embedded data.
+"""OpenMMLab main job: the papers' pipeline at small scale, through the real ``mim train`` command lines.
 
-Generates coco_digits (and ade_digits for ``--toolboxes mmseg``), then runs ``mim train`` on the paper's
-Mask R-CNN ViM2-T config (UperNet ViQS-T for mmseg), shrunk by ``--cfg-options`` to a CPU run (see
-``ssm_plugins.data.openmmlab_tiny``), and prints the training loss at the start and the end and the validation
-metrics after training (CocoMetric bbox/segm mAP; IoUMetric mIoU). One JSON line per run.
+1. ``mim train mmpretrain configs_mmpretrain/vim2/vim2-t_8xb128_in1k.py`` pre-trains a ViM2 backbone on the
+   embedded ImageNet-format digits (``imagenet_digits``);
+2. ``mim train mmdet configs_mmdet/vim2/mask-rcnn_vim2-t_fpn_1x_coco.py`` loads that checkpoint through the
+   config's ``init_cfg=dict(type='Pretrained', checkpoint=...)`` and learns to detect and segment the digits of the
+   COCO-format scenes (``coco_digits``);
+(3. with ``--toolboxes mmpretrain mmdet mmseg``: ``mim train mmseg`` of the UperNet ViM2-T config from the same
+   checkpoint on the ADE20K-format scenes.)
 
-    .venv/bin/python scripts/main_openmmlab.py                       # mmdet, about 2 minutes on 2 cores
-    .venv/bin/python scripts/main_openmmlab.py --toolboxes mmdet mmseg --work-dir work_dirs/main
+The configs are the paper configs, shrunk by ``--cfg-options`` to a CPU run (``ssm_plugins.data.openmmlab_tiny``):
+a narrow ViM2 (width 64, 4 blocks, 2 interactions; same code paths as ViM2-T), small images, short schedules. Prints
+one JSON line per run: the training loss at the start and the end, the validation metrics (Accuracy top-1;
+CocoMetric bbox/segm mAP; IoUMetric mIoU) and the time. ``--no-pretrain`` runs the dense stages from scratch (the
+"before" of the README).
+
+    .venv/bin/python scripts/main_openmmlab.py                        # classify, then detect: about 6 min on 2 cores
+    .venv/bin/python scripts/main_openmmlab.py --toolboxes mmpretrain mmdet mmseg --work-dir work_dirs/main
 """
 from __future__ import annotations
 
@@ -19,54 +28,86 @@ from pathlib import Path
 
 from ssm_plugins.data.ade_digits import ade_digits
 from ssm_plugins.data.coco_digits import coco_digits
-from ssm_plugins.data.openmmlab_tiny import logged_runs, mim, mmdet_tiny_options, mmseg_tiny_options
+from ssm_plugins.data.imagenet_digits import imagenet_digits
+from ssm_plugins.data.openmmlab_tiny import (logged_runs, mim, mmdet_tiny_options, mmpretrain_tiny_options,
+                                             mmseg_tiny_options)
 
 REPO = Path(__file__).resolve().parents[1]
+# the backbone of all three stages: ViM2's classes at a CPU size (the classifier's timm kwargs = the backbone's)
+BACKBONE = dict(embed_dim=64, depth=4, n_interactions=2, spm_inplanes=32, mrfp_ratio=0.5)
+WIDTH = BACKBONE["embed_dim"]
+
+
+def _kwargs(prefix: str) -> list:
+    return [f"{prefix}.{key}={value}" for key, value in BACKBONE.items()]
+
+
 RUNS = {
-    # Mask R-CNN from scratch: 6 epochs x 8 iterations (16 images, batch 2), then CocoMetric on the 30 val images
-    "mmdet": dict(config=REPO / "configs_mmdet/vim2/mask-rcnn_vim2-t_fpn_1x_coco.py",
-                  data=coco_digits, options=lambda root, scale: mmdet_tiny_options(
-                      root, epochs=max(1, round(6 * scale)), images=16, val_interval=1000, lr=5e-4),
-                  metrics=("coco/bbox_mAP", "coco/bbox_mAP_50", "coco/segm_mAP", "coco/segm_mAP_50")),
-    # UperNet from scratch: 24 iterations of batch 2 on 128-px crops, then IoUMetric on the 30 val images
-    "mmseg": dict(config=REPO / "configs_mmseg/viqs/upernet_viqs-t_4xb4-160k_ade20k-512x512.py",
-                  data=ade_digits, options=lambda root, scale: mmseg_tiny_options(
-                      root, iters=max(1, round(24 * scale)), lr=1e-3),
-                  metrics=("mIoU", "mAcc", "aAcc")),
+    # classification: 1000 images of 64 px, batch 32, 6 epochs; Accuracy on the 200 val images
+    "mmpretrain": dict(
+        config=REPO / "configs_mmpretrain/vim2/vim2-t_8xb128_in1k.py", data=imagenet_digits, checkpoint="epoch_{}.pth",
+        options=lambda root, scale, pretrained: mmpretrain_tiny_options(
+            root, epochs=max(1, round(6 * scale)), images=None, val_images=None, image_size=64, batch_size=32,
+            lr=2e-3) + _kwargs("model"),
+        metrics=("accuracy/top1",)),
+    # Mask R-CNN: 100 training images at 160 px, batch 4, 12 epochs; CocoMetric on the 30 val images
+    "mmdet": dict(
+        config=REPO / "configs_mmdet/vim2/mask-rcnn_vim2-t_fpn_1x_coco.py", data=coco_digits, checkpoint=None,
+        options=lambda root, scale, pretrained: mmdet_tiny_options(
+            root, epochs=max(1, round(12 * scale)), images=100, batch_size=4, val_interval=1000, lr=5e-4,
+            pretrained=pretrained) + _kwargs("model.backbone") + [f"model.neck.in_channels=[{','.join([str(WIDTH)] * 4)}]"],
+        metrics=("coco/bbox_mAP", "coco/bbox_mAP_50", "coco/segm_mAP", "coco/segm_mAP_50")),
+    # UperNet: 48 iterations of batch 2 on 128-px crops; IoUMetric on the 30 val images
+    "mmseg": dict(
+        config=REPO / "configs_mmseg/vim2/upernet_vim2-t_4xb4-160k_ade20k-512x512.py", data=ade_digits, checkpoint=None,
+        options=lambda root, scale, pretrained: mmseg_tiny_options(
+            root, iters=max(1, round(48 * scale)), lr=1e-3, pretrained=pretrained) + _kwargs("model.backbone") + [
+            f"model.decode_head.in_channels=[{','.join([str(WIDTH)] * 4)}]", f"model.auxiliary_head.in_channels={WIDTH}"],
+        metrics=("mIoU", "mAcc", "aAcc")),
 }
 
 
-def run(toolbox: str, work_dir: Path, scale: float = 1.0) -> dict:
+def run(toolbox: str, work_dir: Path, scale: float = 1.0, pretrained: Path | None = None) -> dict:
     spec = RUNS[toolbox]
     root = spec["data"]()
     start = time.perf_counter()
-    done = mim("train", toolbox, spec["config"], work_dir, spec["options"](root, scale))
+    done = mim("train", toolbox, spec["config"], work_dir, spec["options"](root, scale, pretrained))
     if done.returncode != 0:
         raise RuntimeError(f"mim train {toolbox} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     (records,) = logged_runs(work_dir)[-1:]
     losses = [r["loss"] for r in records if "loss" in r]
     (val,) = [r for r in records if spec["metrics"][0] in r][-1:]
     window = max(1, len(losses) // 4)  # single-batch losses are noisy: report the first / last quarter's mean
-    return {"toolbox": toolbox, "config": str(spec["config"].relative_to(REPO)), "iters": len(losses),
-            "loss_start": round(statistics.fmean(losses[:window]), 3),
-            "loss_end": round(statistics.fmean(losses[-window:]), 3),
-            **{key: val[key] for key in spec["metrics"]}, "seconds": round(time.perf_counter() - start, 1)}
+    result = {"toolbox": toolbox, "config": str(spec["config"].relative_to(REPO)),
+              "pretrained": None if pretrained is None else pretrained.name, "iters": len(losses),
+              "loss_start": round(statistics.fmean(losses[:window]), 3),
+              "loss_end": round(statistics.fmean(losses[-window:]), 3),
+              **{key: val[key] for key in spec["metrics"]}, "seconds": round(time.perf_counter() - start, 1)}
+    if spec["checkpoint"]:
+        epochs = max(r.get("epoch", 0) for r in records)
+        result["checkpoint"] = work_dir / spec["checkpoint"].format(epochs)
+    return result
 
 
 def main(argv=None) -> list:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--toolboxes", nargs="+", choices=sorted(RUNS), default=["mmdet"])
+    parser.add_argument("--toolboxes", nargs="+", choices=sorted(RUNS), default=["mmpretrain", "mmdet"])
+    parser.add_argument("--no-pretrain", action="store_true",
+                        help="mmdet/mmseg start from scratch even if mmpretrain ran (the README's 'before')")
     parser.add_argument("--work-dir", type=Path, default=None,
                         help="mim work dirs go to WORK_DIR/<toolbox> (default: a temporary folder, removed)")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the length of every run")
     args = parser.parse_args(argv)
     if args.scale <= 0:
         parser.error(f"--scale must be > 0, got {args.scale}")
-    results = []
+    order = [t for t in RUNS if t in args.toolboxes]  # classification first: the others start from its checkpoint
+    results, pretrained = [], None
     with tempfile.TemporaryDirectory(prefix="ssm_plugins_openmmlab_") as tmp:
         base = args.work_dir or Path(tmp)
-        for toolbox in args.toolboxes:
-            result = run(toolbox, base / toolbox, args.scale)
+        for toolbox in order:
+            result = run(toolbox, base / toolbox, args.scale, None if args.no_pretrain else pretrained)
+            if "checkpoint" in result:
+                pretrained = result.pop("checkpoint")
             print(json.dumps(result), flush=True)
             results.append(result)
     return results

@@ -4,7 +4,8 @@ import sys
 
 import pytest
 
-OTHERS = {"mmdet": ("mmseg", "speechbrain"), "mmseg": ("mmdet", "speechbrain"), "speechbrain": ("mmdet", "mmseg")}
+OTHERS = {"mmdet": ("mmseg", "mmpretrain", "speechbrain"), "mmseg": ("mmdet", "mmpretrain", "speechbrain"),
+          "mmpretrain": ("mmdet", "mmseg", "speechbrain"), "speechbrain": ("mmdet", "mmseg", "mmpretrain")}
 
 
 @pytest.mark.parametrize("adapter", sorted(OTHERS))

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-TOOLBOXES = ("mmdet", "mmseg", "mmcv", "mmengine", "speechbrain")
+TOOLBOXES = ("mmdet", "mmseg", "mmpretrain", "mmcv", "mmengine", "speechbrain")
 
 
 def _pins():

@@ -1,11 +1,13 @@
-"""``--cfg-options`` that turn a paper config of configs_mmdet/ or configs_mmseg/ into a CPU run of seconds on
-the embedded ``coco_digits`` / ``ade_digits`` data (tests and the OpenMMLab main job use them).
+"""``--cfg-options`` that turn a paper config of configs_mmpretrain/, configs_mmdet/ or configs_mmseg/ into a CPU run
+of seconds on the embedded ``imagenet_digits`` / ``coco_digits`` / ``ade_digits`` data (tests and the OpenMMLab main
+job use them).
 
 They keep the config's model family, heads, optimiser type and evaluators and change only: the data (root,
 classes, a few small images, no worker processes), the number of classes, the backbone's build size, the length
 of the run (iterations, no warm-up), logging every iteration without smoothing, and the test-time score threshold
-(a barely trained Mask R-CNN scores below mmdet's 0.05, and CocoMetric then reports nothing). The model starts
-from scratch (``init_cfg=None``): the paper configs expect a local ImageNet checkpoint.
+(a barely trained Mask R-CNN scores below mmdet's 0.05, and CocoMetric then reports nothing). The detector and
+segmentor start from scratch (``init_cfg=None``) unless given ``pretrained=`` (a checkpoint that a configs_mmpretrain
+run wrote): the paper configs expect a local ImageNet checkpoint.
 
 Pure data: no toolbox is imported, so ``mim train`` gets these as plain strings::
 
@@ -18,7 +20,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from ._scenes import DIGIT_NAMES
 
@@ -38,12 +40,50 @@ def _loaders(data_root: os.PathLike, batch_size: int) -> List[str]:
 
 def _run(seed: int, lr: float) -> List[str]:
     return [f"randomness.seed={seed}", "randomness.deterministic=False", f"optim_wrapper.optimizer.lr={lr}",
-            "default_hooks.logger.interval=1", "log_processor.window_size=1", "model.backbone.init_cfg=None"]
+            "default_hooks.logger.interval=1", "log_processor.window_size=1"]
+
+
+def _backbone_init(pretrained: Optional[os.PathLike]) -> List[str]:
+    return ["model.backbone.init_cfg=None"] if pretrained is None else [
+        f"model.backbone.init_cfg.checkpoint={pretrained}"]
+
+
+def mmpretrain_tiny_options(data_root: os.PathLike, epochs: int = 1, images: Optional[int] = 64,
+                            val_images: Optional[int] = 50, image_size: int = 64, batch_size: int = 8,
+                            lr: float = 1e-3, seed: int = 0, model_image_size: bool = True) -> List[str]:
+    """Options for an ImageNet config of configs_mmpretrain (MMPretrain's Swin/DeiT pipeline layout: crop is train
+    step 1, resize + centre crop are test steps 1-2) on imagenet_digits: ``epochs`` epochs over the first ``images``
+    training images (None: all) at ``image_size`` px, then Accuracy top-1/5 on the first ``val_images`` val images
+    and a checkpoint. ``model_image_size`` passes ``img_size`` to the timm model (models with size-dependent
+    weights); the classifier has 10 classes."""
+    from .imagenet_digits import CLASSES
+
+    classes = "[" + ",".join(CLASSES) + "]"
+    options = []
+    for loader, count in (("train_dataloader", images), ("val_dataloader", val_images),
+                          ("test_dataloader", val_images)):
+        options += [f"{loader}.dataset.data_root={data_root}", f"{loader}.dataset.metainfo.classes={classes}",
+                    f"{loader}.num_workers=0", f"{loader}.persistent_workers=False", f"{loader}.batch_size={batch_size}"]
+        if count is not None:
+            options.append(f"{loader}.dataset.indices={count}")
+    resize = round(image_size / 0.875)  # ImageNet's 256 -> 224 ratio
+    options += [
+        f"train_dataloader.dataset.pipeline.1.scale={image_size}",
+        *(f"{loader}.dataset.pipeline.1.scale={resize}" for loader in ("val_dataloader", "test_dataloader")),
+        *(f"{loader}.dataset.pipeline.2.crop_size={image_size}" for loader in ("val_dataloader", "test_dataloader")),
+        "model.num_classes=10", "data_preprocessor.num_classes=10",
+        f"train_cfg.max_epochs={epochs}", f"train_cfg.val_interval={epochs}", "default_hooks.checkpoint.interval=1",
+        # constant lr: the warm-up (now from factor 1) lasts 10 epochs, the cosine decay starts after it
+        "param_scheduler.0.start_factor=1.0",
+    ]
+    if model_image_size:
+        options.append(f"model.img_size={image_size}")
+    return options + _run(seed, lr)
 
 
 def mmdet_tiny_options(data_root: os.PathLike, epochs: int = 1, images: int = 8, val_images: int = 30,
                        val_interval: int = 1, image_scale: int = 160, batch_size: int = 2, lr: float = 2e-4,
-                       seed: int = 0) -> List[str]:
+                       seed: int = 0, pretrained: Optional[os.PathLike] = None) -> List[str]:
     """Options for a Mask R-CNN config (1x pipeline layout: Resize is train step 2, test step 1) on coco_digits:
     ``epochs`` epochs over the first ``images`` training images at ``image_scale`` px, validation (CocoMetric
     bbox + segm on the first ``val_images`` of the 30 val images) every ``val_interval`` epochs and after the
@@ -71,11 +111,12 @@ def mmdet_tiny_options(data_root: os.PathLike, epochs: int = 1, images: int = 8,
         "default_hooks.checkpoint.interval=1",
         # constant lr: the warm-up (now from factor 1) lasts 1000 iterations, the first step is at epoch 8
         "param_scheduler.0.start_factor=1.0",
-    ] + _run(seed, lr)
+    ] + _run(seed, lr) + _backbone_init(pretrained)
 
 
 def mmseg_tiny_options(data_root: os.PathLike, iters: int = 4, val_images: int = 30, crop: int = 128,
-                       batch_size: int = 2, lr: float = 2e-4, seed: int = 0) -> List[str]:
+                       batch_size: int = 2, lr: float = 2e-4, seed: int = 0,
+                       pretrained: Optional[os.PathLike] = None) -> List[str]:
     """Options for an UperNet config (ADE20K pipeline layout) on ade_digits: ``iters`` iterations on ``crop``-px
     crops, then validation (IoUMetric mIoU on the first ``val_images`` of the 30 val images) and a checkpoint."""
     crop_size = f"({crop},{crop})"
@@ -100,7 +141,7 @@ def mmseg_tiny_options(data_root: os.PathLike, iters: int = 4, val_images: int =
         f"default_hooks.checkpoint.interval={iters}",
         # constant lr: the warm-up (now from factor 1) lasts 1500 iterations, the poly decay starts after it
         "param_scheduler.0.start_factor=1.0",
-    ] + _run(seed, lr)
+    ] + _run(seed, lr) + _backbone_init(pretrained)
 
 
 def mim(command: str, toolbox: str, config: os.PathLike, work_dir: os.PathLike, options: List[str],

@@ -4,7 +4,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 MMDET_CONFIGS = sorted((REPO / "configs_mmdet").glob("*/*.py"))
 MMSEG_CONFIGS = sorted((REPO / "configs_mmseg").glob("*/*.py"))
-TOOLBOX = {"configs_mmdet": "mmdet", "configs_mmseg": "mmseg"}
+MMPRETRAIN_CONFIGS = sorted(p for p in (REPO / "configs_mmpretrain").glob("**/*.py") if "_base_" not in p.parts)
+TOOLBOX = {"configs_mmdet": "mmdet", "configs_mmseg": "mmseg", "configs_mmpretrain": "mmpretrain"}
 
 
 def config_id(path: Path) -> str:
@@ -12,7 +13,8 @@ def config_id(path: Path) -> str:
 
 
 def toolbox_of(path: Path) -> str:
-    return TOOLBOX[path.parent.parent.name]
+    (toolbox,) = [TOOLBOX[part] for part in path.relative_to(REPO).parts[:1] if part in TOOLBOX]
+    return toolbox
 
 
 def load(path: Path):

@@ -1,0 +1,347 @@
+"""MMPretrain 1.x adapter: our timm models as MMPretrain classifiers, our backbones in ``mmpretrain.registry.MODELS``.
+
+Configs load it with ``custom_imports=dict(imports=['ssm_plugins.mmpretrain'], allow_failed_imports=False)``. Then
+
+* ``model=dict(type='TimmClassifier', model_name='vim2_t', num_classes=1000, ...)`` is MMPretrain's own wrapper of a
+  timm model (loss, Mixup/CutMix through ``train_cfg.augments``); importing this module registers our models in timm,
+  so every name of ``timm.list_models()`` that ssm_plugins adds works there. Its checkpoints hold the timm model's
+  own keys (TimmClassifier strips its ``model.`` prefix when saving), so the Mask R-CNN / UperNet configs'
+  ``init_cfg=dict(type='Pretrained', checkpoint=...)`` load them as they are (``_TimmBackbone.load_pretrained``).
+* ``ViM2``, ``ViQS``, ``SwinSSM2D``, ``ESSM2D``, ``MyoNet`` (``ssm_plugins.openmmlab``) are registered as backbones
+  too, for ``ImageClassifier`` with an MMPretrain neck/head or for feature extraction.
+* ``optim_wrapper=dict(constructor='TimmNoDecayOptimWrapperConstructor', ...)`` exempts from weight decay exactly the
+  parameters the model's ``no_weight_decay()`` names (position/class tokens, SSM parameters ...), as timm's own
+  training script does, on top of ``paramwise_cfg`` (norms, biases).
+
+It is the only module of the package that imports mmpretrain; ``import ssm_plugins`` never does.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Set
+
+import torch.nn as nn
+from mmengine.optim import DefaultOptimWrapperConstructor
+from mmpretrain.registry import MODELS, OPTIM_WRAPPER_CONSTRUCTORS
+
+from .openmmlab import BACKBONES, ESSM2D, MyoNet, SwinSSM2D, ViM2, ViQS  # also registers our timm models
+
+for _backbone in BACKBONES:
+    MODELS.register_module(module=_backbone)
+
+
+def no_weight_decay_parameters(model: nn.Module) -> Set[nn.Parameter]:
+    """Every parameter that a (sub)module's timm-style ``no_weight_decay()`` names, looked up by exact name (a
+    substring match, as ``paramwise_cfg.custom_keys`` does, would also catch ``blocks.10.*`` for ``blocks.1.*``)."""
+    found = set()
+    for module in model.modules():
+        names = getattr(module, "no_weight_decay", None)
+        if not callable(names):
+            continue
+        for name in names():
+            try:
+                found.add(module.get_parameter(name))
+            except AttributeError:
+                continue  # a name of a parameter the module does not have at this size (e.g. pruned levels)
+    return found
+
+
+@OPTIM_WRAPPER_CONSTRUCTORS.register_module()
+class TimmNoDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
+    """MMEngine's default constructor, plus weight decay 0 for every parameter in the model's ``no_weight_decay()``.
+
+    Needs a non-empty ``paramwise_cfg`` (without it MMEngine puts all parameters in one group and nothing can be
+    exempted); ``paramwise_cfg=dict(norm_decay_mult=0., bias_decay_mult=0.)`` is the DeiT/Swin setting."""
+
+    def __call__(self, model: nn.Module):
+        if not self.paramwise_cfg:
+            raise ValueError("TimmNoDecayOptimWrapperConstructor needs a non-empty optim_wrapper.paramwise_cfg, e.g. "
+                             "dict(norm_decay_mult=0., bias_decay_mult=0.)")
+        return super().__call__(model)
+
+    def add_params(self, params: List[dict], module: nn.Module, prefix: str = "",
+                   is_dcn_module: Optional[int] = None) -> None:
+        super().add_params(params, module, prefix, is_dcn_module)
+        if prefix:  # MMEngine recurses through add_params; exempt once, at the top
+            return
+        exempt = {id(p) for p in no_weight_decay_parameters(module)}
+        for group in params:
+            if any(id(p) in exempt for p in group["params"]):
+                group["weight_decay"] = 0.0
+
+
+__all__ = ["MODELS", "ViM2", "ViQS", "SwinSSM2D", "ESSM2D", "MyoNet", "TimmNoDecayOptimWrapperConstructor",
+           "no_weight_decay_parameters"]
+
+
+# ---- 2-D SSM paper data: CIFAR-100, Tiny-ImageNet, CelebA (datasets, multi-label classifier and metric) --------
+# Readers of the official on-disk layouts (ssm_plugins.data.{cifar,tiny_imagenet,celeba}_digits generate the same
+# layouts offline), MMPretrain base classes and registries; configs: configs_mmpretrain/ssm2d/.
+
+import os  # noqa: E402
+from typing import Dict, Sequence, Tuple  # noqa: E402
+
+import torch  # noqa: E402
+from mmengine.evaluator import BaseMetric  # noqa: E402
+from mmengine.fileio import exists, get_text, join_path, list_dir_or_file  # noqa: E402
+from mmpretrain.datasets import CIFAR100, BaseDataset, MultiLabelDataset  # noqa: E402
+from mmpretrain.models import TimmClassifier  # noqa: E402
+from mmpretrain.registry import DATASETS, METRICS  # noqa: E402
+from mmpretrain.structures import label_to_onehot  # noqa: E402
+
+IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.ppm', '.bmp', '.pgm', '.tif')
+
+
+def _text_lines(path: str, what: str) -> List[str]:
+    if not exists(path):
+        raise FileNotFoundError(f'{what} {path} not found')
+    return get_text(path).splitlines()
+
+
+@DATASETS.register_module()
+class LocalCIFAR100(CIFAR100):
+    """MMPretrain's ``CIFAR100`` reader for a local copy of ``cifar-100-python/{train,test,meta}``.
+
+    ``CIFAR100`` accepts only the official files: it compares their md5 sums with the official ones and, on a
+    mismatch, downloads the archive (or fails with ``download=False``). This subclass reads the same pickles
+    through the same code without the md5 check and never downloads: the official files, a re-pickled or
+    subsetted copy, or ``ssm_plugins.data.cifar_digits``. Class names come from ``meta[b'fine_label_names']``.
+    """
+
+    train_list = [['train', None]]  # md5 None: CIFAR10._check_integrity then only checks that the file exists
+    test_list = [['test', None]]
+    meta = {'filename': 'meta', 'key': 'fine_label_names', 'md5': None}
+    METAINFO = {}  # no built-in class names: _load_meta reads them from the meta file
+
+    def __init__(self, data_root: str = '', split: str = 'train', metainfo: Optional[dict] = None,
+                 download: bool = False, **kwargs):
+        if download:
+            raise ValueError('download must be False: LocalCIFAR100 reads a local copy only (use CIFAR100 to '
+                             'download the official archive)')
+        super().__init__(data_root=data_root, split=split, metainfo=metainfo, download=False, **kwargs)
+
+    def load_data_list(self):
+        root = self.data_prefix['root']
+        for name in ('train', 'test', self.meta['filename']):
+            path = join_path(root, self.base_folder, name)
+            if not exists(path):
+                raise FileNotFoundError(f'CIFAR-100 file {path} not found: data_root must hold '
+                                        f'{self.base_folder}/{{train,test,meta}} (the unpacked official archive)')
+        return super().load_data_list()
+
+
+@DATASETS.register_module()
+class TinyImageNet(BaseDataset):
+    """Tiny-ImageNet-200 in its official layout (``wnids.txt``, ``train/<wnid>/images/*.JPEG``,
+    ``val/images/*.JPEG`` + ``val/val_annotations.txt``).
+
+    The official ``val/`` folder is flat (not one folder per class), so the labels of ``split='val'`` come from
+    ``val_annotations.txt`` ("<file>\\t<wnid>\\t<box>"). Label ``i`` is the ``i``-th wnid in sorted order, as
+    ImageFolder (torchvision, timm) numbers the training folders; class names are the wnids.
+    """
+
+    SPLITS = ('train', 'val')
+
+    def __init__(self, data_root: str = '', split: str = 'train', **kwargs):
+        if split not in self.SPLITS:
+            raise ValueError(f'split must be one of {self.SPLITS} (the official test set has no labels), '
+                             f'got {split!r}')
+        if not data_root:
+            raise ValueError('data_root must be the tiny-imagenet-200 folder (holding wnids.txt, train/, val/)')
+        self.split = split
+        super().__init__(ann_file='', data_root=data_root, **kwargs)
+
+    def _wnids(self) -> List[str]:
+        path = join_path(self.data_root, 'wnids.txt')
+        wnids = [line.strip() for line in _text_lines(path, 'Tiny-ImageNet class list') if line.strip()]
+        if not wnids or len(set(wnids)) != len(wnids) or any(len(w.split()) != 1 for w in wnids):
+            raise ValueError(f'{path} must list distinct class ids (wnids), one per line')
+        return sorted(wnids)
+
+    def load_data_list(self) -> List[dict]:
+        wnids = self._wnids()
+        self._metainfo.setdefault('classes', tuple(wnids))
+        if len(self.CLASSES) != len(wnids):
+            raise ValueError(f'metainfo.classes has {len(self.CLASSES)} names but wnids.txt lists {len(wnids)} '
+                             f'classes in {self.data_root}')
+        label_of = {wnid: label for label, wnid in enumerate(wnids)}
+        data_list = []
+        if self.split == 'train':
+            for wnid in wnids:
+                folder = join_path(self.data_root, 'train', wnid, 'images')
+                if not exists(folder):
+                    raise FileNotFoundError(f'Tiny-ImageNet training folder {folder} not found (wnids.txt lists '
+                                            f'{wnid})')
+                for name in sorted(list_dir_or_file(folder, list_dir=False, suffix=IMAGE_EXTENSIONS,
+                                                    case_sensitive=False)):
+                    data_list.append({'img_path': join_path(folder, name), 'gt_label': label_of[wnid]})
+            return data_list
+        path = join_path(self.data_root, 'val', 'val_annotations.txt')
+        for number, line in enumerate(_text_lines(path, 'Tiny-ImageNet validation annotations'), 1):
+            if not line.strip():
+                continue
+            fields = line.split('\t')
+            if len(fields) != 6 or fields[1] not in label_of:
+                raise ValueError(f'{path} line {number}: expected "<file>\\t<wnid of wnids.txt>\\t<x0>\\t<y0>\\t<x1>'
+                                 f'\\t<y1>", got {line!r}')
+            data_list.append({'img_path': join_path(self.data_root, 'val', 'images', fields[0]),
+                              'gt_label': label_of[fields[1]]})
+        return data_list
+
+
+CELEBA_ATTRIBUTES = (
+    '5_o_Clock_Shadow', 'Arched_Eyebrows', 'Attractive', 'Bags_Under_Eyes', 'Bald', 'Bangs', 'Big_Lips', 'Big_Nose',
+    'Black_Hair', 'Blond_Hair', 'Blurry', 'Brown_Hair', 'Bushy_Eyebrows', 'Chubby', 'Double_Chin', 'Eyeglasses',
+    'Goatee', 'Gray_Hair', 'Heavy_Makeup', 'High_Cheekbones', 'Male', 'Mouth_Slightly_Open', 'Mustache',
+    'Narrow_Eyes', 'No_Beard', 'Oval_Face', 'Pale_Skin', 'Pointy_Nose', 'Receding_Hairline', 'Rosy_Cheeks',
+    'Sideburns', 'Smiling', 'Straight_Hair', 'Wavy_Hair', 'Wearing_Earrings', 'Wearing_Hat', 'Wearing_Lipstick',
+    'Wearing_Necklace', 'Wearing_Necktie', 'Young')
+
+
+def read_celeba_attributes(path: str) -> Tuple[Tuple[str, ...], Dict[str, List[int]]]:
+    """(attribute names, {file: [values of 1 / -1]}) of a ``list_attr_celeba.txt``: the image count, the names,
+    then "<file> <values>" per image. Raises ValueError naming the file and line when it is malformed."""
+    lines = [line for line in _text_lines(path, 'CelebA attribute file') if line.strip()]
+    if len(lines) < 2 or not lines[0].strip().isdigit():
+        raise ValueError(f'{path} line 1: expected the number of images, then a line of attribute names')
+    names = tuple(lines[1].split())
+    rows: Dict[str, List[int]] = {}
+    for number, line in enumerate(lines[2:], 3):
+        fields = line.split()
+        if len(fields) != 1 + len(names) or any(v not in ('1', '-1') for v in fields[1:]):
+            raise ValueError(f'{path} line {number}: expected "<file>" and {len(names)} values of 1 or -1, '
+                             f'got {line!r}')
+        rows[fields[0]] = [int(v) for v in fields[1:]]
+    if int(lines[0]) != len(rows):
+        raise ValueError(f'{path} line 1: says {int(lines[0])} images, the file lists {len(rows)}')
+    return names, rows
+
+
+def read_celeba_partition(path: str) -> Dict[str, int]:
+    """{file: 0 (train) | 1 (val) | 2 (test)} of a ``list_eval_partition.txt``."""
+    partition = {}
+    for number, line in enumerate(_text_lines(path, 'CelebA partition file'), 1):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != 2 or fields[1] not in ('0', '1', '2'):
+            raise ValueError(f'{path} line {number}: expected "<file> <0|1|2>", got {line!r}')
+        partition[fields[0]] = int(fields[1])
+    return partition
+
+
+@DATASETS.register_module()
+class CelebA(MultiLabelDataset):
+    """CelebA's 40 binary attributes as a multi-label set, in the official layout under ``data_root``:
+    ``img_align_celeba/`` (images), ``list_attr_celeba.txt`` (attributes, 1 / -1) and ``list_eval_partition.txt``
+    (0 train, 1 val, 2 test). ``gt_label`` lists the attributes that are 1."""
+
+    METAINFO = {'classes': CELEBA_ATTRIBUTES}
+    SPLITS = {'train': 0, 'val': 1, 'test': 2}
+
+    def __init__(self, data_root: str = '', split: str = 'train', attr_file: str = 'list_attr_celeba.txt',
+                 partition_file: str = 'list_eval_partition.txt', data_prefix: str = 'img_align_celeba', **kwargs):
+        if split not in self.SPLITS:
+            raise ValueError(f'split must be one of {tuple(self.SPLITS)}, got {split!r}')
+        self.split = split
+        self.partition_file = partition_file
+        super().__init__(ann_file=attr_file, data_root=data_root, data_prefix=data_prefix, **kwargs)
+
+    def load_data_list(self) -> List[dict]:
+        names, rows = read_celeba_attributes(self.ann_file)
+        if names != tuple(self.CLASSES):
+            raise ValueError(f'{self.ann_file} line 2 names the attributes {names}; expected {tuple(self.CLASSES)} '
+                             f'(metainfo.classes)')
+        partition_path = self.partition_file
+        if self.data_root and not os.path.isabs(partition_path):
+            partition_path = join_path(self.data_root, partition_path)
+        partition = read_celeba_partition(partition_path)
+        missing = [name for name in rows if name not in partition]
+        if missing:
+            raise ValueError(f'{partition_path} has no partition for {len(missing)} images of {self.ann_file}, '
+                             f'e.g. {missing[0]!r}')
+        wanted = self.SPLITS[self.split]
+        return [{'img_path': join_path(self.data_prefix['img_path'], name),
+                 'gt_label': [i for i, v in enumerate(values) if v == 1]}
+                for name, values in rows.items() if partition[name] == wanted]
+
+
+@MODELS.register_module()
+class TimmMultiLabelClassifier(TimmClassifier):
+    """MMPretrain's ``TimmClassifier`` for multi-label targets: a sigmoid per label instead of a softmax.
+
+    Trains on the multi-hot ``gt_score`` that ``ClsDataPreprocessor(to_onehot=True)`` makes from ``gt_label``
+    (Mixup/CutMix mix those multi-hot vectors); the default loss is BCE with logits. Predictions: ``pred_score`` =
+    sigmoid(logits), ``pred_label`` = the labels with score >= ``thr``."""
+
+    def __init__(self, *args, loss=dict(type='CrossEntropyLoss', use_sigmoid=True, loss_weight=1.0),
+                 thr: float = 0.5, data_preprocessor: Optional[dict] = None, **kwargs):
+        if not 0.0 < thr < 1.0:
+            raise ValueError(f'thr must be in (0, 1), got {thr}')
+        data_preprocessor = dict(data_preprocessor or {})
+        if 'num_classes' in kwargs:
+            data_preprocessor.setdefault('num_classes', kwargs['num_classes'])
+        data_preprocessor['to_onehot'] = True
+        super().__init__(*args, loss=loss, data_preprocessor=data_preprocessor, **kwargs)
+        self.thr = thr
+
+    def _get_loss(self, cls_score, data_samples, **kwargs):
+        if 'gt_score' not in data_samples[0]:
+            raise ValueError('TimmMultiLabelClassifier needs multi-hot gt_score targets: the data preprocessor must '
+                             'have to_onehot=True and num_classes')
+        return super()._get_loss(cls_score, data_samples, **kwargs)
+
+    def _get_predictions(self, cls_score, data_samples=None):
+        scores = torch.sigmoid(cls_score)
+        if data_samples is None:
+            from mmpretrain.structures import DataSample
+            data_samples = [DataSample() for _ in range(len(scores))]
+        for data_sample, score in zip(data_samples, scores):
+            data_sample.set_pred_score(score).set_pred_label(torch.where(score >= self.thr)[0])
+        return data_samples
+
+
+@METRICS.register_module()
+class MultiLabelAccuracy(BaseMetric):
+    """Accuracy of each label's binary decision (score >= ``thr``), averaged over the labels: CelebA's "mean
+    accuracy over the 40 attributes". MMPretrain's ``MultiLabelMetric`` gives precision / recall / F1 and
+    ``AveragePrecision`` mAP, neither this.
+
+    Keys: ``multi-label/mean_accuracy`` (percent) and, with ``classwise=True``, ``multi-label/accuracy_classwise``
+    (percent per label)."""
+
+    default_prefix = 'multi-label'
+
+    def __init__(self, thr: float = 0.5, classwise: bool = False, collect_device: str = 'cpu',
+                 prefix: Optional[str] = None):
+        super().__init__(collect_device=collect_device, prefix=prefix)
+        self.thr = thr
+        self.classwise = classwise
+
+    def process(self, data_batch, data_samples: Sequence[dict]):
+        for data_sample in data_samples:
+            score = data_sample['pred_score'].detach().cpu()
+            if 'gt_score' in data_sample:
+                target = data_sample['gt_score'].detach().cpu()
+            else:
+                target = label_to_onehot(data_sample['gt_label'], score.numel())
+            self.results.append(((score >= self.thr), target >= 0.5))
+
+    def compute_metrics(self, results: List) -> dict:
+        return self.calculate(torch.stack([p for p, _ in results]), torch.stack([t for _, t in results]),
+                              classwise=self.classwise)
+
+    @staticmethod
+    def calculate(pred: torch.Tensor, target: torch.Tensor, classwise: bool = False) -> dict:
+        """``pred``, ``target``: (N, labels) booleans."""
+        if pred.shape != target.shape or pred.dim() != 2:
+            raise ValueError(f'pred and target must both be (N, labels), got {tuple(pred.shape)} and '
+                             f'{tuple(target.shape)}')
+        per_label = (pred == target).float().mean(dim=0) * 100
+        metrics = {'mean_accuracy': float(per_label.mean())}
+        if classwise:
+            metrics['accuracy_classwise'] = per_label.tolist()
+        return metrics
+
+
+__all__ += ["LocalCIFAR100", "TinyImageNet", "CelebA", "CELEBA_ATTRIBUTES", "read_celeba_attributes",
+            "read_celeba_partition", "TimmMultiLabelClassifier", "MultiLabelAccuracy"]

@@ -1,0 +1,181 @@
+"""configs_mmpretrain and the MMPretrain adapter: every config builds and references nothing to download; the
+no-weight-decay constructor exempts exactly the model's no_weight_decay() parameters; and the papers' chain runs
+end to end through the real command lines: ``mim train mmpretrain`` -> its checkpoint -> ``mim train mmdet`` (Mask
+R-CNN) and ``mim train mmseg`` (UperNet) loading it through ``init_cfg=dict(type='Pretrained', ...)``."""
+import functools
+import re
+
+import pytest
+import torch
+
+from _openmmlab import MMPRETRAIN_CONFIGS, REPO, config_id, load
+from ssm_plugins.data.openmmlab_tiny import (logged_runs, mim, mmdet_tiny_options, mmpretrain_tiny_options,
+                                             mmseg_tiny_options)
+
+pytest.importorskip("mmpretrain")
+pytest.importorskip("mmdet")
+pytest.importorskip("mmseg")
+
+
+def _strings(node, path=""):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _strings(value, f"{path}.{key}")
+    elif isinstance(node, (list, tuple)):
+        for index, value in enumerate(node):
+            yield from _strings(value, f"{path}.{index}")
+    elif isinstance(node, str):
+        yield path, node
+
+
+def test_there_are_configs():
+    assert len(MMPRETRAIN_CONFIGS) >= 1
+
+
+@functools.lru_cache(maxsize=4)
+def _built(model_cfg: str):
+    """A model from its config (repr as the cache key: configs that differ only in data/schedule share a build)."""
+    from mmengine.config import ConfigDict
+    from mmpretrain.registry import MODELS
+
+    return MODELS.build(ConfigDict(eval(model_cfg)))  # noqa: S307 (our own repr of a config dict)
+
+
+@pytest.mark.parametrize("path", MMPRETRAIN_CONFIGS, ids=config_id)
+def test_config_builds_offline(path):
+    """Parses with its _base_ chain, imports only our adapter, references no URL, and its model, optimiser
+    (through the configured constructor) and every pipeline step build."""
+    from mmengine.optim import build_optim_wrapper
+    from mmengine.registry import init_default_scope
+    from mmpretrain.registry import TRANSFORMS
+
+    cfg = load(path)
+    urls = [(key, value) for key, value in _strings(cfg.to_dict()) if "://" in value]
+    assert urls == [], f"downloadable references left in {path.name}: {urls}"
+    assert cfg.custom_imports == dict(imports=["ssm_plugins.mmpretrain"], allow_failed_imports=False)
+    init_default_scope(cfg.default_scope)
+    assert cfg.default_scope == "mmpretrain"
+    for loader in ("train_dataloader", "val_dataloader", "test_dataloader"):
+        for step in cfg[loader].dataset.get("pipeline", []):
+            TRANSFORMS.build(step)
+    model = _built(repr(cfg.model.to_dict()))
+    optim = build_optim_wrapper(model, cfg.optim_wrapper)
+    assert sum(p.numel() for g in optim.optimizer.param_groups for p in g["params"]) == \
+        sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def _small_vim2_classifier():
+    from mmpretrain.registry import MODELS
+    import ssm_plugins.mmpretrain  # noqa: F401
+
+    # 12 blocks: names blocks.1.* and blocks.10.* both exist (a substring match would confuse them)
+    return MODELS.build(dict(type="TimmClassifier", model_name="vim2_t", num_classes=10, img_size=32, embed_dim=32,
+                             depth=12, n_interactions=2, spm_inplanes=16))
+
+
+def test_no_decay_constructor_exempts_exactly_no_weight_decay_parameters():
+    from mmengine.optim import build_optim_wrapper
+
+    model = _small_vim2_classifier()
+    optim = build_optim_wrapper(model, dict(
+        constructor="TimmNoDecayOptimWrapperConstructor", optimizer=dict(type="AdamW", lr=1e-3, weight_decay=0.05),
+        paramwise_cfg=dict(norm_decay_mult=0.0, bias_decay_mult=0.0)))
+    decay = {id(p): g["weight_decay"] for g in optim.optimizer.param_groups for p in g["params"]}
+    names = {id(p): n for n, p in model.named_parameters()}
+    no_decay = {f"model.{n}" for n in model.model.no_weight_decay()}
+    assert no_decay and "model.pos_embed" in no_decay
+    assert any(n.endswith("A_log") for n in no_decay)
+    for pid, name in names.items():
+        is_norm_or_bias = name.endswith(".bias") or re.search(r"norm\d*\.weight$", name)
+        if name in no_decay or is_norm_or_bias:
+            assert decay[pid] == 0.0, name
+        else:
+            assert decay[pid] == 0.05, name
+    assert decay[id(model.model.blocks[10].token_mixer.in_proj.weight)] == 0.05  # a plain weight keeps its decay
+
+
+def test_no_decay_constructor_needs_paramwise_cfg():
+    from mmengine.optim import build_optim_wrapper
+
+    with pytest.raises(ValueError, match="paramwise_cfg"):
+        build_optim_wrapper(_small_vim2_classifier(), dict(
+            constructor="TimmNoDecayOptimWrapperConstructor", optimizer=dict(type="AdamW", lr=1e-3)))
+
+
+def test_adapter_registers_the_backbones():
+    from mmpretrain.registry import MODELS
+    import ssm_plugins.mmpretrain  # noqa: F401
+
+    for name in ("ViM2", "ViQS", "SwinSSM2D", "ESSM2D", "MyoNet"):
+        assert MODELS.get(name) is not None, name
+
+
+# ---- the chain: classify -> checkpoint -> detect and segment ---------------------------------------------------------
+
+VIM2_CLS = REPO / "configs_mmpretrain" / "vim2" / "vim2-t_8xb128_in1k.py"
+VIM2_DET = REPO / "configs_mmdet" / "vim2" / "mask-rcnn_vim2-t_fpn_1x_coco.py"
+VIM2_SEG = REPO / "configs_mmseg" / "vim2" / "upernet_vim2-t_4xb4-160k_ade20k-512x512.py"
+# a narrow, shallow ViM2-T (same classes and code paths): the chain runs in about a minute on 2 cores
+SMALL = dict(embed_dim=64, depth=4, n_interactions=2, spm_inplanes=16)
+
+
+def _ok(done):
+    assert done.returncode == 0, (done.stdout[-4000:], done.stderr[-4000:])
+    return done
+
+
+@pytest.fixture(scope="module")
+def classifier_checkpoint(tmp_path_factory):
+    from ssm_plugins.data.imagenet_digits import imagenet_digits
+
+    work_dir = tmp_path_factory.mktemp("mmpretrain_run")
+    options = mmpretrain_tiny_options(imagenet_digits(), epochs=1, images=32, val_images=16, image_size=64)
+    _ok(mim("train", "mmpretrain", VIM2_CLS, work_dir, options + [f"model.{k}={v}" for k, v in SMALL.items()]))
+    (records,) = logged_runs(work_dir)
+    (val,) = [r for r in records if "accuracy/top1" in r]
+    assert 0.0 <= val["accuracy/top1"] <= 100.0
+    checkpoint = work_dir / "epoch_1.pth"
+    assert checkpoint.exists()
+    return checkpoint
+
+
+def _backbone_small(prefix):
+    return [f"{prefix}.{k}={v}" for k, v in SMALL.items()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("toolbox", ["mmdet", "mmseg"])
+def test_classification_checkpoint_initialises_detector_and_segmentor(toolbox, classifier_checkpoint, tmp_path):
+    """The checkpoint `mim train mmpretrain` wrote loads as is through the dense configs' init_cfg: the log names
+    it, no backbone key is missing, and with lr 0 the detector's/segmentor's backbone keeps the classifier's weights
+    (except the token-grid weights, which are resampled to the detection/segmentation size)."""
+    from ssm_plugins.data.ade_digits import ade_digits
+    from ssm_plugins.data.coco_digits import coco_digits
+
+    if toolbox == "mmdet":
+        config, checkpoint_name = VIM2_DET, "epoch_1.pth"
+        options = mmdet_tiny_options(coco_digits(), epochs=1, images=4, val_images=4, lr=0.0,
+                                     pretrained=classifier_checkpoint) + ["model.neck.in_channels=[64,64,64,64]"]
+    else:
+        config, checkpoint_name = VIM2_SEG, "iter_2.pth"
+        options = mmseg_tiny_options(ade_digits(), iters=2, val_images=4, lr=0.0, pretrained=classifier_checkpoint) + [
+            "model.decode_head.in_channels=[64,64,64,64]", "model.auxiliary_head.in_channels=64"]
+    done = _ok(mim("train", toolbox, config, tmp_path, options + _backbone_small("model.backbone")))
+    log = done.stdout + done.stderr
+    assert f"ViM2: loaded {classifier_checkpoint}" in log
+    assert "ViM2: missing keys" not in log and "ViM2: unexpected keys" not in log
+    assert "unused by the backbone" in log and "head.weight" in log  # the classifier head is set aside, and said so
+
+    classifier = torch.load(classifier_checkpoint, map_location="cpu", weights_only=False)["state_dict"]
+    dense = torch.load(tmp_path / checkpoint_name, map_location="cpu", weights_only=False)["state_dict"]
+    same = resampled = 0
+    for key, value in classifier.items():
+        ours = dense.get(f"backbone.model.{key}")
+        if ours is None or not value.is_floating_point() or "running_" in key:
+            continue
+        if ours.shape != value.shape:
+            resampled += 1
+        else:
+            assert torch.equal(ours, value), key
+            same += 1
+    assert same > 50 and resampled >= 1, (same, resampled)

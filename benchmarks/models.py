@@ -25,7 +25,7 @@ import torch
 import ssm_plugins  # noqa: F401  (registers the models)
 
 from . import models_essm, models_myo, models_ssm2d, models_vim2
-from ._common import gflops, table
+from ._common import add_write_readme, gflops, readme_section, table
 
 VIM2_PAPER = {name: (params, gflops) for name, params, gflops in models_vim2.PAPER}
 SSM2D_PAPER = {name: (kwargs, real) for name, kwargs, _, real, _ in models_ssm2d.PAPER}
@@ -82,9 +82,11 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--filter', default='', help='regex on the model name')
     parser.add_argument('--no-flops', action='store_true', help='parameters only')
+    add_write_readme(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    print(table(HEADERS, list(rows(args.filter, not args.no_flops))))
+    with readme_section('benchmarks.models', args.write_readme, argv):
+        print(table(HEADERS, list(rows(args.filter, not args.no_flops))))
 
 
 if __name__ == '__main__':

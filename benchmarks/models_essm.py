@@ -26,7 +26,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import ssm_plugins  # noqa: F401  (registers the models)
 from ssm_plugins.layers.essm import ESSM, essm_layer_param_count
 
-from ._common import seconds, table
+from ._common import add_write_readme, readme_section, seconds, table
 
 
 def gflops(model: torch.nn.Module, x: torch.Tensor) -> tuple[float, float]:
@@ -155,14 +155,16 @@ def backbone_table(quick: bool) -> str:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--quick', action='store_true', help='counts only, no timings')
+    add_write_readme(parser)
     args = parser.parse_args(argv)
-    print(f'torch {torch.__version__}, {torch.get_num_threads()} threads, CPU\n')
-    print('1. Parameter counts the paper prints (§4.3)\n')
-    print(paper_count_table())
-    print('\n2. Registered eSSM sequence models (one sample; the paper prints no params/FLOPs for them)\n')
-    print(models_table(args.quick))
-    print('\n3. 2-D backbone (extension) and timm peers at 224 px\n')
-    print(backbone_table(args.quick))
+    with readme_section('benchmarks.models_essm', args.write_readme, argv):
+        print(f'torch {torch.__version__}, {torch.get_num_threads()} threads, CPU\n')
+        print('1. Parameter counts the paper prints (§4.3)\n')
+        print(paper_count_table())
+        print('\n2. Registered eSSM sequence models (one sample; the paper prints no params/FLOPs for them)\n')
+        print(models_table(args.quick))
+        print('\n3. 2-D backbone (extension) and timm peers at 224 px\n')
+        print(backbone_table(args.quick))
 
 
 if __name__ == '__main__':

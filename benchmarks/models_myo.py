@@ -70,4 +70,11 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    import argparse
+
+    from ._common import add_write_readme, readme_section
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_write_readme(parser)
+    with readme_section("benchmarks.models_myo", parser.parse_args().write_readme):
+        main()

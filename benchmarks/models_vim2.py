@@ -145,6 +145,13 @@ def main(with_breakdown: bool = True) -> None:
 
 
 if __name__ == "__main__":
-    import sys
+    import argparse
 
-    main(with_breakdown="--no-breakdown" not in sys.argv)
+    from ._common import add_write_readme, readme_section
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-breakdown", action="store_true", help="leave out the per-component table")
+    add_write_readme(parser)
+    args = parser.parse_args()
+    with readme_section("benchmarks.models_vim2", args.write_readme):
+        main(with_breakdown=not args.no_breakdown)

@@ -62,4 +62,11 @@ def main() -> str:
 
 
 if __name__ == "__main__":
-    main()
+    import argparse
+
+    from ._common import add_write_readme, readme_section
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_write_readme(parser)
+    with readme_section("benchmarks.params_mm", parser.parse_args().write_readme):
+        main()

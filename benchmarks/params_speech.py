@@ -14,7 +14,7 @@ import glob
 import os
 import tempfile
 
-from ._common import table
+from ._common import add_write_readme, readme_section, table
 
 HPARAMS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                            "recipes_speech", "WSJ0Mix", "separation", "hparams")
@@ -34,6 +34,7 @@ def recipe_params(hparams_file: str) -> dict:
 def main(argv=None) -> list:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hparams", nargs="*", default=sorted(glob.glob(os.path.join(HPARAMS_DIR, "*.yaml"))))
+    add_write_readme(parser)
     args = parser.parse_args(argv)
     rows = []
     for path in args.hparams:
@@ -46,7 +47,8 @@ def main(argv=None) -> list:
                      "vs_paper_%": round(100 * (total / paper[0] - 1), 1) if paper else None,
                      "paper_si_snri_dB": paper[1] if paper else None, "paper_sdri_dB": paper[2] if paper else None})
     headers = list(rows[0])
-    print(table(headers, [[("-" if r[h] is None else r[h]) for h in headers] for r in rows]))
+    with readme_section("benchmarks.params_speech", args.write_readme, argv):
+        print(table(headers, [[("-" if r[h] is None else r[h]) for h in headers] for r in rows]))
     return rows
 
 

@@ -14,7 +14,7 @@ import torch
 import ssm_plugins  # noqa: F401  (registers our models when timm is imported)
 import timm
 
-from benchmarks._common import seconds, table
+from benchmarks._common import add_write_readme, readme_section, seconds, table
 
 OURS = ("vim2_t", "viqs_t", "vim2_s", "deit_tiny_patch16_224_ssm2d", "deit_small_patch16_224_ssm2d",
         "swin_tiny_patch4_window7_224_ssm2d", "essm_2d_tiny", "myonet_tiny")
@@ -33,6 +33,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
+    add_write_readme(parser)
     args = parser.parse_args(argv)
     registered = set(timm.list_models())
     speed = {n: images_per_second(n, args.batch, args.repeat) for n in PEERS + OURS if n in registered}
@@ -42,8 +43,10 @@ def main(argv=None):
             rows.append((name, "ours" if name in OURS else "timm", "not registered yet", "-"))
             continue
         rows.append((name, "ours" if name in OURS else "timm", speed[name], speed[name] / speed[REFERENCE]))
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}, 224x224, eval, no_grad")
-    print(table(["model", "from", "images/s", f"vs {REFERENCE}"], rows))
+    with readme_section("benchmarks.throughput", args.write_readme, argv):
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}, 224x224, eval, "
+              "no_grad")
+        print(table(["model", "from", "images/s", f"vs {REFERENCE}"], rows))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@
                            with mix = causal S6 ('s6'), forward+backward S6 ('s6_bi') or scalar-A QS ('qs').
     SelectiveChannelMixer  §2.2: QS along the channel axis (channels are the sequence, tokens the features),
                            gated per token by SiLU(u W_2ᵀ).
+    ForwardBackwardChannelMixer  the naive alternative (Table 4 "w/ f+b"): two Mamba-style S6 blocks along the
+                           channels, one per direction, summed.
     MambaMixerBlock        §2.3: pre-norm residual token mixer then channel mixer, DropPath on both branches.
     QSMixerBlock           §2.4: the same with the QS token mixer (scalar A per head).
 
@@ -23,9 +25,9 @@ import torch.nn.functional as F
 
 from .. import ops
 
-__all__ = ["SelectiveTokenMixer", "SelectiveChannelMixer", "MambaMixerBlock", "QSMixerBlock", "SwitchOfScans",
-           "scan_orders", "gather_tokens", "SCAN_NAMES", "SpatialPriorModule", "MultiResolutionConvGate",
-           "ConvTokenInteraction"]
+__all__ = ["SelectiveTokenMixer", "SelectiveChannelMixer", "ForwardBackwardChannelMixer", "MambaMixerBlock",
+           "QSMixerBlock", "SwitchOfScans", "scan_orders", "gather_tokens", "SCAN_NAMES", "SCAN_SETS", "resolve_scans",
+           "SpatialPriorModule", "MultiResolutionConvGate", "ConvTokenInteraction"]
 
 _TOKEN_MIXERS = ("s6", "s6_bi", "qs")
 _SELECTION_INPUTS = ("block_input", "conv_output")
@@ -239,6 +241,28 @@ class SelectiveTokenMixer(nn.Module):
         return self.out_proj(self.mix(xbar, sel) * F.silu(gate))
 
 
+def _resample_token_axis(weight, token_grid, num_prefix_tokens, grid_size):
+    """A (out, num_prefix_tokens + h0*w0) token-axis weight for a (h, w) grid (spec A9 'resample'): prefix columns
+    kept, the h0*w0 columns resized bilinearly as maps and scaled by h0*w0/(h*w); unchanged at (h0, w0)."""
+    h0, w0 = token_grid
+    if tuple(grid_size) == (h0, w0):
+        return weight
+    prefix, maps = weight[:, :num_prefix_tokens], weight[:, num_prefix_tokens:]
+    maps = F.interpolate(maps.reshape(1, -1, h0, w0), size=tuple(grid_size), mode="bilinear", align_corners=False)
+    maps = maps.reshape(weight.shape[0], -1) * (h0 * w0 / (grid_size[0] * grid_size[1]))
+    return torch.cat([prefix, maps], dim=1)
+
+
+def _check_token_grid(token_grid, num_prefix_tokens, num_tokens):
+    if token_grid is None:
+        return None
+    token_grid = tuple(int(v) for v in token_grid)
+    if len(token_grid) != 2 or num_prefix_tokens + token_grid[0] * token_grid[1] != num_tokens:
+        raise ValueError(f"token_grid {token_grid} must be (h0, w0) with num_prefix_tokens + h0*w0 = "
+                         f"num_tokens = {num_tokens}")
+    return token_grid
+
+
 class SelectiveChannelMixer(nn.Module):
     """Selective Channel Mixer (§2.2): non-causal QS along the channel axis of a normalised (batch, L, dim) input.
 
@@ -269,11 +293,8 @@ class SelectiveChannelMixer(nn.Module):
     def __init__(self, dim: int, num_tokens: int, d_state: int = 16, channel_qs_param: str = "scalar",
                  qs_shift: str = "exact", token_grid=None, num_prefix_tokens: int = 0):
         super().__init__()
+        token_grid = _check_token_grid(token_grid, num_prefix_tokens, num_tokens)
         if token_grid is not None:
-            token_grid = tuple(int(v) for v in token_grid)
-            if len(token_grid) != 2 or num_prefix_tokens + token_grid[0] * token_grid[1] != num_tokens:
-                raise ValueError(f"token_grid {token_grid} must be (h0, w0) with num_prefix_tokens + h0*w0 = "
-                                 f"num_tokens = {num_tokens}")
             if channel_qs_param != "scalar":
                 raise ValueError("token_grid (weight resampling) needs channel_qs_param='scalar'")
         self.token_grid, self.num_prefix_tokens = token_grid, int(num_prefix_tokens)
@@ -299,14 +320,7 @@ class SelectiveChannelMixer(nn.Module):
 
     def _resampled(self, weight, grid_size):
         """Token-axis weight (out, num_tokens) for a (h, w) token grid (spec A9 'resample')."""
-        h0, w0 = self.token_grid
-        if tuple(grid_size) == (h0, w0):
-            return weight
-        prefix, maps = weight[:, :self.num_prefix_tokens], weight[:, self.num_prefix_tokens:]
-        maps = F.interpolate(maps.reshape(1, -1, h0, w0), size=tuple(grid_size), mode="bilinear",
-                             align_corners=False)
-        maps = maps.reshape(weight.shape[0], -1) * (h0 * w0 / (grid_size[0] * grid_size[1]))
-        return torch.cat([prefix, maps], dim=1)
+        return _resample_token_axis(weight, self.token_grid, self.num_prefix_tokens, grid_size)
 
     def forward(self, u, grid_size=None):
         """u: normalised input (batch, L, dim) -> (batch, L, dim); L = num_tokens, or num_prefix_tokens + h*w
@@ -339,6 +353,82 @@ class SelectiveChannelMixer(nn.Module):
                            self.gamma.expand(self.num_tokens, self.dim), dt_bias=self.fwd.dt_bias,
                            dt_bias_rev=self.bwd.dt_bias, dt_softplus=True, qs_shift=self.qs_shift)
         return y * F.silu(self.gate_proj(u))
+
+
+class _ChannelS6Direction(_QSDirection):
+    """One direction of the naive f+b channel mixer: a Mamba-style block along the channel axis of (batch, L, dim).
+
+        v = SiLU(CausalConv_k(W_in u))        W_in (dim x dim) per token; one k-tap kernel along the channels,
+                                              shared by all tokens [D] (a kernel per token would tie the layer to
+                                              the training token count)
+        y = S6(v; Δ, a, B, C, D) along the channels (scalar A and one head over the L token features, the
+            selection from u as in the QS mixer: the same x_proj, dt_bias, A_log)
+        out = y ⊙ SiLU(u W_2ᵀ)
+    """
+
+    def __init__(self, dim, num_tokens, d_state, d_conv):
+        super().__init__(num_tokens, 1, d_state)
+        self.in_proj = nn.Linear(dim, dim, bias=False)
+        self.conv = nn.Conv1d(1, 1, d_conv, bias=True)
+        self.D = nn.Parameter(torch.ones(1))
+        self.gate_proj = nn.Linear(dim, dim, bias=False)
+
+    def forward(self, u, x_proj_weight):
+        batch, length, dim = u.shape
+        v = self.in_proj(u).reshape(batch * length, 1, dim)
+        v = F.silu(F.conv1d(F.pad(v, (self.conv.kernel_size[0] - 1, 0)), self.conv.weight, self.conv.bias))
+        dt, B, C = F.linear(u.transpose(1, 2), x_proj_weight).split([1, self.d_state, self.d_state], dim=-1)
+        # selective_scan's layout: features = the L tokens, sequence = the dim channels
+        y = ops.selective_scan(v.reshape(batch, length, dim), dt.transpose(1, 2).expand(batch, length, dim),
+                               (-torch.exp(self.A_log)).expand(length, self.d_state), B.transpose(1, 2),
+                               C.transpose(1, 2), self.D.expand(length), delta_bias=self.dt_bias.expand(length),
+                               delta_softplus=True)
+        return y * F.silu(self.gate_proj(u))
+
+
+class ForwardBackwardChannelMixer(nn.Module):
+    """The naive non-causal selective channel mixer of Table 4's "w/ f+b" rows (P2 §2.1, F.9): two separate
+    Mamba-style blocks along the channel axis, one on the channels in order and one on them reversed, summed.
+
+    Each direction has its own input projection, convolution, S6 selection (Δ, B, C from the block input, scalar A,
+    D skip) and gate (``_ChannelS6Direction``); the QS mixer (SelectiveChannelMixer) shares one gate and needs no
+    projection or convolution, which is the parameter saving the paper claims for it. Same interface as
+    SelectiveChannelMixer: (batch, L, dim) -> (batch, L, dim), with ``token_grid``/``num_prefix_tokens`` for
+    other grids (the token-axis x_proj weights are resampled the same way).
+
+    Args: dim; num_tokens: L0; d_state: N [16]; d_conv: taps of the causal conv along the channels [D: 4, Mamba];
+    token_grid, num_prefix_tokens: as SelectiveChannelMixer.
+    """
+
+    no_weight_decay_names = ("fwd.A_log", "fwd.dt_bias", "fwd.D", "bwd.A_log", "bwd.dt_bias", "bwd.D")
+
+    def __init__(self, dim: int, num_tokens: int, d_state: int = 16, d_conv: int = 4, token_grid=None,
+                 num_prefix_tokens: int = 0):
+        super().__init__()
+        for name, value in (("dim", dim), ("num_tokens", num_tokens), ("d_state", d_state), ("d_conv", d_conv)):
+            _positive_int(name, value)
+        self.token_grid = _check_token_grid(token_grid, num_prefix_tokens, num_tokens)
+        self.num_prefix_tokens = int(num_prefix_tokens)
+        self.dim, self.num_tokens, self.d_state = dim, num_tokens, d_state
+        self.fwd = _ChannelS6Direction(dim, num_tokens, d_state, d_conv)
+        self.bwd = _ChannelS6Direction(dim, num_tokens, d_state, d_conv)
+
+    def extra_repr(self):
+        return f"dim={self.dim}, num_tokens={self.num_tokens}, d_state={self.d_state}"
+
+    def forward(self, u, grid_size=None):
+        """u: normalised input (batch, L, dim) -> (batch, L, dim); ``grid_size`` as SelectiveChannelMixer."""
+        if grid_size is not None and self.token_grid is None:
+            raise ValueError("grid_size needs a layer built with token_grid")
+        if grid_size is None:
+            _check_input("u", u, self.dim, self.num_tokens, " = num_tokens (the selection weights act on the token axis)")
+            weights = self.fwd.x_proj.weight, self.bwd.x_proj.weight
+        else:
+            _check_input("u", u, self.dim, self.num_prefix_tokens + grid_size[0] * grid_size[1],
+                         f" = num_prefix_tokens + h*w of grid_size {tuple(grid_size)}")
+            weights = [_resample_token_axis(d.x_proj.weight, self.token_grid, self.num_prefix_tokens, grid_size)
+                       for d in (self.fwd, self.bwd)]
+        return self.fwd(u, weights[0]) + self.bwd(u.flip(-1), weights[1]).flip(-1)
 
 
 class MambaMixerBlock(nn.Module):
@@ -467,6 +557,43 @@ def scan_orders(height: int, width: int, local_windows: Sequence[int] = (2, 7)):
     return _SCAN_CACHE[key]
 
 
+# Table 12's fixed scan choices (spec §6.5), by name [D: which members; every scan runs bidirectionally]:
+# Cross-Scan (n) = VMamba's row-major, column-major and their reverses; Zigzag (n) = the row and column snakes and,
+# for 4, their 180° rotations (the zigzag counterpart of the four cross-scans); Local = LocalMamba's four local
+# candidates; Local + Global = those plus the four cross-scans (LocalMamba's whole 8-scan search space).
+SCAN_SETS = {
+    "cross1": ("C1",), "cross2": ("C1", "C2"), "cross4": ("C1", "C2", "C3", "C4"),
+    "zigzag1": ("Z1",), "zigzag2": ("Z1", "Z5"), "zigzag4": ("Z1", "Z4", "Z5", "Z8"),
+    "local": ("L1", "L2", "L3", "L4"), "local_global": ("L1", "L2", "L3", "L4", "C1", "C2", "C3", "C4"),
+}
+
+
+def resolve_scans(scans) -> tuple:
+    """Scan ids (indices of SCAN_NAMES) of a fixed scan set: a SCAN_SETS name ('zigzag2'), or a sequence of scan
+    names ('C1', 'Z5') and/or ids."""
+    if isinstance(scans, str):
+        if scans not in SCAN_SETS:
+            raise ValueError(f"fixed_scans must be one of {sorted(SCAN_SETS)} or a sequence of scan names/ids, "
+                             f"got {scans!r}")
+        scans = SCAN_SETS[scans]
+    try:
+        scans = tuple(scans)
+    except TypeError:
+        raise ValueError(f"fixed_scans must be a scan set name or a sequence of scan names/ids, got {scans!r}") from None
+    ids = []
+    for scan in scans:
+        if isinstance(scan, str) and scan in SCAN_NAMES:
+            ids.append(SCAN_NAMES.index(scan))
+        elif not isinstance(scan, bool) and isinstance(scan, int) and 0 <= scan < len(SCAN_NAMES):
+            ids.append(scan)
+        else:
+            raise ValueError(f"fixed_scans entries must be scan names {SCAN_NAMES} or ids in [0, {len(SCAN_NAMES)}), "
+                             f"got {scan!r} in {scans!r}")
+    if not ids or len(set(ids)) != len(ids):
+        raise ValueError(f"fixed_scans must name at least one scan, each once, got {scans!r}")
+    return tuple(ids)
+
+
 def gather_tokens(x, index):
     """x (batch, L, C), index (batch, L) -> x[b, index[b]] (per-sample permutation)."""
     return x.gather(1, index.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
@@ -491,8 +618,9 @@ class SwitchOfScans(nn.Module):
         sos_gate: 'st' (straight-through, [D]) or 'vmoe' (y·g).
         cross_scan_attn: softmax attention over the n outputs per token (n ≥ 2) [D: True].
         local_windows: window sizes of the L1-L4 scans [D: (2, 7)].
-        fixed_scans: scan ids every image uses, with no router ("w/o SoS", Table 4: the four cross-scans
-            (0, 1, 2, 3) summed); None = routed [None]. Without a router nothing unused is built, so every
+        fixed_scans: the scans every image uses, with no router, their outputs summed: a SCAN_SETS name
+            (Table 12: 'cross1' ... 'local_global'; 'cross4' = "w/o SoS" of Table 4) or a sequence of scan names /
+            ids (``resolve_scans``); None = routed [None]. Without a router nothing unused is built, so every
             parameter gets a gradient (DistributedDataParallel with find_unused_parameters=False).
     Parameter names: ``lst_norm`` (when the summaries are used), ``lst_proj`` (Linear 2D -> D), ``router``
     (Linear ℓ²D -> 16, not with ``fixed_scans``), ``attn_q``/``attn_k`` (Linear D -> D, only for top_n ≥ 2 with
@@ -507,11 +635,7 @@ class SwitchOfScans(nn.Module):
         if num_windows not in (1, 4, 9, 16):
             raise ValueError(f"num_windows must be a square (1, 4, 9 or 16), got {num_windows!r}")
         if fixed_scans is not None:
-            fixed_scans = tuple(fixed_scans)
-            if not fixed_scans or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(SCAN_NAMES)
-                                      for i in fixed_scans):
-                raise ValueError(f"fixed_scans must be a non-empty sequence of scan ids in [0, {len(SCAN_NAMES)}), "
-                                 f"got {fixed_scans!r}")
+            fixed_scans = resolve_scans(fixed_scans)
             top_n = len(fixed_scans)
         self.fixed_scans = fixed_scans
         _positive_int("top_n", top_n)

@@ -35,9 +35,9 @@ import torch.nn.functional as F
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models._manipulate import checkpoint
 
-from ..layers.mambamixer import (ConvTokenInteraction, MultiResolutionConvGate, SelectiveChannelMixer,
-                                 SelectiveTokenMixer, SpatialPriorModule, SwitchOfScans, _drop_path, _make_norm,
-                                 gather_tokens)
+from ..layers.mambamixer import (ConvTokenInteraction, ForwardBackwardChannelMixer, MultiResolutionConvGate,
+                                 SelectiveChannelMixer, SelectiveTokenMixer, SpatialPriorModule, SwitchOfScans,
+                                 _drop_path, _make_norm, gather_tokens)
 from ._common import local_weights_cfg
 
 __all__ = ["VisionMambaMixer", "VisionTokenMixer", "VisionMixerBlock"]
@@ -81,7 +81,8 @@ class VisionTokenMixer(SelectiveTokenMixer):
 
 
 class VisionMixerBlock(nn.Module):
-    """Pre-norm residual VisionTokenMixer then QS channel mixer (§2.3/§2.4), DropPath on both branches."""
+    """Pre-norm residual VisionTokenMixer then channel mixer (§2.3/§2.4), DropPath on both branches. Channel mixer:
+    'qs' (the paper's), 'fb' (naive forward + backward S6 blocks, Table 4 "w/ f+b"), 'mlp' (Table 3) or 'none'."""
 
     def __init__(self, dim: int, token_grid: Tuple[int, int], token_mixer: str, d_state: int, expand: int,
                  headdim: int, drop_path: float, norm: str, channel_mixer: bool, channel_qs_param: str):
@@ -91,13 +92,16 @@ class VisionMixerBlock(nn.Module):
         self.token_mixer = VisionTokenMixer(dim, token_mixer=token_mixer, d_state=d_state, expand=expand,
                                             headdim=headdim)
         self.channel_kind = {True: "qs", False: "none"}.get(channel_mixer, channel_mixer)
-        if self.channel_kind not in ("qs", "mlp", "none"):
-            raise ValueError(f"channel_mixer must be True/'qs', 'mlp' or False/'none', got {channel_mixer!r}")
+        if self.channel_kind not in ("qs", "fb", "mlp", "none"):
+            raise ValueError(f"channel_mixer must be True/'qs', 'fb', 'mlp' or False/'none', got {channel_mixer!r}")
         self.norm2 = _make_norm(norm, dim) if self.channel_kind != "none" else None
         if self.channel_kind == "qs":
             self.channel_mixer = SelectiveChannelMixer(dim, 1 + token_grid[0] * token_grid[1], d_state=d_state,
                                                        channel_qs_param=channel_qs_param, token_grid=token_grid,
                                                        num_prefix_tokens=1)
+        elif self.channel_kind == "fb":
+            self.channel_mixer = ForwardBackwardChannelMixer(dim, 1 + token_grid[0] * token_grid[1], d_state=d_state,
+                                                             token_grid=token_grid, num_prefix_tokens=1)
         elif self.channel_kind == "mlp":  # Table 3 "ViM2 (MLP channel mixer)": ratio 4, GELU [D]
             self.channel_mixer = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
         else:
@@ -106,14 +110,14 @@ class VisionMixerBlock(nn.Module):
     @property
     def no_weight_decay_names(self):
         names = [f"token_mixer.{n}" for n in self.token_mixer.no_weight_decay_names]
-        if self.channel_kind == "qs":
+        if self.channel_kind in ("qs", "fb"):
             names += [f"channel_mixer.{n}" for n in self.channel_mixer.no_weight_decay_names]
         return tuple(names)
 
     def forward(self, x, grid_size, sos, orders, inverses, gates):
         y = self.token_mixer(self.norm1(x), grid_size, sos, orders, inverses, gates)
         x = x + _drop_path(y, self.drop_path_prob, self.training)
-        if self.channel_kind == "qs":
+        if self.channel_kind in ("qs", "fb"):
             x = x + _drop_path(self.channel_mixer(self.norm2(x), grid_size), self.drop_path_prob, self.training)
         elif self.channel_kind == "mlp":
             x = x + _drop_path(self.channel_mixer(self.norm2(x)), self.drop_path_prob, self.training)
@@ -127,10 +131,17 @@ class VisionMambaMixer(nn.Module):
         img_size [224], patch_size [16], in_chans [3], num_classes [1000], embed_dim, depth,
         token_mixer: 's6_bi' (ViM2) or 'qs' (ViQS); d_state [16]; expand [2]; headdim [64];
         drop_path_rate: linear stochastic-depth schedule; norm: 'layernorm' | 'rmsnorm' [D: layernorm],
-        channel_mixer: True/'qs', 'mlp' ('*_mlp', Table 3) or False/'none' ('*_noqs') [True], channel_qs_param [D A8: 'scalar'],
+        channel_mixer: True/'qs', 'fb' (naive forward + backward S6 blocks, '*_fb', Table 4 "w/ f+b"), 'mlp'
+            ('*_mlp', Table 3) or False/'none' ('*_noqs') [True]; channel_qs_param [D A8: 'scalar'],
         scan_mode: 'sos' or 'fixed' (the four cross-scans C1-C4 summed, "w/o SoS") [D: 'sos'],
+        fixed_scans: a fixed scan set instead of the router (implies scan_mode='fixed'): a SCAN_SETS name of
+            Table 12 ('cross1', 'cross2', 'cross4', 'zigzag1', 'zigzag2', 'zigzag4', 'local', 'local_global') or
+            a sequence of scan names ('C1', 'Z5', ...) / ids; their outputs are summed [None: 'cross4' when
+            scan_mode='fixed'],
         sos_top_n [P2: 1], sos_num_windows [D: 4], lst_concat [D: True], sos_gate [D: 'st'],
-        cross_scan_attn [D: True], conv_branch [True; False = '*_noconv'], n_interactions [D A13: 2, see
+        cross_scan_attn: softmax attention over the n ≥ 2 routed scans' outputs; False sums them ('*_noattn',
+            Table 4 "w/o Attn"; with the top-1 routing of the registered models it changes nothing) [D: True],
+        conv_branch [True; False = '*_noconv'], n_interactions [D A13: 2, see
         _VARIANTS], conv_kernels [D A12: (3, 5)], spm_inplanes [D: 16], mrfp_ratio: MRFP hidden width / D
         [D: 0.25], global_pool: 'token' | 'avg' [D: 'token'],
         dense_outputs: build the §3.6 pyramid (ConvT 2x2 + 4 BatchNorms; set automatically by features_only)
@@ -145,7 +156,7 @@ class VisionMambaMixer(nn.Module):
                  embed_dim: int = 192, depth: int = 24, token_mixer: str = "s6_bi", d_state: int = 16,
                  expand: int = 2, headdim: int = 64, drop_rate: float = 0.0, drop_path_rate: float = 0.1,
                  norm: str = "layernorm", channel_mixer: bool = True, channel_qs_param: str = "scalar",
-                 scan_mode: str = "sos", sos_top_n: int = 1, sos_num_windows: int = 4, lst_concat: bool = True,
+                 scan_mode: str = "sos", fixed_scans=None, sos_top_n: int = 1, sos_num_windows: int = 4, lst_concat: bool = True,
                  sos_gate: str = "st", cross_scan_attn: bool = True, conv_branch: bool = True,
                  n_interactions: int = 2, conv_kernels=(3, 5), spm_inplanes: int = 16, mrfp_ratio: float = 0.25,
                  global_pool: str = "token",
@@ -158,6 +169,10 @@ class VisionMambaMixer(nn.Module):
             raise ValueError(f"img_size must be a multiple of 32, got {img_size}")
         if scan_mode not in ("sos", "fixed"):
             raise ValueError(f"scan_mode must be 'sos' or 'fixed', got {scan_mode!r}")
+        if fixed_scans is not None:
+            scan_mode = "fixed"
+        elif scan_mode == "fixed":
+            fixed_scans = "cross4"
         if global_pool not in ("token", "avg"):
             raise ValueError(f"global_pool must be 'token' or 'avg', got {global_pool!r}")
         if conv_branch and (n_interactions < 1 or depth % n_interactions):
@@ -173,10 +188,11 @@ class VisionMambaMixer(nn.Module):
         self.patch_embed.proj = nn.Conv2d(in_chans, embed_dim, patch_size, patch_size)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
         self.pos_embed = nn.Parameter(torch.zeros(1, 1 + grid[0] * grid[1], embed_dim))
-        # "w/o SoS" (Table 4 = Cross-Scan (4) of Table 12): the four cross-scans C1-C4, plain sum, no router
+        # "w/o SoS" (Table 4 = Cross-Scan (4) of Table 12): the four cross-scans C1-C4, plain sum, no router;
+        # Table 12's other fixed sets through fixed_scans
         self.sos = SwitchOfScans(embed_dim, num_windows=sos_num_windows, top_n=sos_top_n, lst_concat=lst_concat,
-                                 sos_gate=sos_gate, cross_scan_attn=cross_scan_attn,
-                                 fixed_scans=(0, 1, 2, 3) if scan_mode == "fixed" else None)
+                                 sos_gate=sos_gate, cross_scan_attn=cross_scan_attn, fixed_scans=fixed_scans)
+        self.fixed_scans = self.sos.fixed_scans  # scan ids, None when routed
         dpr = torch.linspace(0, drop_path_rate, depth).tolist()
         self.blocks = nn.ModuleList(
             VisionMixerBlock(embed_dim, grid, token_mixer, d_state, expand, headdim, dpr[i], norm, channel_mixer,
@@ -424,9 +440,12 @@ def _cfg(**kwargs) -> Dict[str, Any]:
                                         "Channel Selection (v2)", **kwargs)
 
 
-# Table 4 ablations at Tiny scale (spec §3.5): flag overrides per suffix
-_ABLATIONS = {"noqs": dict(channel_mixer=False), "mlp": dict(channel_mixer="mlp"), "nolst": dict(lst_concat=False), "noconv": dict(conv_branch=False),
-              "nosos": dict(scan_mode="fixed")}
+# Table 3/4 ablations at Tiny scale (spec §3.5): flag overrides per suffix. 'fb': Table 4 "w/ f+b" (the naive
+# forward + backward channel mixer); 'noattn': "w/o Attn" (sum instead of cross-scan attention), the same network
+# as the full model under the top-1 routing (the paper's ViQS rows agree: 10.1M, 1172 img/s, 81.7 both).
+_ABLATIONS = {"noqs": dict(channel_mixer=False), "mlp": dict(channel_mixer="mlp"), "fb": dict(channel_mixer="fb"),
+              "nolst": dict(lst_concat=False), "noconv": dict(conv_branch=False), "nosos": dict(scan_mode="fixed"),
+              "noattn": dict(cross_scan_attn=False)}
 
 default_cfgs = generate_default_cfgs({name: _cfg() for name in (
     "vim2_t", "viqs_t", "vim2_s", "viqs_s", "vim2_b", "viqs_b", "vim2_l",

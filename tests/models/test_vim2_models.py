@@ -11,7 +11,8 @@ import ssm_plugins  # noqa: F401  (registers the models)
 
 MODELS = timm.list_models(module="vim2")
 REQUIRED = {"vim2_t", "viqs_t", "vim2_s", "viqs_s", "vim2_b", "viqs_b", "vim2_l",
-            *(f"{base}_{suffix}" for base in ("vim2_t", "viqs_t") for suffix in ("noqs", "mlp", "nolst", "noconv", "nosos"))}
+            *(f"{base}_{suffix}" for base in ("vim2_t", "viqs_t")
+              for suffix in ("noqs", "mlp", "fb", "nolst", "noconv", "nosos", "noattn"))}
 TINY = dict(img_size=64, embed_dim=32, depth=4, n_interactions=2, spm_inplanes=8, headdim=16, d_state=4,
             num_classes=10)
 

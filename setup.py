@@ -1,8 +1,9 @@
 """Builds ssm_plugins._C: C++ CPU kernels always, CUDA kernels when nvcc and a CUDA build of torch exist.
 
-Layout of ssm_plugins/csrc: one ``<op>.cpp`` per op (schema, CPU kernel, CUDA glue under WITH_CUDA)
-and one ``cuda/<op>.cu`` per op with the kernels and plain launchers. The .cu files include no torch
-headers, which keeps each of them to seconds of nvcc time.
+Layout of ssm_plugins/csrc: per op, ``<op>.cpp`` (schema, CPU kernel, CUDA glue under WITH_CUDA; the
+larger ops split their CPU kernels into ``<op>_fwd.cpp`` / ``<op>_bwd.cpp``, see ssm_plugins/csrc/README.md)
+and ``cuda/<op>.cu`` with the kernels and plain launchers. Every ``csrc/*.cpp`` is compiled. The .cu files
+include no torch headers, which keeps each of them to seconds of nvcc time.
 """
 import glob
 import os

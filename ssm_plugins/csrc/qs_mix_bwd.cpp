@@ -1,0 +1,243 @@
+// Quasi-separable mixing, CPU backward: per (batch, head) row and direction, the adjoint recursion over
+// chunks whose states are recomputed from checkpoints; dB and dC summed per work part. Shared pieces in
+// qs_mix_cpu.h.
+#include "qs_mix_cpu.h"
+
+namespace ssm_plugins {
+namespace {
+
+template <typename scalar_t>
+struct BwdArgs {
+  using acc_t = at::opmath_type<scalar_t>;
+  FwdArgs<scalar_t> f;  // the forward's inputs (f.y unused)
+  const scalar_t* grad;
+  int64_t grad_s[4];
+  // outputs, contiguous: dx (batch, L, H, P); ddt, dgamma (batch, L, H); dA per (batch, H, A_cols) row;
+  // dB, dC per work part (parts, batch, L, G, N), summed by the caller.
+  scalar_t* dx;
+  acc_t *ddt[2], *dA[2], *dB[2], *dC[2], *dgamma;
+};
+
+// Per-task scratch of the backward: state checkpoints (one per chunk), one chunk's recomputed states and
+// decays, the adjoint λ (N, P), per-step rows of x, grad_y (P), B, C and per-n terms (N), dx for the row.
+template <typename acc_t>
+struct BwdScratch {
+  int64_t chunk;
+  std::vector<acc_t> ckpt, chunk_states, chunk_decays, lam, xt, gt, g_next, bv, cv, dx_terms, ddelta_terms,
+      dlogdecay, dx_acc;
+  BwdScratch(const MixShape& s, int64_t chunk_)
+      : chunk(chunk_), ckpt((s.L + chunk_ - 1) / chunk_ * s.N * s.P), chunk_states(chunk_ * s.N * s.P),
+        chunk_decays(chunk_ * s.N), lam(s.N * s.P), xt(s.P), gt(s.P), g_next(s.P), bv(s.N), cv(s.N),
+        dx_terms(s.N), ddelta_terms(s.N), dlogdecay(s.N), dx_acc(s.L * s.P) {}
+};
+
+// Gradient of one direction for row (b, h): adds to w.dx_acc[t * P + p] and to this part's dB/dC partial
+// sums, writes ddt and adds the row's dA. Adjoint recursion, with λ_t the adjoint of h_t and g_t = dL/dy_t:
+//   exact: μ_t = λ_t + C_t g_tᵀ (adjoint of Ā_t h_{t-1});   hydra: λ_t += C_t g_{t+1}ᵀ, μ_t = λ_t
+//   λ_{t-1} = Ā_t μ_t;  dB̄_t = λ_t x_t;  dx_t = B̄_tᵀ λ_t;  d(Δ_t A) = Ā_t Σ_p μ_t h_{t-1}
+template <typename scalar_t>
+void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t part, int64_t b, int64_t h,
+                        BwdScratch<at::opmath_type<scalar_t>>& w) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const FwdArgs<scalar_t>& f = a.f;
+  const MixShape& s = f.s;
+  const Direction<acc_t>& d = dir == 0 ? f.fwd : f.rev;
+  const bool reverse = dir == 1, hydra = f.hydra_shift;
+  const int64_t g = h / (s.H / s.G), N = s.N, P = s.P, NP = N * P, chunk = w.chunk;
+  const int64_t n_chunks = (s.L + chunk - 1) / chunk;
+  const acc_t* Arow = d.A + h * d.A_cols;
+  const int64_t a_step = d.A_cols == 1 ? 0 : 1;  // Arow[n * a_step] is A[h, n]
+  auto order = [&](int64_t i) { return reverse ? s.L - 1 - i : i; };
+  auto delta_at = [&](int64_t t) {
+    const acc_t v = raw_delta(d, b, t, h);
+    return f.softplus_dt ? softplus(v) : v;
+  };
+  auto load = [&](const scalar_t* base, const int64_t* st, int64_t t, std::vector<acc_t>& dst) {
+    const scalar_t* row = base + b * st[0] + t * st[1] + h * st[2];
+    for (int64_t p = 0; p < P; ++p) dst[p] = static_cast<acc_t>(row[p * st[3]]);
+  };
+  auto B_row = [&](int64_t t) { return d.B + b * d.B_s[0] + t * d.B_s[1] + g * d.B_s[2]; };
+  auto C_row = [&](int64_t t) { return d.C + b * d.C_s[0] + t * d.C_s[1] + g * d.C_s[2]; };
+  // state <- Ā_t state + B̄_t x_t, leaving Ā_t in `decay`
+  auto step = [&](int64_t t, acc_t* state, acc_t* decay) {
+    const acc_t delta = delta_at(t);
+    load(f.x, f.x_s, t, w.xt);
+    fill_decays(d, h, delta, N, decay);
+    const acc_t* Bt = B_row(t);
+    for (int64_t n = 0; n < N; ++n) {
+      const acc_t dB = delta * Bt[n];
+      for (int64_t p = 0; p < P; ++p) state[n * P + p] = decay[n] * state[n * P + p] + dB * w.xt[p];
+    }
+  };
+  // Pass 1: the state entering each chunk (lam is free until pass 2).
+  acc_t* lam = w.lam.data();
+  std::fill(w.lam.begin(), w.lam.end(), acc_t(0));
+  for (int64_t i = 0; i < s.L; ++i) {
+    if (i % chunk == 0) std::copy(lam, lam + NP, w.ckpt.begin() + (i / chunk) * NP);
+    step(order(i), lam, w.chunk_decays.data());
+  }
+  // Pass 2: chunks from last to first, each replayed from its checkpoint, then walked back.
+  std::fill(w.lam.begin(), w.lam.end(), acc_t(0));
+  std::fill(w.g_next.begin(), w.g_next.end(), acc_t(0));  // hydra: no output after the last step
+  acc_t* dA_row = a.dA[dir] + (b * s.H + h) * d.A_cols;
+  acc_t* dB_part = a.dB[dir] + part * s.batch * s.L * s.G * N;
+  acc_t* dC_part = a.dC[dir] + part * s.batch * s.L * s.G * N;
+  for (int64_t c = n_chunks - 1; c >= 0; --c) {
+    const int64_t i0 = c * chunk, i1 = std::min(s.L, i0 + chunk);
+    std::copy(w.ckpt.begin() + c * NP, w.ckpt.begin() + (c + 1) * NP, w.chunk_states.begin());
+    for (int64_t i = i0; i < i1; ++i) {  // states before each step, and each step's decays
+      acc_t* decay = w.chunk_decays.data() + (i - i0) * N;
+      if (i + 1 < i1) {
+        acc_t* next = w.chunk_states.data() + (i - i0 + 1) * NP;
+        std::copy(next - NP, next, next);
+        step(order(i), next, decay);
+      } else {
+        fill_decays(d, h, delta_at(order(i)), N, decay);
+      }
+    }
+    for (int64_t i = i1 - 1; i >= i0; --i) {
+      const int64_t t = order(i);
+      const acc_t* hprev = w.chunk_states.data() + (i - i0) * NP;  // state before step t
+      const acc_t* decay = w.chunk_decays.data() + (i - i0) * N;
+      const acc_t v = raw_delta(d, b, t, h);
+      const acc_t delta = f.softplus_dt ? softplus(v) : v;
+      load(f.x, f.x_s, t, w.xt);
+      load(a.grad, a.grad_s, t, w.gt);
+      const acc_t* Bt = B_row(t);
+      const acc_t* Ct = C_row(t);
+      for (int64_t n = 0; n < N; ++n) w.bv[n] = Bt[n], w.cv[n] = Ct[n];
+      acc_t* dB_t = dB_part + ((b * s.L + t) * s.G + g) * N;  // contiguous (batch, L, G, N)
+      acc_t* dC_t = dC_part + ((b * s.L + t) * s.G + g) * N;
+      acc_t* dx_t = w.dx_acc.data() + t * P;
+      // out_t reads g_t (exact) or the next output's gradient (hydra); the other one is zero here.
+      const acc_t* g_read = hydra ? w.g_next.data() : w.gt.data();
+      acc_t ddelta = 0;
+      if (P == 1) {  // the Mamba layout: loops over N that vectorise, then their sums
+        const acc_t x0 = w.xt[0], g0 = g_read[0];
+        for (int64_t n = 0; n < N; ++n) {
+          const acc_t hp = hprev[n], Bn = w.bv[n], Cn = w.cv[n];
+          const acc_t l = hydra ? lam[n] + Cn * g0 : lam[n];
+          const acc_t mu = hydra ? l : l + Cn * g0;
+          dC_t[n] += g0 * (hydra ? decay[n] * hp + delta * Bn * x0 : decay[n] * hp);
+          dB_t[n] += delta * l * x0;
+          w.dx_terms[n] = Bn * l;
+          const acc_t d_logdecay = mu * hp * decay[n];  // d/d(Δ A_n)
+          w.ddelta_terms[n] = Bn * l * x0 + d_logdecay * Arow[n * a_step];
+          w.dlogdecay[n] = d_logdecay;
+          lam[n] = decay[n] * mu;
+        }
+        dx_t[0] += delta * sum(w.dx_terms.data(), N);
+        ddelta = sum(w.ddelta_terms.data(), N);
+        if (a_step == 0) {
+          dA_row[0] += delta * sum(w.dlogdecay.data(), N);
+        } else {
+          for (int64_t n = 0; n < N; ++n) dA_row[n] += delta * w.dlogdecay[n];
+        }
+      } else {
+        for (int64_t n = 0; n < N; ++n) {
+          const acc_t* hp = hprev + n * P;
+          acc_t* ln = lam + n * P;
+          const acc_t Bn = w.bv[n], Cn = w.cv[n], dn = decay[n];
+          acc_t dCn = 0, lam_x = 0, mu_h = 0;
+          for (int64_t p = 0; p < P; ++p) {
+            if (hydra) {
+              dCn += g_read[p] * (dn * hp[p] + delta * Bn * w.xt[p]);  // g_{t+1} · h_t
+              ln[p] += Cn * g_read[p];
+            } else {
+              dCn += g_read[p] * dn * hp[p];  // g_t · (Ā_t h_{t-1})
+            }
+            const acc_t mu = hydra ? ln[p] : ln[p] + Cn * g_read[p];
+            lam_x += ln[p] * w.xt[p];
+            mu_h += mu * hp[p];
+            dx_t[p] += delta * Bn * ln[p];
+            ln[p] = dn * mu;
+          }
+          dC_t[n] += dCn;
+          dB_t[n] += delta * lam_x;
+          const acc_t d_logdecay = mu_h * dn;
+          ddelta += Bn * lam_x + d_logdecay * Arow[n * a_step];
+          dA_row[n * a_step] += d_logdecay * delta;
+        }
+      }
+      a.ddt[dir][(b * s.L + t) * s.H + h] = f.softplus_dt ? ddelta * softplus_grad(v) : ddelta;
+      if (hydra) std::copy(w.gt.begin(), w.gt.end(), w.g_next.begin());  // step i-1's next output is t
+    }
+  }
+}
+
+template <typename scalar_t>
+void bwd_cpu_kernel(const BwdArgs<scalar_t>& a, int64_t parts) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const FwdArgs<scalar_t>& f = a.f;
+  const MixShape& s = f.s;
+  const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(s.L)))));
+  for_each_part(s.batch * s.H, parts, [&](int64_t part, int64_t begin, int64_t end) {
+    BwdScratch<acc_t> w(s, chunk);
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t b = row / s.H, h = row % s.H;
+      std::fill(w.dx_acc.begin(), w.dx_acc.end(), acc_t(0));
+      for (int dir = 0; dir < 2; ++dir) scan_direction_bwd(a, dir, part, b, h, w);
+      // The free diagonal: y_t += gamma_t x_t.
+      for (int64_t t = 0; t < s.L; ++t) {
+        const acc_t gam = f.gamma[b * f.gamma_s[0] + t * f.gamma_s[1] + h * f.gamma_s[2]];
+        const scalar_t* xrow = f.x + b * f.x_s[0] + t * f.x_s[1] + h * f.x_s[2];
+        const scalar_t* grow = a.grad + b * a.grad_s[0] + t * a.grad_s[1] + h * a.grad_s[2];
+        scalar_t* dxrow = a.dx + ((b * s.L + t) * s.H + h) * s.P;
+        acc_t dgam = 0;
+        for (int64_t p = 0; p < s.P; ++p) {
+          const acc_t gv = static_cast<acc_t>(grow[p * a.grad_s[3]]);
+          dgam += gv * static_cast<acc_t>(xrow[p * f.x_s[3]]);
+          dxrow[p] = static_cast<scalar_t>(w.dx_acc[t * s.P + p] + gam * gv);
+        }
+        a.dgamma[(b * s.L + t) * s.H + h] = dgam;
+      }
+    }
+  });
+}
+
+}  // namespace
+
+BwdResult qs_mix_bwd_cpu(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A,
+                         const at::Tensor& B, const at::Tensor& C, const at::Tensor& dt_rev, const at::Tensor& A_rev,
+                         const at::Tensor& B_rev, const at::Tensor& C_rev, const at::Tensor& gamma,
+                         const c10::optional<at::Tensor>& dt_bias, const c10::optional<at::Tensor>& dt_bias_rev,
+                         bool dt_softplus, bool hydra_shift) {
+  const MixShape s = check_inputs(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias, dt_bias_rev);
+  SSM_CHECK(grad_y.sizes() == x.sizes() && grad_y.scalar_type() == x.scalar_type(),
+            "qs_mix_bwd: grad_y must match x in shape and dtype");
+  const DirectionTensors fwd(dt, A, B, C, dt_bias), rev(dt_rev, A_rev, B_rev, C_rev, dt_bias_rev);
+  const auto acc_opts = A.options();
+  const int64_t parts = num_parts(s.batch * s.H);
+  auto dx = at::empty(x.sizes(), x.options());
+  auto dgamma = at::empty({s.batch, s.L, s.H}, acc_opts);
+  at::Tensor ddt[2], dA[2], dB[2], dC[2];
+  for (int dir = 0; dir < 2; ++dir) {
+    ddt[dir] = at::empty({s.batch, s.L, s.H}, acc_opts);
+    dA[dir] = at::zeros({s.batch, s.H, (dir == 0 ? A : A_rev).size(1)}, acc_opts);
+    dB[dir] = at::zeros({parts, s.batch, s.L, s.G, s.N}, acc_opts);
+    dC[dir] = at::zeros({parts, s.batch, s.L, s.G, s.N}, acc_opts);
+  }
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "qs_mix_bwd_cpu", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    BwdArgs<scalar_t> a{};
+    a.f = FwdArgs<scalar_t>{s, x.data_ptr<scalar_t>(), {}, fwd.view<acc_t>(), rev.view<acc_t>(),
+                            gamma.data_ptr<acc_t>(), {}, dt_softplus, hydra_shift, nullptr, {}};
+    copy_strides(x, a.f.x_s);
+    copy_strides(gamma, a.f.gamma_s);
+    a.grad = grad_y.data_ptr<scalar_t>();
+    copy_strides(grad_y, a.grad_s);
+    a.dx = dx.data_ptr<scalar_t>();
+    a.dgamma = dgamma.data_ptr<acc_t>();
+    for (int dir = 0; dir < 2; ++dir) {
+      a.ddt[dir] = ddt[dir].data_ptr<acc_t>();
+      a.dA[dir] = dA[dir].data_ptr<acc_t>();
+      a.dB[dir] = dB[dir].data_ptr<acc_t>();
+      a.dC[dir] = dC[dir].data_ptr<acc_t>();
+    }
+    bwd_cpu_kernel(a, parts);
+  });
+  return {dx,          ddt[0], dA[0].sum(0), dB[0].sum(0), dC[0].sum(0), ddt[1], dA[1].sum(0),
+          dB[1].sum(0), dC[1].sum(0), dgamma};
+}
+
+}  // namespace ssm_plugins

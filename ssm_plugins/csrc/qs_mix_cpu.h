@@ -1,0 +1,109 @@
+// Quasi-separable mixing, CPU side: what the forward (qs_mix_fwd.cpp) and the backward (qs_mix_bwd.cpp)
+// kernels share.
+#pragma once
+#include "qs_mix.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace ssm_plugins {
+namespace {  // the op's private helpers keep internal linkage, as when the op was one file
+
+// Δ before the softplus: dt + dt_bias.
+template <typename acc_t>
+inline acc_t raw_delta(const Direction<acc_t>& d, int64_t b, int64_t t, int64_t h) {
+  return d.dt[b * d.dt_s[0] + t * d.dt_s[1] + h * d.dt_s[2]] + (d.bias ? d.bias[h] : acc_t(0));
+}
+
+// v[n] <- exp(v[n]) for float32 in two loops the compiler vectorises (libm's expf is a scalar call, and a
+// clamp inside the polynomial loop defeats the vectoriser): clamp to [-87, 88] (below -87 the result is
+// ~1e-38 instead of a subnormal or 0), then 2^k e^r with k = round(v / ln 2), |r| <= ln2 / 2 and e^r by its
+// Taylor polynomial to r^7 (truncation < 6e-9; measured max relative error 2.1e-7 over the range).
+inline void exp_in_place(float* v, int64_t N) {
+  for (int64_t n = 0; n < N; ++n) v[n] = v[n] < -87.0f ? -87.0f : (v[n] > 88.0f ? 88.0f : v[n]);
+  for (int64_t n = 0; n < N; ++n) {
+    const float round_magic = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to an integer
+    const float k = (v[n] * 1.44269504088896341f + round_magic) - round_magic;
+    const float r = (v[n] - k * 0.693145751953125f) - k * 1.42860682030941723212e-6f;  // ln 2 split hi + lo
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
+    float scale;
+    std::memcpy(&scale, &bits, sizeof(scale));
+    v[n] = p * scale;
+  }
+}
+
+inline void exp_in_place(double* v, int64_t N) {  // float64 stays libm-exact
+  for (int64_t n = 0; n < N; ++n) v[n] = std::exp(v[n]);
+}
+
+// Ā_t per state index n for head h: exp(Δ A[h, n]).
+template <typename acc_t>
+inline void fill_decays(const Direction<acc_t>& d, int64_t h, acc_t delta, int64_t N, acc_t* decay) {
+  const acc_t* Arow = d.A + h * d.A_cols;
+  if (d.A_cols == 1) {
+    std::fill(decay, decay + N, std::exp(delta * Arow[0]));
+  } else {
+    for (int64_t n = 0; n < N; ++n) decay[n] = delta * Arow[n];
+    exp_in_place(decay, N);
+  }
+}
+
+// v[0] + ... + v[N-1] in four interleaved partial sums (vectorises without reassociating a serial chain).
+template <typename acc_t>
+inline acc_t sum(const acc_t* v, int64_t N) {
+  acc_t part[4] = {0, 0, 0, 0};
+  int64_t n = 0;
+  for (; n + 4 <= N; n += 4) {
+    for (int k = 0; k < 4; ++k) part[k] += v[n + k];
+  }
+  acc_t total = (part[0] + part[1]) + (part[2] + part[3]);
+  for (; n < N; ++n) total += v[n];
+  return total;
+}
+
+template <typename acc_t>
+inline acc_t softplus_grad(acc_t v) {
+  return v > acc_t(20) ? acc_t(1) : acc_t(1) / (acc_t(1) + std::exp(-v));
+}
+
+// Rows split into `parts` contiguous ranges (one per thread) so that per-part partial sums never race.
+inline int64_t num_parts(int64_t rows) {
+  return std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), rows));
+}
+
+// body(part, begin, end) for every part; the parts are handed out whole, first come first served.
+template <typename F>
+void for_each_part(int64_t rows, int64_t parts, const F& body) {
+  dynamic_for_intra(parts, 1, parts, [&](auto take) {
+    for (int64_t begin, end; take(begin, end);) {
+      for (int64_t part = begin; part < end; ++part) body(part, rows * part / parts, rows * (part + 1) / parts);
+    }
+  });
+}
+
+// The forward's inputs and output as raw pointers with element strides (the backward reads them too).
+template <typename scalar_t>
+struct FwdArgs {
+  using acc_t = at::opmath_type<scalar_t>;
+  MixShape s;
+  const scalar_t* x;
+  int64_t x_s[4];
+  Direction<acc_t> fwd, rev;
+  const acc_t* gamma;
+  int64_t gamma_s[3];
+  bool softplus_dt, hydra_shift;
+  scalar_t* y;
+  int64_t y_s[4];
+};
+
+}  // namespace
+}  // namespace ssm_plugins

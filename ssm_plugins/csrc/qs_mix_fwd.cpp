@@ -1,0 +1,117 @@
+// Quasi-separable mixing, CPU forward: y = out + out_rev + gamma x, one strict scan per direction for each
+// (batch, head) row. Shared pieces in qs_mix_cpu.h.
+#include "qs_mix_cpu.h"
+
+namespace ssm_plugins {
+namespace {
+
+// Per-task scratch of the forward: the state (N, P), and per step x_t (P) and Ā_t, B̄_t, C (N each).
+template <typename acc_t>
+struct FwdScratch {
+  std::vector<acc_t> state, xt, decay, dB, c, term;
+  FwdScratch(int64_t N, int64_t P) : state(N * P), xt(P), decay(N), dB(N), c(N), term(N) {}
+};
+
+// Adds one direction's strict-scan output for row (b, h) to out[t * P + p].
+template <typename scalar_t>
+void scan_direction(const FwdArgs<scalar_t>& a, const Direction<at::opmath_type<scalar_t>>& d, bool reverse,
+                    int64_t b, int64_t h, FwdScratch<at::opmath_type<scalar_t>>& w,
+                    std::vector<at::opmath_type<scalar_t>>& out) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const MixShape& s = a.s;
+  const int64_t g = h / (s.H / s.G), N = s.N, P = s.P;
+  acc_t* state = w.state.data();
+  std::fill(w.state.begin(), w.state.end(), acc_t(0));
+  const acc_t* C_prev = nullptr;  // hydra: C of the previous step in scan order
+  for (int64_t i = 0; i < s.L; ++i) {
+    const int64_t t = reverse ? s.L - 1 - i : i;
+    acc_t delta = raw_delta(d, b, t, h);
+    if (a.softplus_dt) delta = softplus(delta);
+    const scalar_t* xrow = a.x + b * a.x_s[0] + t * a.x_s[1] + h * a.x_s[2];
+    for (int64_t p = 0; p < P; ++p) w.xt[p] = static_cast<acc_t>(xrow[p * a.x_s[3]]);
+    const acc_t* Bt = d.B + b * d.B_s[0] + t * d.B_s[1] + g * d.B_s[2];
+    const acc_t* Ct = d.C + b * d.C_s[0] + t * d.C_s[1] + g * d.C_s[2];
+    const acc_t* C_read = a.hydra_shift ? C_prev : Ct;  // the C this step's output reads (none: hydra, first step)
+    fill_decays(d, h, delta, N, w.decay.data());
+    for (int64_t n = 0; n < N; ++n) {
+      w.dB[n] = delta * Bt[n];
+      w.c[n] = C_read ? C_read[n] : acc_t(0);
+    }
+    // exact: out_t = C_t · (Ā_t h_{t-1});  hydra: out_t = C_{t-1} · h_{t-1} (the state before its decay)
+    const bool hydra = a.hydra_shift;
+    acc_t* yt = out.data() + t * P;
+    if (P == 1) {  // the Mamba layout (one channel per head): a loop over N that vectorises, then its sum
+      const acc_t xv = w.xt[0];
+      for (int64_t n = 0; n < N; ++n) {
+        const acc_t z = w.decay[n] * state[n];
+        w.term[n] = w.c[n] * (hydra ? state[n] : z);
+        state[n] = z + w.dB[n] * xv;
+      }
+      yt[0] += sum(w.term.data(), N);
+    } else {
+      for (int64_t n = 0; n < N; ++n) {
+        const acc_t decay = w.decay[n], dB = w.dB[n], c = w.c[n];
+        acc_t* hn = state + n * P;
+        for (int64_t p = 0; p < P; ++p) {
+          const acc_t z = decay * hn[p];
+          yt[p] += c * (hydra ? hn[p] : z);
+          hn[p] = z + dB * w.xt[p];
+        }
+      }
+    }
+    C_prev = Ct;
+  }
+}
+
+template <typename scalar_t>
+void fwd_cpu_kernel(const FwdArgs<scalar_t>& a) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const MixShape& s = a.s;
+  // One (batch, head) row per task: both scans are sequential in L and independent across rows. Rows are
+  // handed out in grabs of about 32k state updates (one row at the head layout's P = 64).
+  const int64_t grab = std::max<int64_t>(1, 32768 / (2 * s.L * s.N * s.P + 1));
+  dynamic_for_intra(s.batch * s.H, grab, at::get_num_threads(), [&](auto take) {
+    FwdScratch<acc_t> scratch(s.N, s.P);
+    std::vector<acc_t> out(s.L * s.P);
+    for (int64_t begin, end; take(begin, end);) {
+      for (int64_t row = begin; row < end; ++row) {
+        const int64_t b = row / s.H, h = row % s.H;
+        std::fill(out.begin(), out.end(), acc_t(0));
+        scan_direction(a, a.fwd, false, b, h, scratch, out);
+        scan_direction(a, a.rev, true, b, h, scratch, out);
+        for (int64_t t = 0; t < s.L; ++t) {
+          const acc_t gam = a.gamma[b * a.gamma_s[0] + t * a.gamma_s[1] + h * a.gamma_s[2]];
+          const scalar_t* xrow = a.x + b * a.x_s[0] + t * a.x_s[1] + h * a.x_s[2];
+          scalar_t* yrow = a.y + b * a.y_s[0] + t * a.y_s[1] + h * a.y_s[2];
+          for (int64_t p = 0; p < s.P; ++p) {
+            yrow[p * a.y_s[3]] = static_cast<scalar_t>(out[t * s.P + p] + gam * static_cast<acc_t>(xrow[p * a.x_s[3]]));
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+at::Tensor qs_mix_fwd_cpu(const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A, const at::Tensor& B,
+                          const at::Tensor& C, const at::Tensor& dt_rev, const at::Tensor& A_rev,
+                          const at::Tensor& B_rev, const at::Tensor& C_rev, const at::Tensor& gamma,
+                          const c10::optional<at::Tensor>& dt_bias, const c10::optional<at::Tensor>& dt_bias_rev,
+                          bool dt_softplus, bool hydra_shift) {
+  const MixShape s = check_inputs(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias, dt_bias_rev);
+  const DirectionTensors fwd(dt, A, B, C, dt_bias), rev(dt_rev, A_rev, B_rev, C_rev, dt_bias_rev);
+  auto y = at::empty_like(x);  // keeps x's layout: a transposed (strided) x gives a transposed y
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "qs_mix_fwd_cpu", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    FwdArgs<scalar_t> a{s, x.data_ptr<scalar_t>(), {}, fwd.view<acc_t>(), rev.view<acc_t>(), gamma.data_ptr<acc_t>(),
+                        {}, dt_softplus, hydra_shift, y.data_ptr<scalar_t>(), {}};
+    copy_strides(x, a.x_s);
+    copy_strides(gamma, a.gamma_s);
+    copy_strides(y, a.y_s);
+    fwd_cpu_kernel(a);
+  });
+  return y;
+}
+
+}  // namespace ssm_plugins

@@ -1,0 +1,100 @@
+// Selective scan (S6, Mamba-1): what the op's sources share on the torch side. The files of the op:
+//   selective_scan.h        this header: the raw ops' contract, input checks, entry points
+//   selective_scan_cpu.h    the CPU kernels' SIMD helpers, row buffers and instruction-set selection
+//   selective_scan_fwd.cpp  the CPU forward (per-row core and driver)
+//   selective_scan_bwd.cpp  the CPU backward (per-row core and driver)
+//   selective_scan.cpp      op schemas, registration, CUDA glue (kernels in cuda/selective_scan.cu)
+//
+// Contract of the raw ops (ssm_plugins/ops/selective_scan.py normalises user input to it):
+//   u, delta, z   (batch, dim, L)         float32 / float64 / float16 / bfloat16, one dtype
+//   A             (dim, N)                accumulation dtype (float64 for float64 input, else float32)
+//   B, C          (batch, groups, N, L)   accumulation dtype; dim % groups == 0
+//   D, delta_bias (dim,)                  accumulation dtype
+//   out           (batch, dim, L)         dtype of u;  last_state (batch, dim, N) accumulation dtype
+// h_t = exp(dt_t A) h_{t-1} + dt_t B_t u_t ;  y_t = C_t . h_t + D u_t ;  out = y * silu(z)
+// with dt_t = delta_t + delta_bias, passed through softplus when delta_softplus.
+//
+// selective_scan_bwd takes the forward's inputs plus grad_out (batch, dim, L) and an optional
+// grad_last_state (batch, dim, N) and returns the gradients of u, delta, A, B, C, D, z, delta_bias
+// (the last three None when the input was absent), each in its input's dtype.
+#pragma once
+#include "common.h"
+
+#include <tuple>
+
+namespace ssm_plugins {
+namespace {  // the op's private helpers keep internal linkage, as when the op was one file
+
+struct ScanShape {
+  int64_t batch, dim, L, N, groups;
+};
+
+inline ScanShape check_fwd(const at::Tensor& u, const at::Tensor& delta, const at::Tensor& A, const at::Tensor& B,
+                           const at::Tensor& C, const c10::optional<at::Tensor>& D, const c10::optional<at::Tensor>& z,
+                           const c10::optional<at::Tensor>& delta_bias) {
+  SSM_CHECK(u.dim() == 3, "selective_scan: u must be (batch, dim, L)");
+  SSM_CHECK(A.dim() == 2 && A.size(0) == u.size(1), "selective_scan: A must be (dim, N)");
+  SSM_CHECK(B.dim() == 4, "selective_scan: B must be (batch, groups, N, L)");
+  ScanShape s{u.size(0), u.size(1), u.size(2), A.size(1), B.size(1)};
+  SSM_CHECK(delta.sizes() == u.sizes() && delta.scalar_type() == u.scalar_type(),
+            "selective_scan: delta must match u in shape and dtype");
+  const auto acc = A.scalar_type();
+  SSM_CHECK(acc == (u.scalar_type() == at::kDouble ? at::kDouble : at::kFloat),
+            "selective_scan: A must be float64 for float64 input, else float32");
+  for (const at::Tensor* t : {&B, &C}) {
+    SSM_CHECK(t->dim() == 4 && t->size(0) == s.batch && t->size(1) == s.groups && t->size(2) == s.N &&
+                  t->size(3) == s.L && t->scalar_type() == acc,
+              "selective_scan: B and C must be (batch, groups, N, L) in A's dtype");
+  }
+  SSM_CHECK(s.groups > 0 && s.dim % s.groups == 0, "selective_scan: dim must be a multiple of groups");
+  for (const auto* t : {&D, &delta_bias}) {
+    if (t->has_value()) {
+      SSM_CHECK((*t)->dim() == 1 && (*t)->size(0) == s.dim && (*t)->scalar_type() == acc,
+                "selective_scan: D and delta_bias must be (dim,) in A's dtype");
+    }
+  }
+  if (z.has_value()) {
+    SSM_CHECK(z->sizes() == u.sizes() && z->scalar_type() == u.scalar_type(), "selective_scan: z must match u");
+  }
+  return s;
+}
+
+template <typename T>
+T* opt_ptr(const c10::optional<at::Tensor>& t) {
+  return t.has_value() ? t->data_ptr<T>() : nullptr;
+}
+
+inline c10::optional<at::Tensor> opt_contiguous(const c10::optional<at::Tensor>& t) {
+  if (t.has_value()) return t->contiguous();
+  return c10::nullopt;
+}
+
+using BwdResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::optional<at::Tensor>,
+                             c10::optional<at::Tensor>, c10::optional<at::Tensor>>;
+
+inline void check_bwd(const ScanShape& s, const at::Tensor& u, const at::Tensor& grad_out,
+                      const c10::optional<at::Tensor>& grad_last_state) {
+  SSM_CHECK(grad_out.sizes() == u.sizes(), "selective_scan_bwd: grad_out must be (batch, dim, L)");
+  if (grad_last_state.has_value()) {
+    SSM_CHECK(grad_last_state->dim() == 3 && grad_last_state->size(0) == s.batch &&
+                  grad_last_state->size(1) == s.dim && grad_last_state->size(2) == s.N,
+              "selective_scan_bwd: grad_last_state must be (batch, dim, N)");
+  }
+}
+
+}  // namespace
+
+// The ops' kernels, registered in selective_scan.cpp.
+std::tuple<at::Tensor, at::Tensor> selective_scan_fwd_cpu(const at::Tensor& u, const at::Tensor& delta,
+                                                          const at::Tensor& A, const at::Tensor& B,
+                                                          const at::Tensor& C, const c10::optional<at::Tensor>& D,
+                                                          const c10::optional<at::Tensor>& z,
+                                                          const c10::optional<at::Tensor>& delta_bias,
+                                                          bool delta_softplus);
+BwdResult selective_scan_bwd_cpu(const at::Tensor& u, const at::Tensor& delta, const at::Tensor& A,
+                                 const at::Tensor& B, const at::Tensor& C, const c10::optional<at::Tensor>& D,
+                                 const c10::optional<at::Tensor>& z, const c10::optional<at::Tensor>& delta_bias,
+                                 bool delta_softplus, const at::Tensor& grad_out,
+                                 const c10::optional<at::Tensor>& grad_last_state);
+
+}  // namespace ssm_plugins

@@ -1,0 +1,331 @@
+// Selective scan, CPU side: what the forward (selective_scan_fwd.cpp) and the backward
+// (selective_scan_bwd.cpp) kernels share.
+//
+// CPU design. Each (batch, channel) row is sequential in L and independent of the others, so rows are
+// handed out to threads dynamically (a busy machine may deschedule one). Per row, the inputs are first
+// converted to the accumulation type in thread-local buffers; the core then works on SIMD vectors
+// spanning the state axis N (GCC vector extensions, compiled for AVX-512, AVX2 and baseline x86-64 and
+// picked at run time), with B and C transposed to (L, N) and N padded to a whole number of vectors
+// (the padding lanes have A = B = C = 0, so their state stays 0). Sums over N are reduced W steps at a
+// time. float uses a polynomial exp/log1p that vectorises; double (the gradcheck precision) calls libm.
+// The backward re-runs the forward recurrence of a row, keeping (exp(dt A), h) of every step, or for a
+// long row a checkpoint every 64 steps and one recomputed chunk at a time, then runs the reverse
+// recurrence. Gradients shared across rows are summed without races: A, D and delta_bias per
+// (batch, channel), then over batch; B and C per task (batch, group, chunk of its channels) in a
+// thread-local buffer, added to the (batch, group) sum under that sum's lock.
+#pragma once
+#include "selective_scan.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+#if defined(__GNUC__) && !defined(__clang__)
+#define SSM_INLINE inline __attribute__((always_inline))
+#else
+#define SSM_INLINE inline
+#endif
+
+// Instruction sets the per-row cores are compiled for (selective_scan_{fwd,bwd}.cpp), picked at run time.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SSM_X86_VARIANTS 1
+#define SSM_TARGET_AVX2 __attribute__((target("avx2,fma,bmi2")))
+#define SSM_TARGET_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma,bmi2")))
+#endif
+
+namespace ssm_plugins {
+namespace {  // the op's private helpers keep internal linkage, as when the op was one file
+
+// ---- SIMD helpers (64-byte vectors; GCC lowers them to zmm, 2 ymm or 4 xmm per the target) ----------
+
+typedef float f32x16 __attribute__((vector_size(64)));
+typedef int32_t i32x16 __attribute__((vector_size(64)));
+typedef double f64x8 __attribute__((vector_size(64)));
+typedef int64_t i64x8 __attribute__((vector_size(64)));
+
+template <typename V>
+struct LaneIndex;  // the integer vector that indexes V's lanes (for __builtin_shuffle)
+template <>
+struct LaneIndex<f32x16> {
+  using type = i32x16;
+};
+template <>
+struct LaneIndex<f64x8> {
+  using type = i64x8;
+};
+
+// Transposed reduction of W vectors: lane i of the result is the sum of the lanes of vector i. Each
+// level adds pairs of vectors whose lanes hold per-source partial sums in groups of G lanes, halving G.
+constexpr int tree_lo(int W, int G, int i) {
+  return (i < W / 2 ? 0 : W) + ((i % (W / 2)) / (G / 2)) * G + (i % (W / 2)) % (G / 2);
+}
+
+template <typename V, int W, int G, size_t... I>
+SSM_INLINE V tree_combine(V x, V y, std::index_sequence<I...>) {
+#if defined(__clang__) || __GNUC__ >= 12
+  return __builtin_shufflevector(x, y, tree_lo(W, G, I)...) + __builtin_shufflevector(x, y, (tree_lo(W, G, I) + G / 2)...);
+#else  // GCC 11 and older: no __builtin_shufflevector
+  using IV = typename LaneIndex<V>::type;
+  return __builtin_shuffle(x, y, IV{tree_lo(W, G, I)...}) + __builtin_shuffle(x, y, IV{(tree_lo(W, G, I) + G / 2)...});
+#endif
+}
+
+template <typename V, int W, int G>
+struct TreeSum {  // v holds G vectors with groups of G lanes
+  static SSM_INLINE V run(V* v) {
+    for (int i = 0; i < G / 2; ++i) v[i] = tree_combine<V, W, G>(v[2 * i], v[2 * i + 1], std::make_index_sequence<W>{});
+    return TreeSum<V, W, G / 2>::run(v);
+  }
+};
+template <typename V, int W>
+struct TreeSum<V, W, 1> {
+  static SSM_INLINE V run(V* v) { return v[0]; }
+};
+
+template <typename T>
+struct Simd;
+
+template <>
+struct Simd<float> {
+  using V = f32x16;
+  static constexpr int W = 16;
+  static SSM_INLINE V splat(float s) { return V{} + s; }
+  static SSM_INLINE V load(const float* p) {
+    V v;
+    std::memcpy(&v, p, sizeof(V));
+    return v;
+  }
+  static SSM_INLINE void store(float* p, V v) { std::memcpy(p, &v, sizeof(V)); }
+  static SSM_INLINE float hsum(V v) {  // (epilogues only)
+    float sum = 0;
+    for (int i = 0; i < W; ++i) sum += v[i];
+    return sum;
+  }
+  // exp: Cody-Waite reduction to r in [-ln2/2, ln2/2] and the degree-6 Taylor polynomial (relative
+  // error < 2e-7). The argument is clamped to [-87.3, 88]: below, the result is ~1.2e-38 instead of 0;
+  // above, exp(88). NaN propagates.
+  static SSM_INLINE V exp(V x) {
+    const V lo = splat(-87.33654f), hi = splat(88.0f);
+    V xc = x > lo ? x : lo;
+    xc = xc < hi ? xc : hi;
+    const V magic = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
+    const V k = (xc * 1.44269504088896341f + magic) - magic;
+    V r = xc - k * 0.693359375f;
+    r = r - k * -2.12194440e-4f;
+    V p = splat(1.0f / 720);
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const i32x16 bits = (__builtin_convertvector(k, i32x16) + 127) << 23;
+    return p * (V)bits;  // a vector cast reinterprets the bits: 2^k
+  }
+  // log1p(y) for y in [0, 1]: 2 atanh(s), s = y / (2 + y) <= 1/3, series to s^13 (error < 1e-8).
+  static SSM_INLINE V log1p_unit(V y) {
+    V s = y / (y + 2.0f);
+    V s2 = s * s;
+    V p = splat(1.0f / 13);
+    p = p * s2 + 1.0f / 11;
+    p = p * s2 + 1.0f / 9;
+    p = p * s2 + 1.0f / 7;
+    p = p * s2 + 1.0f / 5;
+    p = p * s2 + 1.0f / 3;
+    p = p * s2 + 1.0f;
+    return 2.0f * s * p;
+  }
+  // torch's softplus (beta 1, threshold 20): x above 20, else log1p(exp(x)) = max(x,0) + log1p(exp(-|x|))
+  static SSM_INLINE V softplus(V x) {
+    V ax = x < 0.0f ? -x : x;
+    V pos = x > 0.0f ? x : V{};
+    V sp = pos + log1p_unit(exp(-ax));
+    return x > 20.0f ? x : sp;
+  }
+  static SSM_INLINE V sigmoid(V x) { return 1.0f / (1.0f + exp(-x)); }
+};
+
+template <>
+struct Simd<double> {
+  using V = f64x8;
+  static constexpr int W = 8;
+  static SSM_INLINE V splat(double s) { return V{} + s; }
+  static SSM_INLINE V load(const double* p) {
+    V v;
+    std::memcpy(&v, p, sizeof(V));
+    return v;
+  }
+  static SSM_INLINE void store(double* p, V v) { std::memcpy(p, &v, sizeof(V)); }
+  static SSM_INLINE double hsum(V v) {
+    double sum = 0;
+    for (int i = 0; i < W; ++i) sum += v[i];
+    return sum;
+  }
+  // float64 is the checking precision (gradcheck): libm per lane.
+  static SSM_INLINE V exp(V x) {
+    for (int i = 0; i < W; ++i) x[i] = std::exp(x[i]);
+    return x;
+  }
+  static SSM_INLINE V softplus(V x) {
+    for (int i = 0; i < W; ++i) x[i] = ssm_plugins::softplus(x[i]);
+    return x;
+  }
+  static SSM_INLINE V sigmoid(V x) {
+    for (int i = 0; i < W; ++i) x[i] = 1.0 / (1.0 + std::exp(-x[i]));
+    return x;
+  }
+};
+
+// W consecutive vectors at p (W*W values) -> vector of their lane sums.
+template <typename acc_t>
+SSM_INLINE typename Simd<acc_t>::V block_sums(const acc_t* p) {
+  using S = Simd<acc_t>;
+  typename S::V v[S::W];
+  for (int i = 0; i < S::W; ++i) v[i] = S::load(p + i * S::W);
+  return TreeSum<typename S::V, S::W, S::W>::run(v);
+}
+
+inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// Zeroed thread-local buffer whose data() is 64-byte aligned (the vectors' alignment).
+template <typename T>
+class AlignedBuffer {
+ public:
+  explicit AlignedBuffer(int64_t n) : store_(static_cast<size_t>(n) + 64 / sizeof(T), T(0)) {}
+  T* data() {
+    const auto addr = reinterpret_cast<uintptr_t>(store_.data());
+    return reinterpret_cast<T*>((addr + 63) & ~uintptr_t(63));
+  }
+  template <typename V>
+  V* as() {
+    return reinterpret_cast<V*>(data());
+  }
+
+ private:
+  std::vector<T> store_;
+};
+
+// ---- per-row cores -------------------------------------------------------------------------------
+// All row buffers hold Lpad = round_up(L, W) entries, the padding zeroed. B/C rows are (L, nv*W),
+// A and the state are nv*W wide. NV > 0 fixes the vector count at compile time (registers).
+// Sums over the state axis are not reduced per step: each step stores its vector of partial sums in
+// a ring of W vectors (`ring`, W*W entries), reduced W steps at a time (block_sums).
+// The backward walks a row back in time with the states (exp(dt A), h) of every step at hand. A short
+// row keeps them all from the forward pass; a long one keeps the state every `chunk` steps and
+// recomputes one chunk at a time (one more exp per step, but a working set that stays in cache).
+
+constexpr int64_t kChunk = 64;             // a multiple of both vector widths
+constexpr int64_t kKeepAllBytes = 512 << 10;  // states of a row up to this size are all kept
+
+template <typename acc_t>
+int64_t bwd_chunk(int64_t L, int64_t Npad) {
+  return L * 2 * Npad * int64_t(sizeof(acc_t)) <= kKeepAllBytes ? std::max<int64_t>(L, 1) : kChunk;
+}
+
+template <typename acc_t>
+struct RowParams {
+  int64_t L, nv, chunk;  // chunk: the backward's checkpoint spacing (bwd_chunk)
+  bool softplus_dt;
+  acc_t bias, skip;
+  const acc_t* A;   // (nv*W)
+  const acc_t* BT;  // (L, nv*W)
+  const acc_t* CT;
+};
+
+// The widest instruction set this CPU has; SSM_PLUGINS_CPU_ISA=generic|avx2|avx512 narrows it (tests).
+inline std::string cpu_isa() {
+  static const std::string best = [] {
+#ifdef SSM_X86_VARIANTS
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2"))
+      return std::string("avx512");
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2"))
+      return std::string("avx2");
+#endif
+    return std::string("generic");
+  }();
+  const char* env = std::getenv("SSM_PLUGINS_CPU_ISA");
+  if (env == nullptr || *env == '\0') return best;
+  const std::string want(env);
+  SSM_CHECK(want == "generic" || want == "avx2" || want == "avx512",
+            "SSM_PLUGINS_CPU_ISA must be generic, avx2 or avx512, got ", want);
+  static const char* order[] = {"generic", "avx2", "avx512"};
+  auto rank = [&](const std::string& v) { return std::find(order, order + 3, v) - order; };
+  return rank(want) <= rank(best) ? want : best;
+}
+
+// ---- driver helpers --------------------------------------------------------------------------------
+
+// The drivers below do their own copies and reductions (serial, small next to the scan) rather than
+// calling ATen ops: every ATen op above its grain size opens a parallel region, and on a busy machine
+// each region waits for a descheduled thread.
+
+// Contiguous (rows, n) -> (rows, npad), zero padded.
+template <typename acc_t>
+void pad_rows(acc_t* dst, const acc_t* src, int64_t rows, int64_t n, int64_t npad) {
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy(src + r * n, src + (r + 1) * n, dst + r * npad);
+    std::fill(dst + r * npad + n, dst + (r + 1) * npad, acc_t(0));
+  }
+}
+
+// Contiguous (mats, N, L) -> (mats, L, Npad), zero padded.
+template <typename acc_t>
+void transpose_pad(acc_t* dst, const acc_t* src, int64_t mats, int64_t N, int64_t L, int64_t Npad) {
+  for (int64_t m = 0; m < mats; ++m) {
+    const acc_t* sm = src + m * N * L;
+    acc_t* dm = dst + m * L * Npad;
+    for (int64_t t = 0; t < L; ++t) {
+      for (int64_t n = 0; n < N; ++n) dm[t * Npad + n] = sm[n * L + t];
+      std::fill(dm + t * Npad + N, dm + (t + 1) * Npad, acc_t(0));
+    }
+  }
+}
+
+// Row of a (.., L) tensor into an accumulation buffer of Lpad entries, padding zeroed.
+template <typename scalar_t, typename acc_t>
+inline void load_row(acc_t* dst, const scalar_t* src, int64_t L, int64_t Lpad) {
+  for (int64_t t = 0; t < L; ++t) dst[t] = static_cast<acc_t>(src[t]);
+  std::fill(dst + L, dst + Lpad, acc_t(0));
+}
+
+template <typename scalar_t, typename acc_t>
+inline void store_row(scalar_t* dst, const acc_t* src, int64_t L) {
+  for (int64_t t = 0; t < L; ++t) dst[t] = static_cast<scalar_t>(src[t]);
+}
+
+// Rows per grab: about 32k state updates.
+inline int64_t row_grab(const ScanShape& s) {
+  return std::max<int64_t>(1, 32768 / (s.L * std::max<int64_t>(s.N, 1) + 1));
+}
+
+// Threads for a call of `updates` state updates (batch * dim * L * N, times ~2.5 for the backward):
+// each gets at least kMinUpdatesPerThread (about a millisecond of work).
+constexpr int64_t kMinUpdatesPerThread = int64_t(2) << 20;
+
+inline int64_t threads_for(int64_t updates) {
+  return std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), updates / kMinUpdatesPerThread));
+}
+
+// A, B and C in the cores' layout: A (dim, Npad), B and C (batch * groups, L, Npad).
+template <typename acc_t>
+struct Prepared {
+  AlignedBuffer<acc_t> A, BT, CT;
+  Prepared(const ScanShape& s, int64_t Npad, const at::Tensor& A_, const at::Tensor& B_, const at::Tensor& C_)
+      : A(s.dim * Npad), BT(s.batch * s.groups * s.L * Npad), CT(s.batch * s.groups * s.L * Npad) {
+    const at::Tensor Ac = A_.contiguous(), Bc = B_.contiguous(), Cc = C_.contiguous();
+    pad_rows(A.data(), Ac.data_ptr<acc_t>(), s.dim, s.N, Npad);
+    transpose_pad(BT.data(), Bc.data_ptr<acc_t>(), s.batch * s.groups, s.N, s.L, Npad);
+    transpose_pad(CT.data(), Cc.data_ptr<acc_t>(), s.batch * s.groups, s.N, s.L, Npad);
+  }
+};
+
+}  // namespace
+}  // namespace ssm_plugins

@@ -17,6 +17,11 @@ resolution-free, so any input size divisible by the patch size works (position e
 Options for every model (timm kwargs): ``ssm_complex``, ``ssm_complex_param``, ``ssm_d_state``, ``ssm_n_ssm``,
 ``ssm_directions``, ``ssm_layernorm``, ``ssm_fused`` and ``no_pos_embed`` (Table 3 ablation). No pretrained
 weights exist; load a local checkpoint with ``pretrained=True, pretrained_cfg_overlay=dict(file=path)``.
+
+``spatial_mixer`` selects the layer at the SSM's position, i.e. Table 1's comparison rows (spec §3.2):
+``'ssm2d'`` (default, the paper's layer), ``'s4nd'`` ("w/ S4ND": ``ssm_d_state``, ``ssm_n_ssm``), ``'ema'`` (Mega's
+multi-head EMA on the row-major flattened tokens, "Swin w/ EMA": ``ssm_d_state`` is the EMA dimension) and
+``'none'`` (the plain ViT / Swin: "ViT", "Swin-reprod."); ``mixer_kwargs`` passes further layer arguments.
 """
 from functools import partial
 from typing import Any, Dict, List, Optional, Set, Tuple, Union
@@ -34,6 +39,7 @@ from timm.models.vision_transformer import Block, VisionTransformer
 from timm.models.vision_transformer import checkpoint_filter_fn as vit_checkpoint_filter_fn
 
 from ._common import local_weights_cfg, stage_intermediates
+from ..layers.mega import SPATIAL_MIXERS, make_spatial_mixer
 from ..layers.ssm2d import SSM2D
 
 __all__ = ['VisionTransformerSSM2D', 'SwinTransformerSSM2D', 'SSM2DBlock', 'SwinTransformerSSM2DBlock']
@@ -50,31 +56,34 @@ def _ssm_layer(
         ssm_complex_param: str = 'cartesian',
         ssm_layernorm: bool = False,
         ssm_fused: bool = True,
+        spatial_mixer: str = 'ssm2d',
+        mixer_kwargs: Optional[Dict[str, Any]] = None,
         device=None,
         dtype=None,
 ):
-    """SSM2D factory (dim -> module) for channels-last token grids, defaults of spec §3.1 / §8."""
-    return partial(
-        SSM2D,
-        d_state=ssm_d_state,
-        n_ssm=ssm_n_ssm,
-        directions=ssm_directions,
-        complex=ssm_complex,
-        complex_param=ssm_complex_param,
-        layernorm=ssm_layernorm,
-        fused=ssm_fused,
-        input_fmt='NHWC',
-        device=device,
-        dtype=dtype,
-    )
+    """Spatial layer factory (dim -> module) for channels-last token grids, defaults of spec §3.1 / §8.
+
+    ``spatial_mixer`` 'ssm2d' (every ``ssm_*`` option), 's4nd' (d_state, n_ssm), 'ema' (d_state) or 'none'.
+    """
+    if spatial_mixer not in SPATIAL_MIXERS:
+        raise ValueError(f'spatial_mixer must be one of {SPATIAL_MIXERS}, got {spatial_mixer!r}')
+    if spatial_mixer == 'ssm2d':
+        options = dict(d_state=ssm_d_state, n_ssm=ssm_n_ssm, directions=ssm_directions, complex=ssm_complex,
+                       complex_param=ssm_complex_param, layernorm=ssm_layernorm, fused=ssm_fused)
+    elif spatial_mixer == 's4nd':
+        options = dict(d_state=ssm_d_state, n_ssm=ssm_n_ssm)
+    elif spatial_mixer == 'ema':
+        options = dict(d_state=ssm_d_state)
+    else:
+        options = {}
+    return partial(make_spatial_mixer, spatial_mixer, extra=mixer_kwargs, device=device, dtype=dtype, **options)
 
 
 def _ssm_no_weight_decay(model: nn.Module) -> Set[str]:
-    """Full names of the SSM parameters without weight decay (A, B, C; paper App. E.2)."""
+    """Full names of the spatial layers' SSM / EMA parameters, without weight decay (A, B, C; paper App. E.2)."""
     names = set()
     for module_name, module in model.named_modules():
-        if isinstance(module, SSM2D):
-            names.update(f'{module_name}.{p}' for p in module.no_weight_decay_names)
+        names.update(f'{module_name}.{p}' for p in getattr(module, 'no_weight_decay_names', ()))
     return names
 
 
@@ -113,6 +122,8 @@ class SSM2DBlock(Block):
         if grid_size is None:
             raise ValueError('grid_size=(H, W) of the patch tokens is required by SSM2DBlock')
         y = self.norm1(x)
+        if isinstance(self.ssm, nn.Identity):  # spatial_mixer='none': the plain timm block
+            return y
         batch, num_tokens, dim = y.shape
         height, width = grid_size
         num_prefix = num_tokens - height * width
@@ -138,9 +149,10 @@ class SSM2DBlock(Block):
 class VisionTransformerSSM2D(VisionTransformer):
     """ViT / DeiT with a 2-D SSM in every block (spec §2.1).
 
-    Takes timm ``VisionTransformer`` kwargs plus the ``ssm_*`` options of :func:`_ssm_layer` and
-    ``no_pos_embed`` (drop the learned absolute position embedding). ``dynamic_img_size`` defaults to True so
-    any input size divisible by the patch size is accepted.
+    Takes timm ``VisionTransformer`` kwargs plus the ``ssm_*`` options of :func:`_ssm_layer`, ``spatial_mixer``
+    ('ssm2d' | 's4nd' | 'ema' | 'none': Table 1's ViT rows), ``mixer_kwargs`` and ``no_pos_embed`` (drop the
+    learned absolute position embedding). ``dynamic_img_size`` defaults to True so any input size divisible by
+    the patch size is accepted.
     """
 
     def __init__(
@@ -153,6 +165,8 @@ class VisionTransformerSSM2D(VisionTransformer):
             ssm_complex_param: str = 'cartesian',
             ssm_layernorm: bool = False,
             ssm_fused: bool = True,
+            spatial_mixer: str = 'ssm2d',
+            mixer_kwargs: Optional[Dict[str, Any]] = None,
             no_pos_embed: bool = False,
             **kwargs,
     ):
@@ -165,8 +179,9 @@ class VisionTransformerSSM2D(VisionTransformer):
         kwargs.setdefault('dynamic_img_size', True)
         ssm_layer = _ssm_layer(
             ssm_d_state, ssm_n_ssm, ssm_directions, ssm_complex, ssm_complex_param, ssm_layernorm, ssm_fused,
-            device=kwargs.get('device'), dtype=kwargs.get('dtype'))
+            spatial_mixer, mixer_kwargs, device=kwargs.get('device'), dtype=kwargs.get('dtype'))
         super().__init__(*args, block_fn=partial(SSM2DBlock, ssm_layer=ssm_layer), **kwargs)
+        self.spatial_mixer = spatial_mixer
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
@@ -290,7 +305,8 @@ class SwinTransformerSSM2DBlock(SwinTransformerBlock):
 class SwinTransformerSSM2D(SwinTransformer):
     """Swin Transformer with a 2-D SSM in every block (spec §2.2).
 
-    Takes timm ``SwinTransformer`` kwargs plus the ``ssm_*`` options, ``abs_pos_embed`` (learned absolute
+    Takes timm ``SwinTransformer`` kwargs plus the ``ssm_*`` options, ``spatial_mixer`` ('ssm2d' | 's4nd' | 'ema'
+    | 'none': Table 1's Swin rows), ``mixer_kwargs``, ``abs_pos_embed`` (learned absolute
     position embedding added after the patch embedding, as in the small-dataset Swin of Lee et al.) and
     ``no_pos_embed`` (remove it; the relative position bias stays, spec A20). ``strict_img_size`` defaults to
     False so any input size divisible by the patch size is accepted.
@@ -306,15 +322,19 @@ class SwinTransformerSSM2D(SwinTransformer):
             ssm_complex_param: str = 'cartesian',
             ssm_layernorm: bool = False,
             ssm_fused: bool = True,
+            spatial_mixer: str = 'ssm2d',
+            mixer_kwargs: Optional[Dict[str, Any]] = None,
             abs_pos_embed: bool = False,
             no_pos_embed: bool = False,
             **kwargs,
     ):
         kwargs.setdefault('strict_img_size', False)
-        super().__init__(*args, **kwargs)
         dd = {'device': kwargs.get('device'), 'dtype': kwargs.get('dtype')}
         ssm_layer = _ssm_layer(
-            ssm_d_state, ssm_n_ssm, ssm_directions, ssm_complex, ssm_complex_param, ssm_layernorm, ssm_fused, **dd)
+            ssm_d_state, ssm_n_ssm, ssm_directions, ssm_complex, ssm_complex_param, ssm_layernorm, ssm_fused,
+            spatial_mixer, mixer_kwargs, **dd)  # checks spatial_mixer before anything is built
+        super().__init__(*args, **kwargs)
+        self.spatial_mixer = spatial_mixer
         for stage in self.layers:
             for block in stage.blocks:
                 SwinTransformerSSM2DBlock.from_block(block, ssm_layer(block.dim))

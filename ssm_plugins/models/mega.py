@@ -1,0 +1,395 @@
+""" Mega image backbone with a selectable spatial layer (EMA, 2-D SSM, S4ND, none)
+
+A PyTorch impl of the Mega models of:
+  * `2-D SSM: A General Spatial Layer for Visual Transformers` (E. Baron, I. Zimerman, L. Wolf, arXiv v1,
+    June 2023), spec ``2d-ssm.md`` §2.3, §3.2, §5.1 (Table 1) and §5.4 (ImageNet-1K, "Figure 5"),
+on the vision Mega of
+  * `Mega: Moving Average Equipped Gated Attention` (X. Ma et al., ICLR 2023).
+
+Architecture (the official 2-D SSM code's ``VisionMEGA``, code-v1): conv patch embedding, learned absolute
+position embedding, ``depth`` Mega layers (:class:`ssm_plugins.layers.MegaBlock`: moving-average gated attention
+with laplace attention and a 1-D relative position bias, then a normalised FFN), final LayerNorm, Linear + SiLU,
+mean pool over the tokens, linear classifier. The layers run on the (B, H, W, D) token grid; the spatial layer
+filters the Q/K/gate path only, V comes from the unfiltered tokens (spec §2.3).
+
+``spatial_mixer`` selects Table 1's Mega rows: ``'ema'`` (Mega, Mega's multi-head EMA on the flattened patches),
+``'none'`` (Mega-ablate), ``'s4nd'`` (Mega w/ S4ND) and ``'ssm2d'`` (Mega 2-D SSM-r; ``ssm_complex=True`` for SSM-c).
+Registered: ``mega_cifar_patch4_32{,_ablate,_s4nd,_ssm2d}`` (CIFAR-100), ``mega_tinyimagenet_patch8_64{...}``
+(Tiny-ImageNet) and ``mega_tiny_patch16_224{,_ablate,_ssm2d}`` (Mega ViT-T on ImageNet-1K, the mega-image
+repository's ``mega_tiny_patch16_224``: depth 12, dim 192, hidden / FFN 384, z 64, EMA N 16).
+
+Options (timm kwargs): ``spatial_mixer``; ``ssm_d_state`` (N of whichever layer: EMA, 2-D SSM, S4ND; one
+``--ndim`` in code-v1), ``ssm_n_ssm`` (2-D SSM and S4ND), ``ssm_directions``, ``ssm_complex``,
+``ssm_complex_param``, ``ssm_layernorm``, ``ssm_fused`` (2-D SSM), ``mixer_kwargs`` (any other argument of the
+chosen layer), ``no_pos_embed`` (Table 3 ablation), ``rel_pos_bias``, ``attn_activation``. No pretrained weights
+exist; load a local checkpoint with ``pretrained=True, pretrained_cfg_overlay=dict(file=path)``.
+"""
+from typing import Any, Dict, List, Optional, Set, Tuple, Union
+
+import torch
+import torch.nn as nn
+
+from timm.layers import PatchEmbed, resample_abs_pos_embed_nhwc, trunc_normal_
+from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models._features import feature_take_indices
+from timm.models._manipulate import checkpoint, checkpoint_seq
+
+from ._common import local_weights_cfg
+from .ssm2d import CIFAR100_MEAN, CIFAR100_STD, _check_input
+from ..layers.mega import SPATIAL_MIXERS, MegaBlock
+
+__all__ = ['VisionMega']
+
+
+class VisionMega(nn.Module):
+    """Vision Mega (code-v1 ``VisionMEGA``) with a selectable spatial layer in every Mega layer.
+
+    Args:
+        img_size, patch_size, in_chans, num_classes: as timm's ViT. ``global_pool``: 'avg' (token mean) or ''.
+        embed_dim, depth: width D and number of Mega layers.
+        hidden_dim: value / gate dimension (hdim). ffn_hidden_dim: FFN width. zdim: Q/K dimension.
+        spatial_mixer: 'ema' | 'ssm2d' | 's4nd' | 'none' [D: 'ema', the original Mega].
+        ssm_*: the spatial layer's options (see the module docstring). mixer_kwargs: extra layer arguments.
+        attn_activation: 'laplace' [D] or 'softmax'. rel_pos_bias: Mega's relative position bias [D: True].
+        no_pos_embed: drop the learned absolute position embedding (spec A20).
+        drop_rate, attn_drop_rate, drop_path_rate: Mega's dropout, attention dropout, stochastic depth
+            (linearly increasing over depth) [D: 0, code-v1 builds VisionMEGA without them].
+    """
+
+    def __init__(
+            self,
+            img_size: Union[int, Tuple[int, int]] = 224,
+            patch_size: Union[int, Tuple[int, int]] = 16,
+            in_chans: int = 3,
+            num_classes: int = 1000,
+            global_pool: str = 'avg',
+            embed_dim: int = 192,
+            depth: int = 12,
+            hidden_dim: int = 384,
+            ffn_hidden_dim: int = 384,
+            zdim: int = 64,
+            spatial_mixer: str = 'ema',
+            ssm_d_state: int = 16,
+            ssm_n_ssm: int = 8,
+            ssm_directions: int = 4,
+            ssm_complex: bool = False,
+            ssm_complex_param: str = 'cartesian',
+            ssm_layernorm: bool = False,
+            ssm_fused: bool = True,
+            mixer_kwargs: Optional[Dict[str, Any]] = None,
+            attn_activation: str = 'laplace',
+            rel_pos_bias: bool = True,
+            no_pos_embed: bool = False,
+            drop_rate: float = 0.,
+            attn_drop_rate: float = 0.,
+            drop_path_rate: float = 0.,
+            device=None,
+            dtype=None,
+    ):
+        super().__init__()
+        if spatial_mixer not in SPATIAL_MIXERS:
+            raise ValueError(f'spatial_mixer must be one of {SPATIAL_MIXERS}, got {spatial_mixer!r}')
+        if global_pool not in ('avg', ''):
+            raise ValueError(f"global_pool must be 'avg' or '', got {global_pool!r}")
+        for name, value in (('embed_dim', embed_dim), ('depth', depth)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f'{name} must be a positive int, got {value!r}')
+        dd = {'device': device, 'dtype': dtype}
+        self.in_chans = in_chans
+        self.num_classes = num_classes
+        self.global_pool = global_pool
+        self.num_features = self.head_hidden_size = self.embed_dim = embed_dim
+        self.spatial_mixer = spatial_mixer
+        self.grad_checkpointing = False
+
+        self.patch_embed = PatchEmbed(img_size=img_size, patch_size=patch_size, in_chans=in_chans,
+                                      embed_dim=embed_dim, output_fmt='NHWC', strict_img_size=False, **dd)
+        grid = tuple(self.patch_embed.grid_size)
+        if no_pos_embed:
+            self.pos_embed = None
+        else:
+            self.pos_embed = nn.Parameter(torch.zeros(1, *grid, embed_dim, **dd))
+            trunc_normal_(self.pos_embed, std=embed_dim ** -0.5)
+        # parameters of this module itself kept out of weight decay (code-v1 VisionMEGA: the position embedding)
+        self.no_weight_decay_names = () if no_pos_embed else ('pos_embed',)
+
+        mixer_args = dict(d_state=ssm_d_state, extra=mixer_kwargs)
+        if spatial_mixer in ('ssm2d', 's4nd'):
+            mixer_args['n_ssm'] = ssm_n_ssm
+        if spatial_mixer == 'ssm2d':
+            mixer_args.update(directions=ssm_directions, complex=ssm_complex, complex_param=ssm_complex_param,
+                              layernorm=ssm_layernorm, fused=ssm_fused)
+        if spatial_mixer == 'none':
+            mixer_args = dict(extra=mixer_kwargs)
+        dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth)]
+        self.blocks = nn.Sequential(*[
+            MegaBlock(embed_dim, zdim, hidden_dim, ffn_hidden_dim, spatial_mixer=spatial_mixer,
+                      mixer_kwargs=mixer_args, attn_activation=attn_activation,
+                      max_positions=grid[0] * grid[1] if rel_pos_bias else None,
+                      drop=drop_rate, attn_drop=attn_drop_rate, drop_path=dpr[i], **dd)
+            for i in range(depth)])
+        self.norm = nn.LayerNorm(embed_dim, **dd)
+        # code-v1: Linear + SiLU on every token before the mean pool
+        self.out_proj = nn.Sequential()
+        self.out_proj.add_module('fc', nn.Linear(embed_dim, embed_dim, **dd))
+        self.out_proj.add_module('act', nn.SiLU())
+        nn.init.normal_(self.out_proj.fc.weight, mean=0.0, std=0.02)
+        nn.init.zeros_(self.out_proj.fc.bias)
+        self.head = self._make_head(num_classes, **dd)
+        reduction = self.patch_embed.patch_size[0]
+        self.feature_info = [dict(num_chs=embed_dim, reduction=reduction, module=f'blocks.{i}') for i in range(depth)]
+
+    def _make_head(self, num_classes: int, device=None, dtype=None) -> nn.Module:
+        if num_classes <= 0:
+            return nn.Identity()
+        head = nn.Linear(self.num_features, num_classes, device=device, dtype=dtype)
+        nn.init.xavier_uniform_(head.weight)
+        nn.init.zeros_(head.bias)
+        return head
+
+    @torch.jit.ignore
+    def no_weight_decay(self) -> Set[str]:
+        """The position embedding and the spatial layers' SSM / EMA parameters (paper App. E.2)."""
+        names = set()
+        for module_name, module in self.named_modules():
+            names.update(f'{module_name}.{p}' if module_name else p
+                         for p in getattr(module, 'no_weight_decay_names', ()))
+        return names
+
+    @torch.jit.ignore
+    def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
+        return dict(stem=r'^patch_embed|^pos_embed', blocks=[(r'^blocks\.(\d+)', None), (r'^norm', (99999,))])
+
+    @torch.jit.ignore
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        self.grad_checkpointing = enable
+
+    @torch.jit.ignore
+    def get_classifier(self) -> nn.Module:
+        return self.head
+
+    def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
+        self.num_classes = num_classes
+        if global_pool is not None:
+            if global_pool not in ('avg', ''):
+                raise ValueError(f"global_pool must be 'avg' or '', got {global_pool!r}")
+            self.global_pool = global_pool
+        weight = self.patch_embed.proj.weight
+        self.head = self._make_head(num_classes, device=weight.device, dtype=weight.dtype)
+
+    def _embed(self, x: torch.Tensor) -> torch.Tensor:
+        """Patch + position embedding: (B, C, H, W) -> (B, H/p, W/p, D)."""
+        _check_input(x, self.in_chans, self.patch_embed.patch_size, False)
+        x = self.patch_embed(x)
+        if self.pos_embed is not None:
+            x = x + resample_abs_pos_embed_nhwc(self.pos_embed, x.shape[1:3]).to(x.dtype)
+        return x
+
+    def _run_block(self, block: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        if self.grad_checkpointing and not torch.jit.is_scripting():
+            return checkpoint(block, x)
+        return block(x)
+
+    def forward_intermediates(
+            self,
+            x: torch.Tensor,
+            indices: Optional[Union[int, List[int]]] = None,
+            norm: bool = False,
+            stop_early: bool = False,
+            output_fmt: str = 'NCHW',
+            intermediates_only: bool = False,
+    ) -> Union[List[torch.Tensor], Tuple[torch.Tensor, List[torch.Tensor]]]:
+        """Block outputs on the token grid, NCHW or NHWC (``norm``: through the final LayerNorm); the final
+        features are those of :meth:`forward_features`."""
+        if output_fmt not in ('NCHW', 'NHWC'):
+            raise ValueError(f"output_fmt must be 'NCHW' or 'NHWC', got {output_fmt!r}")
+        take_indices, max_index = feature_take_indices(len(self.blocks), indices)
+        x = self._embed(x)
+        blocks = self.blocks if torch.jit.is_scripting() or not stop_early else self.blocks[:max_index + 1]
+        intermediates = []
+        for i, block in enumerate(blocks):
+            x = self._run_block(block, x)
+            if i in take_indices:
+                y = self.norm(x) if norm else x
+                intermediates.append(y.permute(0, 3, 1, 2).contiguous() if output_fmt == 'NCHW' else y)
+        if intermediates_only:
+            return intermediates
+        return self.norm(x), intermediates
+
+    def prune_intermediate_layers(
+            self,
+            indices: Union[int, List[int]] = 1,
+            prune_norm: bool = False,
+            prune_head: bool = True,
+    ) -> List[int]:
+        take_indices, max_index = feature_take_indices(len(self.blocks), indices)
+        self.blocks = self.blocks[:max_index + 1]
+        if prune_norm:
+            self.norm = nn.Identity()
+        if prune_head:
+            self.out_proj = nn.Identity()
+            self.reset_classifier(0, '')
+        return take_indices
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) -> normalised tokens (B, H/p, W/p, D)."""
+        x = self._embed(x)
+        if self.grad_checkpointing and not torch.jit.is_scripting():
+            x = checkpoint_seq(self.blocks, x)
+        else:
+            x = self.blocks(x)
+        return self.norm(x)
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        x = self.out_proj(x)
+        if self.global_pool == 'avg':
+            x = x.mean(dim=(1, 2))
+        return x if pre_logits else self.head(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+
+def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: VisionMega) -> Dict[str, torch.Tensor]:
+    """Unwrap training checkpoints ('state_dict' / 'model'), resample the position embedding to the model's grid
+    and drop it if the model has none (a ``no_pos_embed`` fine-tune of a checkpoint with one)."""
+    for key in ('state_dict', 'model'):
+        if key in state_dict and isinstance(state_dict[key], dict):
+            state_dict = state_dict[key]
+    state_dict = dict(state_dict)
+    if 'pos_embed' in state_dict:
+        if model.pos_embed is None:
+            state_dict.pop('pos_embed')
+        elif state_dict['pos_embed'].shape != model.pos_embed.shape:
+            state_dict['pos_embed'] = resample_abs_pos_embed_nhwc(state_dict['pos_embed'], model.pos_embed.shape[1:3])
+    return state_dict
+
+
+def _create_vision_mega(variant: str, pretrained: bool = False, **kwargs) -> VisionMega:
+    out_indices = kwargs.pop('out_indices', 3)
+    return build_model_with_cfg(
+        VisionMega,
+        variant,
+        pretrained,
+        pretrained_filter_fn=checkpoint_filter_fn,
+        pretrained_strict=kwargs.pop('pretrained_strict', True),
+        feature_cfg=dict(out_indices=out_indices, feature_cls='getter'),
+        **kwargs,
+    )
+
+
+# ---- configs and registrations -------------------------------------------------------------------------
+
+
+def _cfg(**kwargs) -> Dict[str, Any]:
+    return local_weights_cfg(
+        first_conv='patch_embed.proj',
+        paper_name='2-D SSM: A General Spatial Layer for Visual Transformers',
+        **kwargs,
+    )
+
+
+_cifar = dict(num_classes=100, input_size=(3, 32, 32), crop_pct=1.0, mean=CIFAR100_MEAN, std=CIFAR100_STD)
+_tiny_imagenet = dict(num_classes=200, input_size=(3, 64, 64), crop_pct=1.0)
+
+default_cfgs = generate_default_cfgs({
+    'mega_cifar_patch4_32': _cfg(**_cifar),
+    'mega_cifar_patch4_32_ablate': _cfg(**_cifar),
+    'mega_cifar_patch4_32_s4nd': _cfg(**_cifar),
+    'mega_cifar_patch4_32_ssm2d': _cfg(**_cifar),
+    'mega_tinyimagenet_patch8_64': _cfg(**_tiny_imagenet),
+    'mega_tinyimagenet_patch8_64_ablate': _cfg(**_tiny_imagenet),
+    'mega_tinyimagenet_patch8_64_s4nd': _cfg(**_tiny_imagenet),
+    'mega_tinyimagenet_patch8_64_ssm2d': _cfg(**_tiny_imagenet),
+    'mega_tiny_patch16_224': _cfg(),
+    'mega_tiny_patch16_224_ablate': _cfg(),
+    'mega_tiny_patch16_224_ssm2d': _cfg(),
+})
+
+# Small-dataset Mega (code-v1 ``create_model('mega')``, spec §3.2): 9 layers, embed = hidden = z = FFN = 192,
+# EMA / SSM N = 16; code-v1 passes no dropout or stochastic depth to it.
+_mega_small_datasets = dict(embed_dim=192, depth=9, hidden_dim=192, ffn_hidden_dim=192, zdim=192, ssm_d_state=16)
+# Mega ViT-T (XuezheMax/mega-image ``mega_tiny_patch16_224``; the recipe of the 2-D SSM paper's Figure 5).
+_mega_tiny = dict(patch_size=16, embed_dim=192, depth=12, hidden_dim=384, ffn_hidden_dim=384, zdim=64, ssm_d_state=16)
+
+
+def _cifar_mega(variant: str, spatial_mixer: str, pretrained: bool, kwargs) -> VisionMega:
+    model_args = dict(img_size=32, patch_size=4, num_classes=100, spatial_mixer=spatial_mixer, **_mega_small_datasets)
+    return _create_vision_mega(variant, pretrained, **dict(model_args, **kwargs))
+
+
+def _tinyimagenet_mega(variant: str, spatial_mixer: str, pretrained: bool, kwargs) -> VisionMega:
+    model_args = dict(img_size=64, patch_size=8, num_classes=200, spatial_mixer=spatial_mixer, **_mega_small_datasets)
+    return _create_vision_mega(variant, pretrained, **dict(model_args, **kwargs))
+
+
+def _imagenet_mega(variant: str, spatial_mixer: str, pretrained: bool, kwargs) -> VisionMega:
+    model_args = dict(img_size=224, num_classes=1000, spatial_mixer=spatial_mixer, **_mega_tiny)
+    return _create_vision_mega(variant, pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def mega_cifar_patch4_32(pretrained: bool = False, **kwargs) -> VisionMega:
+    """Mega (EMA) for CIFAR-100, 32 px, patch 4 (8x8 tokens) (Table 1 "Mega", 2.98M)."""
+    return _cifar_mega('mega_cifar_patch4_32', 'ema', pretrained, kwargs)
+
+
+@register_model
+def mega_cifar_patch4_32_ablate(pretrained: bool = False, **kwargs) -> VisionMega:
+    """Mega-ablate (no spatial layer) for CIFAR-100 (Table 1 "Mega-ablate", 2.75M)."""
+    return _cifar_mega('mega_cifar_patch4_32_ablate', 'none', pretrained, kwargs)
+
+
+@register_model
+def mega_cifar_patch4_32_s4nd(pretrained: bool = False, **kwargs) -> VisionMega:
+    """Mega with S4ND instead of the EMA for CIFAR-100 (Table 1 "Mega w/ S4ND", 2.80M)."""
+    return _cifar_mega('mega_cifar_patch4_32_s4nd', 's4nd', pretrained, kwargs)
+
+
+@register_model
+def mega_cifar_patch4_32_ssm2d(pretrained: bool = False, **kwargs) -> VisionMega:
+    """Mega with the 2-D SSM instead of the EMA for CIFAR-100 (Table 1 "Mega 2-D SSM-r" 2.80M;
+    ``ssm_complex=True``: "SSM-c" 2.84M)."""
+    return _cifar_mega('mega_cifar_patch4_32_ssm2d', 'ssm2d', pretrained, kwargs)
+
+
+@register_model
+def mega_tinyimagenet_patch8_64(pretrained: bool = False, **kwargs) -> VisionMega:
+    """Mega (EMA) for Tiny-ImageNet, 64 px, patch 8 (8x8 tokens) (Table 1 "Mega")."""
+    return _tinyimagenet_mega('mega_tinyimagenet_patch8_64', 'ema', pretrained, kwargs)
+
+
+@register_model
+def mega_tinyimagenet_patch8_64_ablate(pretrained: bool = False, **kwargs) -> VisionMega:
+    """Mega-ablate for Tiny-ImageNet (Table 1 "Mega-ablate")."""
+    return _tinyimagenet_mega('mega_tinyimagenet_patch8_64_ablate', 'none', pretrained, kwargs)
+
+
+@register_model
+def mega_tinyimagenet_patch8_64_s4nd(pretrained: bool = False, **kwargs) -> VisionMega:
+    """Mega w/ S4ND for Tiny-ImageNet (Table 1 "Mega w/ S4ND")."""
+    return _tinyimagenet_mega('mega_tinyimagenet_patch8_64_s4nd', 's4nd', pretrained, kwargs)
+
+
+@register_model
+def mega_tinyimagenet_patch8_64_ssm2d(pretrained: bool = False, **kwargs) -> VisionMega:
+    """Mega 2-D SSM for Tiny-ImageNet (Table 1 "Mega 2-D SSM-r"; ``ssm_complex=True``: "SSM-c")."""
+    return _tinyimagenet_mega('mega_tinyimagenet_patch8_64_ssm2d', 'ssm2d', pretrained, kwargs)
+
+
+@register_model
+def mega_tiny_patch16_224(pretrained: bool = False, **kwargs) -> VisionMega:
+    """Mega ViT-T (EMA) for ImageNet-1K (Figure 5 "EMA", 6.21M)."""
+    return _imagenet_mega('mega_tiny_patch16_224', 'ema', pretrained, kwargs)
+
+
+@register_model
+def mega_tiny_patch16_224_ablate(pretrained: bool = False, **kwargs) -> VisionMega:
+    """Mega ViT-T without a spatial layer for ImageNet-1K (Figure 5 "MEGA-ablate", 5.91M)."""
+    return _imagenet_mega('mega_tiny_patch16_224_ablate', 'none', pretrained, kwargs)
+
+
+@register_model
+def mega_tiny_patch16_224_ssm2d(pretrained: bool = False, **kwargs) -> VisionMega:
+    """Mega ViT-T with the 2-D SSM for ImageNet-1K (Figure 5 "2D-SSM-r", 5.96M)."""
+    return _imagenet_mega('mega_tiny_patch16_224_ssm2d', 'ssm2d', pretrained, kwargs)

@@ -171,8 +171,9 @@ class TinyImageNet(BaseDataset):
                 if not exists(folder):
                     raise FileNotFoundError(f'Tiny-ImageNet training folder {folder} not found (wnids.txt lists '
                                             f'{wnid})')
-                for name in sorted(list_dir_or_file(folder, list_dir=False, suffix=IMAGE_EXTENSIONS,
-                                                    case_sensitive=False)):
+                for name in sorted(list_dir_or_file(folder, list_dir=False)):
+                    if not name.lower().endswith(IMAGE_EXTENSIONS):  # the official files are *.JPEG
+                        continue
                     data_list.append({'img_path': join_path(folder, name), 'gt_label': label_of[wnid]})
             return data_list
         path = join_path(self.data_root, 'val', 'val_annotations.txt')
@@ -200,19 +201,20 @@ CELEBA_ATTRIBUTES = (
 def read_celeba_attributes(path: str) -> Tuple[Tuple[str, ...], Dict[str, List[int]]]:
     """(attribute names, {file: [values of 1 / -1]}) of a ``list_attr_celeba.txt``: the image count, the names,
     then "<file> <values>" per image. Raises ValueError naming the file and line when it is malformed."""
-    lines = [line for line in _text_lines(path, 'CelebA attribute file') if line.strip()]
-    if len(lines) < 2 or not lines[0].strip().isdigit():
+    lines = [(number, line) for number, line in enumerate(_text_lines(path, 'CelebA attribute file'), 1)
+             if line.strip()]
+    if len(lines) < 2 or not lines[0][1].strip().isdigit():
         raise ValueError(f'{path} line 1: expected the number of images, then a line of attribute names')
-    names = tuple(lines[1].split())
+    names = tuple(lines[1][1].split())
     rows: Dict[str, List[int]] = {}
-    for number, line in enumerate(lines[2:], 3):
+    for number, line in lines[2:]:
         fields = line.split()
         if len(fields) != 1 + len(names) or any(v not in ('1', '-1') for v in fields[1:]):
             raise ValueError(f'{path} line {number}: expected "<file>" and {len(names)} values of 1 or -1, '
                              f'got {line!r}')
         rows[fields[0]] = [int(v) for v in fields[1:]]
-    if int(lines[0]) != len(rows):
-        raise ValueError(f'{path} line 1: says {int(lines[0])} images, the file lists {len(rows)}')
+    if int(lines[0][1]) != len(rows):
+        raise ValueError(f'{path} line {lines[0][0]}: says {int(lines[0][1])} images, the file lists {len(rows)}')
     return names, rows
 
 

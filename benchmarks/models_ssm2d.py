@@ -113,7 +113,8 @@ def delta_table() -> str:
     return table(["model", "SSM", "paper delta", "SSM params (defaults)", "SSM params (config)", "config"], rows)
 
 
-# Every parameter count of Table 1 (CIFAR-100) and Figure 5 (ImageNet-1K) as a model name + kwargs:
+# Every parameter count of Table 1 (CIFAR-100) and Figure 5 (ImageNet-1K) as a model name + kwargs, and the
+# Mega-ISO models of Figure 4 (LRA Image; the paper prints no parameter count for them):
 # (paper row, model, kwargs, paper's params in M or None).
 TABLE1 = [
     ("ViT", "vit_cifar_patch4_32_ssm2d", dict(spatial_mixer="none"), 2.71),
@@ -137,6 +138,9 @@ TABLE1 = [
     ("Fig. 5 MEGA-ablate", "mega_tiny_patch16_224_ablate", dict(), 5.91),
     ("Fig. 5 EMA", "mega_tiny_patch16_224", dict(), 6.21),
     ("Fig. 5 2D-SSM-r", "mega_tiny_patch16_224_ssm2d", dict(), 5.96),
+    ("Fig. 4 Mega Ablate (ISO)", "mega_iso_lra_cifar10_ablate", dict(), None),
+    ("Fig. 4 Mega (ISO)", "mega_iso_lra_cifar10", dict(), None),
+    ("Fig. 4 Mega 2-D SSM (ISO)", "mega_iso_lra_cifar10_ssm2d", dict(), None),
 ]
 
 TABLE1_NOTE = """
@@ -146,7 +150,8 @@ Mega-ablate is code-v1's VisionMEGA counted exactly (2.761M; the paper prints 2.
 2.98M = ablate + 9 x 24,768, fits 2.761M). S4ND is a diagonal (S4D) SSM per axis where the official code wraps
 S4's DPLR kernel, hence a smaller layer than the Mega row implies. The Swin deltas other than EMA follow the
 same pattern as the first table (the paper's Swin configuration is not given). The paper reports no FLOPs;
-GFLOPs are one image at the model's input size (see the first table), attention built unfused.
+GFLOPs are one image at the model's input size (see the first table), attention built unfused. Mega-ISO: Mega's
+LRA-Image model (1024 pixel tokens); its 2-D SSM row uses the official LRA command's n_ssm=2, N=1, 2 directions.
 """
 
 
@@ -161,7 +166,7 @@ def table1_table() -> str:
         params = sum(p.numel() for p in model.parameters()) / 1e6
         spatial = sum(p.numel() for m in model.modules() if isinstance(m, SPATIAL_LAYERS)
                       for p in m.parameters()) / 1e6
-        total, ours = gflops(model, size)
+        total, ours = gflops(model, size, in_chans=model.in_chans)
         args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
         rows.append([row, name + (f" ({args})" if args else ""), f"{size[0]}x{size[1]}", f"{params:.3f}",
                      f"{paper:.2f}" if paper else "-", f"{100 * (params - paper) / paper:+.1f}%" if paper else "-",

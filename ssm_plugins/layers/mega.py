@@ -31,7 +31,7 @@ from .essm import hippo_diagonal_init
 from .ssm2d import SSM2D
 
 __all__ = ["MultiHeadEMA", "S4ND", "RelativePositionBias", "MovingAverageGatedAttention", "NormalizedFeedForward",
-           "MegaBlock", "make_spatial_mixer", "laplace_attention", "SPATIAL_MIXERS"]
+           "MegaBlock", "BatchNormNHWC", "make_spatial_mixer", "laplace_attention", "SPATIAL_MIXERS"]
 
 SPATIAL_MIXERS = ("ssm2d", "s4nd", "ema", "none")
 _INPUT_FMTS = ("NLC", "NHWC")
@@ -323,6 +323,14 @@ def make_spatial_mixer(
 
 
 # ---- Mega block ------------------------------------------------------------------------------------------------
+
+
+class BatchNormNHWC(nn.BatchNorm1d):
+    """BatchNorm over the channels of a channels-last tensor (..., C): statistics over the batch and every
+    token, as Mega's ``SequenceNorm('batchnorm')`` on (L, B, C) sequences (Mega's LRA models)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.reshape(-1, x.shape[-1])).reshape(x.shape)
 
 
 class DropPath(nn.Module):

@@ -15,8 +15,10 @@ filters the Q/K/gate path only, V comes from the unfiltered tokens (spec §2.3).
 ``spatial_mixer`` selects Table 1's Mega rows: ``'ema'`` (Mega, Mega's multi-head EMA on the flattened patches),
 ``'none'`` (Mega-ablate), ``'s4nd'`` (Mega w/ S4ND) and ``'ssm2d'`` (Mega 2-D SSM-r; ``ssm_complex=True`` for SSM-c).
 Registered: ``mega_cifar_patch4_32{,_ablate,_s4nd,_ssm2d}`` (CIFAR-100), ``mega_tinyimagenet_patch8_64{...}``
-(Tiny-ImageNet) and ``mega_tiny_patch16_224{,_ablate,_ssm2d}`` (Mega ViT-T on ImageNet-1K, the mega-image
-repository's ``mega_tiny_patch16_224``: depth 12, dim 192, hidden / FFN 384, z 64, EMA N 16).
+(Tiny-ImageNet), ``mega_tiny_patch16_224{,_ablate,_ssm2d}`` (Mega ViT-T on ImageNet-1K, the mega-image
+repository's ``mega_tiny_patch16_224``: depth 12, dim 192, hidden / FFN 384, z 64, EMA N 16) and
+``mega_iso_lra_cifar10{,_ablate,_ssm2d}`` (Mega-ISO, Figure 4: Mega's LRA-Image model on the 32x32 grayscale
+pixels, BatchNorm and Mega's LRA classifier head).
 
 Options (timm kwargs): ``spatial_mixer``; ``ssm_d_state`` (N of whichever layer: EMA, 2-D SSM, S4ND; one
 ``--ndim`` in code-v1), ``ssm_n_ssm`` (2-D SSM and S4ND), ``ssm_directions``, ``ssm_complex``,
@@ -36,7 +38,7 @@ from timm.models._manipulate import checkpoint, checkpoint_seq
 
 from ._common import local_weights_cfg
 from .ssm2d import CIFAR100_MEAN, CIFAR100_STD, _check_input
-from ..layers.mega import SPATIAL_MIXERS, MegaBlock
+from ..layers.mega import SPATIAL_MIXERS, BatchNormNHWC, MegaBlock
 
 __all__ = ['VisionMega']
 
@@ -52,6 +54,10 @@ class VisionMega(nn.Module):
         ssm_*: the spatial layer's options (see the module docstring). mixer_kwargs: extra layer arguments.
         attn_activation: 'laplace' [D] or 'softmax'. rel_pos_bias: Mega's relative position bias [D: True].
         no_pos_embed: drop the learned absolute position embedding (spec A20).
+        norm_layer: 'layernorm' [D] or 'batchnorm' (Mega's LRA models), in every layer and at the end.
+        head_hidden_dim: None [D]: code-v1 VisionMEGA's head (per-token Linear + SiLU, mean pool, Linear); an int:
+            Mega's LRA classifier (mean pool, Linear(D, head_hidden_dim) + GELU, Linear without bias), whose
+            hidden layer is then ``num_features``.
         drop_rate, attn_drop_rate, drop_path_rate: Mega's dropout, attention dropout, stochastic depth
             (linearly increasing over depth) [D: 0, code-v1 builds VisionMEGA without them].
     """
@@ -80,6 +86,8 @@ class VisionMega(nn.Module):
             attn_activation: str = 'laplace',
             rel_pos_bias: bool = True,
             no_pos_embed: bool = False,
+            norm_layer: str = 'layernorm',
+            head_hidden_dim: Optional[int] = None,
             drop_rate: float = 0.,
             attn_drop_rate: float = 0.,
             drop_path_rate: float = 0.,
@@ -91,15 +99,19 @@ class VisionMega(nn.Module):
             raise ValueError(f'spatial_mixer must be one of {SPATIAL_MIXERS}, got {spatial_mixer!r}')
         if global_pool not in ('avg', ''):
             raise ValueError(f"global_pool must be 'avg' or '', got {global_pool!r}")
-        for name, value in (('embed_dim', embed_dim), ('depth', depth)):
+        if norm_layer not in ('layernorm', 'batchnorm'):
+            raise ValueError(f"norm_layer must be 'layernorm' or 'batchnorm', got {norm_layer!r}")
+        for name, value in (('embed_dim', embed_dim), ('depth', depth), ('head_hidden_dim', head_hidden_dim or 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f'{name} must be a positive int, got {value!r}')
         dd = {'device': device, 'dtype': dtype}
         self.in_chans = in_chans
         self.num_classes = num_classes
         self.global_pool = global_pool
-        self.num_features = self.head_hidden_size = self.embed_dim = embed_dim
+        self.embed_dim = embed_dim
+        self.num_features = self.head_hidden_size = head_hidden_dim or embed_dim
         self.spatial_mixer = spatial_mixer
+        norm = nn.LayerNorm if norm_layer == 'layernorm' else BatchNormNHWC
         self.grad_checkpointing = False
 
         self.patch_embed = PatchEmbed(img_size=img_size, patch_size=patch_size, in_chans=in_chans,
@@ -126,15 +138,25 @@ class VisionMega(nn.Module):
             MegaBlock(embed_dim, zdim, hidden_dim, ffn_hidden_dim, spatial_mixer=spatial_mixer,
                       mixer_kwargs=mixer_args, attn_activation=attn_activation,
                       max_positions=grid[0] * grid[1] if rel_pos_bias else None,
-                      drop=drop_rate, attn_drop=attn_drop_rate, drop_path=dpr[i], **dd)
+                      drop=drop_rate, attn_drop=attn_drop_rate, drop_path=dpr[i], norm_layer=norm, **dd)
             for i in range(depth)])
-        self.norm = nn.LayerNorm(embed_dim, **dd)
-        # code-v1: Linear + SiLU on every token before the mean pool
-        self.out_proj = nn.Sequential()
-        self.out_proj.add_module('fc', nn.Linear(embed_dim, embed_dim, **dd))
-        self.out_proj.add_module('act', nn.SiLU())
-        nn.init.normal_(self.out_proj.fc.weight, mean=0.0, std=0.02)
-        nn.init.zeros_(self.out_proj.fc.bias)
+        self.norm = norm(embed_dim, **dd)
+        if head_hidden_dim is None:
+            # code-v1: Linear + SiLU on every token before the mean pool
+            self.out_proj = nn.Sequential()
+            self.out_proj.add_module('fc', nn.Linear(embed_dim, embed_dim, **dd))
+            self.out_proj.add_module('act', nn.SiLU())
+            nn.init.normal_(self.out_proj.fc.weight, mean=0.0, std=0.02)
+            nn.init.zeros_(self.out_proj.fc.bias)
+            self.pre_logits = nn.Identity()
+        else:
+            # Mega's LRA classifier: one hidden layer on the pooled features
+            self.out_proj = nn.Identity()
+            self.pre_logits = nn.Sequential()
+            self.pre_logits.add_module('fc', nn.Linear(embed_dim, head_hidden_dim, **dd))
+            self.pre_logits.add_module('act', nn.GELU())
+        self.head_drop = nn.Dropout(drop_rate)
+        self.head_bias = head_hidden_dim is None
         self.head = self._make_head(num_classes, **dd)
         reduction = self.patch_embed.patch_size[0]
         self.feature_info = [dict(num_chs=embed_dim, reduction=reduction, module=f'blocks.{i}') for i in range(depth)]
@@ -142,9 +164,10 @@ class VisionMega(nn.Module):
     def _make_head(self, num_classes: int, device=None, dtype=None) -> nn.Module:
         if num_classes <= 0:
             return nn.Identity()
-        head = nn.Linear(self.num_features, num_classes, device=device, dtype=dtype)
+        head = nn.Linear(self.num_features, num_classes, bias=self.head_bias, device=device, dtype=dtype)
         nn.init.xavier_uniform_(head.weight)
-        nn.init.zeros_(head.bias)
+        if head.bias is not None:
+            nn.init.zeros_(head.bias)
         return head
 
     @torch.jit.ignore
@@ -227,7 +250,7 @@ class VisionMega(nn.Module):
         if prune_norm:
             self.norm = nn.Identity()
         if prune_head:
-            self.out_proj = nn.Identity()
+            self.out_proj = self.pre_logits = nn.Identity()
             self.reset_classifier(0, '')
         return take_indices
 
@@ -244,6 +267,7 @@ class VisionMega(nn.Module):
         x = self.out_proj(x)
         if self.global_pool == 'avg':
             x = x.mean(dim=(1, 2))
+        x = self.head_drop(self.pre_logits(x))
         return x if pre_logits else self.head(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -291,6 +315,8 @@ def _cfg(**kwargs) -> Dict[str, Any]:
 
 _cifar = dict(num_classes=100, input_size=(3, 32, 32), crop_pct=1.0, mean=CIFAR100_MEAN, std=CIFAR100_STD)
 _tiny_imagenet = dict(num_classes=200, input_size=(3, 64, 64), crop_pct=1.0)
+# LRA Image: CIFAR-10 in grayscale, pixels normalised with 0.48 / 0.24 (Mega's --pixel-normalization)
+_lra_image = dict(num_classes=10, input_size=(1, 32, 32), crop_pct=1.0, mean=(0.48,), std=(0.24,))
 
 default_cfgs = generate_default_cfgs({
     'mega_cifar_patch4_32': _cfg(**_cifar),
@@ -304,6 +330,9 @@ default_cfgs = generate_default_cfgs({
     'mega_tiny_patch16_224': _cfg(),
     'mega_tiny_patch16_224_ablate': _cfg(),
     'mega_tiny_patch16_224_ssm2d': _cfg(),
+    'mega_iso_lra_cifar10': _cfg(**_lra_image),
+    'mega_iso_lra_cifar10_ablate': _cfg(**_lra_image),
+    'mega_iso_lra_cifar10_ssm2d': _cfg(**_lra_image),
 })
 
 # Small-dataset Mega (code-v1 ``create_model('mega')``, spec §3.2): 9 layers, embed = hidden = z = FFN = 192,
@@ -311,6 +340,13 @@ default_cfgs = generate_default_cfgs({
 _mega_small_datasets = dict(embed_dim=192, depth=9, hidden_dim=192, ffn_hidden_dim=192, zdim=192, ssm_d_state=16)
 # Mega ViT-T (XuezheMax/mega-image ``mega_tiny_patch16_224``; the recipe of the 2-D SSM paper's Figure 5).
 _mega_tiny = dict(patch_size=16, embed_dim=192, depth=12, hidden_dim=384, ffn_hidden_dim=384, zdim=64, ssm_d_state=16)
+
+
+# Mega-ISO (spec §2.3, §4.3): Mega's ``mega_lra_cifar10`` on the 1024 raw grayscale pixels (isotropic, no
+# patches): 8 layers, embed 160, hidden = FFN 320, z 96, EMA N 16, laplace attention, BatchNorm, pre-norm, mean
+# pool, classifier 160 -> 320 (GELU) -> 10, dropout 0. The pixel embedding x * w + b is a 1x1 patch embedding.
+_mega_iso = dict(img_size=32, patch_size=1, in_chans=1, num_classes=10, embed_dim=160, depth=8, hidden_dim=320,
+                 ffn_hidden_dim=320, zdim=96, ssm_d_state=16, norm_layer='batchnorm', head_hidden_dim=320)
 
 
 def _cifar_mega(variant: str, spatial_mixer: str, pretrained: bool, kwargs) -> VisionMega:
@@ -393,3 +429,29 @@ def mega_tiny_patch16_224_ablate(pretrained: bool = False, **kwargs) -> VisionMe
 def mega_tiny_patch16_224_ssm2d(pretrained: bool = False, **kwargs) -> VisionMega:
     """Mega ViT-T with the 2-D SSM for ImageNet-1K (Figure 5 "2D-SSM-r", 5.96M)."""
     return _imagenet_mega('mega_tiny_patch16_224_ssm2d', 'ssm2d', pretrained, kwargs)
+
+
+def _iso_mega(variant: str, spatial_mixer: str, pretrained: bool, kwargs) -> VisionMega:
+    model_args = dict(spatial_mixer=spatial_mixer, **_mega_iso)
+    if spatial_mixer == 'ssm2d':  # the official 2-D SSM LRA command: --n_ssm 2 --n-dim 1 --directions_amount 2
+        model_args.update(ssm_n_ssm=2, ssm_d_state=1, ssm_directions=2)
+    return _create_vision_mega(variant, pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def mega_iso_lra_cifar10(pretrained: bool = False, **kwargs) -> VisionMega:
+    """Mega-ISO (EMA) on LRA Image, 32x32 grayscale pixels as 1024 tokens (Figure 4 "Mega" 90.44)."""
+    return _iso_mega('mega_iso_lra_cifar10', 'ema', pretrained, kwargs)
+
+
+@register_model
+def mega_iso_lra_cifar10_ablate(pretrained: bool = False, **kwargs) -> VisionMega:
+    """Mega-ISO without the EMA on LRA Image (Figure 4 "Mega Ablate" 81.00)."""
+    return _iso_mega('mega_iso_lra_cifar10_ablate', 'none', pretrained, kwargs)
+
+
+@register_model
+def mega_iso_lra_cifar10_ssm2d(pretrained: bool = False, **kwargs) -> VisionMega:
+    """Mega-ISO with the 2-D SSM on the 32x32 pixel grid (Figure 4 "Mega 2-D SSM" 91.31; n_ssm 2, N 1,
+    2 directions as the official LRA command)."""
+    return _iso_mega('mega_iso_lra_cifar10_ssm2d', 'ssm2d', pretrained, kwargs)

@@ -56,6 +56,8 @@ FAMILIES = [
     Family(r'^(deit|vit)_.*_ssm2d$', dict(embed_dim=32, depth=2, num_heads=2, **_SSM2D_SMALL)),
     Family(r'^swin_tiny_.*_ssm2d$', dict(embed_dim=16, depths=(2, 1, 1, 1), num_heads=(1, 2, 2, 4), **_SSM2D_SMALL)),
     Family(r'^swin_.*_ssm2d$', dict(embed_dim=16, depths=(2, 1, 1), num_heads=(1, 2, 4), **_SSM2D_SMALL)),
+    Family(r'^mega_iso_', dict(embed_dim=16, depth=2, hidden_dim=16, ffn_hidden_dim=24, zdim=8, head_hidden_dim=12,
+                               **_SSM2D_SMALL), ((8, 8), (6, 10)), ((0, 8), r'input size \(0, 8\) must be a positive')),
     Family(r'^mega_', dict(embed_dim=16, depth=2, hidden_dim=16, ffn_hidden_dim=24, zdim=8, **_SSM2D_SMALL),
            ((64, 64), (48, 80))),
     Family(r'^essm_2d_', dict(embed_dim=(8, 16, 24, 32), depths=(1, 1, 1, 1)),

@@ -325,3 +325,40 @@ def test_spatial_layer_parameter_deltas_follow_the_layer_formulas():
     # Swin w/ EMA: +129 per channel of every block (Σ dim = 2880 over the 12 blocks): 7.15M -> 7.52M
     swin = count("swin_cifar_patch2_window4_32_ssm2d", spatial_mixer="none")
     assert count("swin_cifar_patch2_window4_32_ssm2d", spatial_mixer="ema") - swin == 2880 * (8 * n + 1)
+
+
+# ---- Mega-ISO (LRA Image, Figure 4) ------------------------------------------------------------------------
+
+
+def test_batchnorm_nhwc_is_channel_batchnorm_over_batch_and_tokens():
+    from ssm_plugins.layers.mega import BatchNormNHWC
+
+    torch.manual_seed(0)
+    ours, reference = BatchNormNHWC(5), nn.BatchNorm2d(5)
+    x = torch.randn(3, 4, 6, 5) * 2 + 1
+    torch.testing.assert_close(ours(x), reference(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1))
+    torch.testing.assert_close(ours.running_mean, reference.running_mean)
+
+
+def test_mega_iso_is_megas_lra_image_model():
+    model = timm.create_model("mega_iso_lra_cifar10", device="meta")
+    block = model.blocks[0]
+    assert model.in_chans == 1 and model.patch_embed.patch_size == (1, 1) and len(model.blocks) == 8
+    assert (block.attn.zdim, block.attn.hdim, block.ffn.fc1.out_features) == (96, 320, 320)
+    assert type(block.attn.norm).__name__ == "BatchNormNHWC" and type(model.norm).__name__ == "BatchNormNHWC"
+    assert block.attn.rel_pos_bias.max_positions == 1024 and block.attn.mixer.d_state == 16
+    assert model.num_features == 320 and model.head.bias is None  # Mega's LRA classifier 160 -> 320 -> 10
+    ssm = timm.create_model("mega_iso_lra_cifar10_ssm2d", device="meta").blocks[0].attn.mixer
+    assert (ssm.n_ssm, ssm.d_state, ssm.directions) == (2, 1, 2)  # the official 2-D SSM LRA command
+    assert isinstance(timm.create_model("mega_iso_lra_cifar10_ablate", device="meta").blocks[0].attn.mixer,
+                      nn.Identity)
+
+
+@pytest.mark.parametrize("suffix", ["", "_ablate", "_ssm2d"])
+def test_mega_iso_trains_a_step_on_grayscale_pixels(suffix):
+    torch.manual_seed(0)
+    model = timm.create_model("mega_iso_lra_cifar10" + suffix, embed_dim=16, depth=2, hidden_dim=16,
+                              ffn_hidden_dim=16, zdim=8, head_hidden_dim=12).train()
+    x = torch.randn(4, 1, 8, 12)  # 96 pixel tokens, non-square
+    assert model.forward_head(model.forward_features(x), pre_logits=True).shape == (4, 12)
+    _train_step(model, x)

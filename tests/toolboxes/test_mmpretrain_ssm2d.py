@@ -324,6 +324,33 @@ def test_config_is_the_row_its_name_says(path):
     assert cfg.optim_wrapper.constructor == "TimmNoDecayOptimWrapperConstructor"
 
 
+# the paper's parameter counts (Tables 1, 2, "Figure 5"), for the rows whose SSM settings the paper's counts pin
+# down (App. F: n_ssm 8, N 16, 4 directions); the ViT / DeiT SSM rows report smaller deltas (spec §3.1, A10)
+PAPER_PARAMS = {
+    "vit_1xb128_cifar100": 2.71e6, "vit-s4nd_1xb128_cifar100": 2.72e6, "mega_1xb128_cifar100": 2.98e6,
+    "mega-ablate_1xb128_cifar100": 2.75e6, "mega-s4nd_1xb128_cifar100": 2.80e6,
+    "mega-ssm2d-r_1xb128_cifar100": 2.80e6, "mega-ssm2d-c_1xb128_cifar100": 2.84e6,
+    "swin_1xb128_tiny-imagenet": 7.15e6, "swin-ema_1xb128_tiny-imagenet": 7.52e6,
+    "swin-s4nd_1xb128_tiny-imagenet": 7.18e6, "swin-ssm2d-r_1xb128_tiny-imagenet": 7.25e6,
+    "swin-ssm2d-c_1xb128_tiny-imagenet": 7.26e6,
+    "deit-tiny_8xb128_celeba-224px": 5.532e6, "deit-small_8xb128_celeba-224px": 21.681e6,
+    "deit-base_8xb128_celeba-224px": 85.829e6, "swin-tiny_8xb128_celeba-224px": 27.550e6,
+    "mega-tiny_4xb256_in1k": 6.21e6, "mega-tiny-ablate_4xb256_in1k": 5.91e6, "mega-tiny-ssm2d-r_4xb256_in1k": 5.96e6,
+}
+
+
+@pytest.mark.parametrize("stem", sorted(PAPER_PARAMS))
+def test_config_model_has_the_papers_parameter_count(stem):
+    import timm
+    import ssm_plugins.mmpretrain  # noqa: F401
+
+    model_cfg = load(SSM2D_CONFIGS / f"{stem}.py").model.to_dict()
+    for key in ("type", "loss", "train_cfg", "data_preprocessor", "thr"):
+        model_cfg.pop(key, None)
+    params = sum(p.numel() for p in timm.create_model(**model_cfg).parameters())
+    assert params == pytest.approx(PAPER_PARAMS[stem], rel=0.01)  # the paper prints 3-4 significant digits
+
+
 # ---- end to end: mim train mmpretrain -----------------------------------------------------------------------
 
 

@@ -351,6 +351,34 @@ def test_config_model_has_the_papers_parameter_count(stem):
     assert params == pytest.approx(PAPER_PARAMS[stem], rel=0.01)  # the paper prints 3-4 significant digits
 
 
+@pytest.mark.parametrize("stem, root, size", [("vit_1xb128_cifar100", "cifar_root", 32),
+                                                ("swin_1xb128_tiny-imagenet", "tiny_imagenet_root", 64),
+                                                ("deit-tiny_8xb128_celeba-224px", "celeba_root", 224)])
+def test_config_pipelines_run_on_the_generated_data(stem, root, size, request):
+    """The configured datasets and train / test pipelines (RandAugment or AutoAugment, crop, erasing) on real files."""
+    from mmengine.registry import init_default_scope
+    from mmpretrain.registry import DATASETS
+
+    cfg = load(SSM2D_CONFIGS / f"{stem}.py")
+    init_default_scope("mmpretrain")
+    for loader in ("train_dataloader", "val_dataloader"):
+        dataset_cfg = cfg[loader].dataset
+        dataset_cfg.update(data_root=str(request.getfixturevalue(root)), indices=3)
+        dataset = DATASETS.build(dataset_cfg)
+        for index in range(3):
+            item = dataset[index]
+            assert item["inputs"].shape == (3, size, size) and item["inputs"].dtype == torch.uint8
+            assert item["data_samples"].gt_label.numel() >= (0 if "celeba" in stem else 1)
+
+
+def test_generators_are_deterministic(cifar_root, tmp_path):
+    from ssm_plugins.data.cifar_digits import cifar_digits
+
+    again = cifar_digits(tmp_path / "again")
+    for name in ("train", "test", "meta"):
+        assert (again / "cifar-100-python" / name).read_bytes() == (cifar_root / "cifar-100-python" / name).read_bytes()
+
+
 # ---- end to end: mim train mmpretrain -----------------------------------------------------------------------
 
 

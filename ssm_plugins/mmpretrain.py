@@ -9,7 +9,8 @@ Configs load it with ``custom_imports=dict(imports=['ssm_plugins.mmpretrain'], a
   ``init_cfg=dict(type='Pretrained', checkpoint=...)`` load them as they are (``_TimmBackbone.load_pretrained``).
 * ``ViM2``, ``ViQS``, ``SwinSSM2D``, ``ESSM2D``, ``MyoNet`` (``ssm_plugins.openmmlab``) are registered as backbones
   too, for ``ImageClassifier`` with an MMPretrain neck/head or for feature extraction.
-* ``optim_wrapper=dict(constructor='TimmNoDecayOptimWrapperConstructor', ...)`` exempts from weight decay exactly the
+* ``optim_wrapper=dict(constructor='TimmNoDecayOptimWrapperConstructor', ...)`` (``ssm_plugins.openmmlab``, registered
+  in mmengine's root registry, so MMDetection/MMSegmentation configs can use it too) exempts from weight decay exactly the
   parameters the model's ``no_weight_decay()`` names (position/class tokens, SSM parameters ...), as timm's own
   training script does, on top of ``paramwise_cfg`` (norms, biases).
 
@@ -17,56 +18,13 @@ It is the only module of the package that imports mmpretrain; ``import ssm_plugi
 """
 from __future__ import annotations
 
-from typing import List, Optional, Set
+from mmpretrain.registry import MODELS
 
-import torch.nn as nn
-from mmengine.optim import DefaultOptimWrapperConstructor
-from mmpretrain.registry import MODELS, OPTIM_WRAPPER_CONSTRUCTORS
-
-from .openmmlab import BACKBONES, ESSM2D, MyoNet, SwinSSM2D, ViM2, ViQS  # also registers our timm models
+from .openmmlab import (BACKBONES, ESSM2D, MyoNet, SwinSSM2D, TimmNoDecayOptimWrapperConstructor, ViM2, ViQS,
+                        no_weight_decay_parameters)  # also registers our timm models and the constructor
 
 for _backbone in BACKBONES:
     MODELS.register_module(module=_backbone)
-
-
-def no_weight_decay_parameters(model: nn.Module) -> Set[nn.Parameter]:
-    """Every parameter that a (sub)module's timm-style ``no_weight_decay()`` names, looked up by exact name (a
-    substring match, as ``paramwise_cfg.custom_keys`` does, would also catch ``blocks.10.*`` for ``blocks.1.*``)."""
-    found = set()
-    for module in model.modules():
-        names = getattr(module, "no_weight_decay", None)
-        if not callable(names):
-            continue
-        for name in names():
-            try:
-                found.add(module.get_parameter(name))
-            except AttributeError:
-                continue  # a name of a parameter the module does not have at this size (e.g. pruned levels)
-    return found
-
-
-@OPTIM_WRAPPER_CONSTRUCTORS.register_module()
-class TimmNoDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
-    """MMEngine's default constructor, plus weight decay 0 for every parameter in the model's ``no_weight_decay()``.
-
-    Needs a non-empty ``paramwise_cfg`` (without it MMEngine puts all parameters in one group and nothing can be
-    exempted); ``paramwise_cfg=dict(norm_decay_mult=0., bias_decay_mult=0.)`` is the DeiT/Swin setting."""
-
-    def __call__(self, model: nn.Module):
-        if not self.paramwise_cfg:
-            raise ValueError("TimmNoDecayOptimWrapperConstructor needs a non-empty optim_wrapper.paramwise_cfg, e.g. "
-                             "dict(norm_decay_mult=0., bias_decay_mult=0.)")
-        return super().__call__(model)
-
-    def add_params(self, params: List[dict], module: nn.Module, prefix: str = "",
-                   is_dcn_module: Optional[int] = None) -> None:
-        super().add_params(params, module, prefix, is_dcn_module)
-        if prefix:  # MMEngine recurses through add_params; exempt once, at the top
-            return
-        exempt = {id(p) for p in no_weight_decay_parameters(module)}
-        for group in params:
-            if any(id(p) in exempt for p in group["params"]):
-                group["weight_decay"] = 0.0
 
 
 __all__ = ["MODELS", "ViM2", "ViQS", "SwinSSM2D", "ESSM2D", "MyoNet", "TimmNoDecayOptimWrapperConstructor",

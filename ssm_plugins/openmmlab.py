@@ -22,7 +22,7 @@ from __future__ import annotations
 import inspect
 import math
 import pickle
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import timm
@@ -31,13 +31,16 @@ import torch.nn as nn
 import torch.nn.functional as F
 from mmengine.logging import print_log
 from mmengine.model import BaseModule
+from mmengine.optim import DefaultOptimWrapperConstructor
+from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS
 from mmengine.runner.checkpoint import CheckpointLoader
 from timm.layers import LayerNorm2d
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from .models import essm, ssm2d, vim2  # also registers our timm models
 
-__all__ = ["ViM2", "ViQS", "SwinSSM2D", "ESSM2D", "MyoNet", "BACKBONES", "allow_mmengine_checkpoints"]
+__all__ = ["ViM2", "ViQS", "SwinSSM2D", "ESSM2D", "MyoNet", "BACKBONES", "allow_mmengine_checkpoints",
+           "TimmNoDecayOptimWrapperConstructor", "no_weight_decay_parameters"]
 
 
 # ---- mmengine checkpoints under torch.load(weights_only=True) -----------------------------------------------------
@@ -79,6 +82,49 @@ def allow_mmengine_checkpoints() -> None:
 
 
 allow_mmengine_checkpoints()
+
+
+# ---- optimiser: timm's no_weight_decay() ----------------------------------------------------------------------------
+
+def no_weight_decay_parameters(model: nn.Module) -> Set[nn.Parameter]:
+    """Every parameter that a (sub)module's timm-style ``no_weight_decay()`` names, looked up by exact name (a
+    substring match, as ``paramwise_cfg.custom_keys`` does, would also catch ``blocks.10.*`` for ``blocks.1.*``)."""
+    found = set()
+    for module in model.modules():
+        names = getattr(module, "no_weight_decay", None)
+        if not callable(names):
+            continue
+        for name in names():
+            try:
+                found.add(module.get_parameter(name))
+            except AttributeError:
+                continue  # a name of a parameter the module does not have at this size (e.g. pruned levels)
+    return found
+
+
+@OPTIM_WRAPPER_CONSTRUCTORS.register_module()  # mmengine's root: every toolbox scope finds it
+class TimmNoDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
+    """MMEngine's default constructor, plus weight decay 0 for every parameter in the model's ``no_weight_decay()``.
+
+    Needs a non-empty ``paramwise_cfg`` (without it MMEngine puts all parameters in one group and nothing can be
+    exempted); ``paramwise_cfg=dict(norm_decay_mult=0., bias_decay_mult=0.)`` is the DeiT/Swin setting."""
+
+    def __call__(self, model: nn.Module):
+        if not self.paramwise_cfg:
+            raise ValueError("TimmNoDecayOptimWrapperConstructor needs a non-empty optim_wrapper.paramwise_cfg, e.g. "
+                             "dict(norm_decay_mult=0., bias_decay_mult=0.)")
+        return super().__call__(model)
+
+    def add_params(self, params: List[dict], module: nn.Module, prefix: str = "",
+                   is_dcn_module: Optional[int] = None) -> None:
+        super().add_params(params, module, prefix, is_dcn_module)
+        if prefix:  # MMEngine recurses through add_params; exempt once, at the top
+            return
+        exempt = {id(p) for p in no_weight_decay_parameters(module)}
+        for group in params:
+            if any(id(p) in exempt for p in group["params"]):
+                group["weight_decay"] = 0.0
+
 
 
 # ---- backbones ------------------------------------------------------------------------------------------------------

@@ -3,10 +3,11 @@ no-weight-decay constructor exempts exactly the model's no_weight_decay() parame
 end to end through the real command lines: ``mim train mmpretrain`` -> its checkpoint -> ``mim train mmdet`` (Mask
 R-CNN) and ``mim train mmseg`` (UperNet) loading it through ``init_cfg=dict(type='Pretrained', ...)``."""
 import functools
-import re
 
 import pytest
 import torch
+import torch.nn as nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from _openmmlab import MMPRETRAIN_CONFIGS, REPO, config_id, load
 from ssm_plugins.data.openmmlab_tiny import (logged_runs, mim, mmdet_tiny_options, mmpretrain_tiny_options,
@@ -42,26 +43,42 @@ def _built(model_cfg: str):
 
 
 @pytest.mark.parametrize("path", MMPRETRAIN_CONFIGS, ids=config_id)
-def test_config_builds_offline(path):
-    """Parses with its _base_ chain, imports only our adapter, references no URL, and its model, optimiser
-    (through the configured constructor) and every pipeline step build."""
-    from mmengine.optim import build_optim_wrapper
+def test_config_is_offline_and_its_pipelines_build(path):
+    """Parses with its _base_ chain, imports only our adapter, references no URL, names a registered model (or
+    backbone), and every pipeline step builds."""
+    import timm
     from mmengine.registry import init_default_scope
-    from mmpretrain.registry import TRANSFORMS
+    from mmpretrain.registry import MODELS, TRANSFORMS
 
     cfg = load(path)
     urls = [(key, value) for key, value in _strings(cfg.to_dict()) if "://" in value]
     assert urls == [], f"downloadable references left in {path.name}: {urls}"
     assert cfg.custom_imports == dict(imports=["ssm_plugins.mmpretrain"], allow_failed_imports=False)
-    init_default_scope(cfg.default_scope)
     assert cfg.default_scope == "mmpretrain"
+    init_default_scope(cfg.default_scope)
+    assert MODELS.get(cfg.model.type) is not None, cfg.model.type
+    if "model_name" in cfg.model:  # TimmClassifier and its multi-label twin
+        assert cfg.model.model_name in timm.list_models(), cfg.model.model_name
     for loader in ("train_dataloader", "val_dataloader", "test_dataloader"):
         for step in cfg[loader].dataset.get("pipeline", []):
             TRANSFORMS.build(step)
+
+
+@pytest.mark.slow  # full-size models (up to 157M parameters): about 7 min for all configs on 2 cores
+@pytest.mark.parametrize("path", MMPRETRAIN_CONFIGS, ids=config_id)
+def test_config_builds_model_and_optimizer(path):
+    """The model builds at its paper size and the configured optimiser (constructor, paramwise_cfg) covers every
+    trainable parameter exactly once."""
+    from mmengine.optim import build_optim_wrapper
+    from mmengine.registry import init_default_scope
+
+    cfg = load(path)
+    init_default_scope(cfg.default_scope)
     model = _built(repr(cfg.model.to_dict()))
     optim = build_optim_wrapper(model, cfg.optim_wrapper)
-    assert sum(p.numel() for g in optim.optimizer.param_groups for p in g["params"]) == \
-        sum(p.numel() for p in model.parameters() if p.requires_grad)
+    grouped = [p for g in optim.optimizer.param_groups for p in g["params"]]
+    assert len({id(p) for p in grouped}) == len(grouped)
+    assert {id(p) for p in grouped} == {id(p) for p in model.parameters() if p.requires_grad}
 
 
 def _small_vim2_classifier():
@@ -85,9 +102,11 @@ def test_no_decay_constructor_exempts_exactly_no_weight_decay_parameters():
     no_decay = {f"model.{n}" for n in model.model.no_weight_decay()}
     assert no_decay and "model.pos_embed" in no_decay
     assert any(n.endswith("A_log") for n in no_decay)
+    # what paramwise_cfg's norm_decay_mult covers (mmengine's own test of "norm")
+    norms = {id(p) for m in model.modules() if isinstance(m, (_BatchNorm, nn.GroupNorm, nn.LayerNorm))
+             for p in m.parameters(recurse=False)}
     for pid, name in names.items():
-        is_norm_or_bias = name.endswith(".bias") or re.search(r"norm\d*\.weight$", name)
-        if name in no_decay or is_norm_or_bias:
+        if name in no_decay or name.endswith(".bias") or pid in norms:
             assert decay[pid] == 0.0, name
         else:
             assert decay[pid] == 0.05, name

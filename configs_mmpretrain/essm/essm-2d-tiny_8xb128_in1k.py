@@ -6,7 +6,7 @@
 # none on norms, biases and the model's no_weight_decay() SSM parameters, 300 epochs with 10 warm-up epochs and cosine
 # decay, RandAugment, Mixup/CutMix, RandomErasing 0.25, label smoothing 0.1, 224 px; see
 # configs_mmpretrain/vim2/vim2-t_8xb128_in1k.py). Only the model and its stochastic depth change. Stochastic depth
-# 0.2, Swin-T's at this size.
+# 0.1: the model has 6.8M parameters, DeiT-T's size, so DeiT-T's rate.
 _base_ = ['../vim2/vim2-t_8xb128_in1k.py']
 
-model = dict(model_name='essm_2d_tiny', drop_path_rate=0.2)
+model = dict(model_name='essm_2d_tiny', drop_path_rate=0.1)

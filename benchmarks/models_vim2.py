@@ -9,7 +9,8 @@ FLOPs / 2 for one 224² image, with the selective_scan / qs_mix ops counted thro
 
 Target (issue 4): parameters within 10% and FLOPs within 15% of the paper for every reported model. The
 variant sizes and how they were fitted are documented in ``ssm_plugins/models/vim2.py``. The breakdown table
-itemises parameters and GMACs per component, which shows where the budget goes.
+itemises parameters and GMACs per component, which shows where the budget goes. The last two tables put the Table 3/4
+ablation models and the Table 12 scan sets (ViQS-T) next to the paper's parameters, throughput and top-1.
 """
 from __future__ import annotations
 
@@ -39,6 +40,23 @@ CALIBRATION = [
 # plain sequence backbones of Table 1 (no parameter or FLOP figures in the paper): (model, input size)
 SEQUENCE = [("svim2_b16", 224), ("sviqs_b16", 224), ("svim2_scifar", 32), ("sviqs_scifar", 32)]
 TOLERANCE = (0.10, 0.15)
+# Table 3/4 ablations at Tiny scale: (model, row, paper params M, paper img/s or None, paper top-1)
+ABLATIONS = [
+    ("vim2_t", "ViM2", 13.2, 1096, 81.9), ("vim2_t_noqs", "w/o QS", 11.3, 1148, 78.4),
+    ("vim2_t_mlp", "MLP channel mixer (Table 3)", 13.1, None, 80.0), ("vim2_t_fb", "w/ f+b", 16.8, 1162, 81.4),
+    ("vim2_t_nolst", "w/o LST", 13.2, 1095, 81.6), ("vim2_t_noconv", "w/o Conv", 13.2, 1093, 80.0),
+    ("vim2_t_nosos", "w/o SoS", 13.2, 1067, 80.8), ("vim2_t_noattn", "w/o Attn", 13.2, 1095, 81.5),
+    ("viqs_t", "ViQS", 10.1, 1172, 81.7), ("viqs_t_noqs", "w/o QS", 9.8, 1219, 78.2),
+    ("viqs_t_mlp", "MLP channel mixer (Table 3)", 10.1, None, 80.3), ("viqs_t_fb", "w/ f+b", 13.0, 1007, 81.6),
+    ("viqs_t_nolst", "w/o LST", 10.1, 1174, 81.6), ("viqs_t_noconv", "w/o Conv", 10.1, 1168, 80.4),
+    ("viqs_t_nosos", "w/o SoS", 10.1, 1129, 81.2), ("viqs_t_noattn", "w/o Attn", 10.1, 1172, 81.7),
+]
+# Table 12 scan choices on ViQS-T: (fixed_scans, row, paper img/s, paper top-1); None = the Switch of Scans
+TABLE12 = [("cross1", "Cross-Scan (1)", 1189, 79.3), ("cross2", "Cross-Scan (2)", 1166, 81.1),
+           ("cross4", "Cross-Scan (4)", 1129, 81.2), ("zigzag1", "Zigzag (1)", 1201, 79.8),
+           ("zigzag2", "Zigzag (2)", 1171, 81.3), ("zigzag4", "Zigzag (4)", 1108, 81.3),
+           ("local", "Local Scan", 1113, 81.0), ("local_global", "Local + Global", 1060, 81.3),
+           (None, "SoS", 1172, 81.7)]
 
 
 def _params(module) -> float:
@@ -142,6 +160,37 @@ def main(with_breakdown: bool = True) -> None:
         del model
     print("\nSViM2 / SViQS (Table 1 sequence backbones; the paper reports no parameters or FLOPs for them)")
     print(table(["model", "input", "D x depth", "params M", "GMACs", "GMACs w/o scan"], seq))
+    ablations()
+
+
+def ablations() -> None:
+    """Table 3/4 ablation models and Table 12 scan sets: parameters and GMACs next to the paper's columns (the
+    paper gives no FLOPs for them; its throughput is on an unstated GPU)."""
+    import timm
+
+    rows = []
+    for name, row, paper_params, paper_speed, paper_top1 in ABLATIONS:
+        torch.manual_seed(0)
+        model = timm.create_model(name).eval()
+        params = _params(model)
+        total, _, _ = gmacs(model, 224)
+        rows.append([name, row, f"{params:.2f}", f"{paper_params:g}", f"{params / paper_params - 1:+.1%}",
+                     f"{total:.2f}", paper_speed or "-", f"{paper_top1:g}"])
+        del model
+    print("\nTable 3/4 ablations at Tiny scale (configs_mmpretrain/{vim2,viqs}/*-t-<ablation>_8xb128_in1k.py)")
+    print(table(["model", "Table 3/4 row", "params M", "paper M", "diff", "GMACs", "paper img/s", "paper top-1"],
+                rows))
+    rows = []
+    for scans, row, paper_speed, paper_top1 in TABLE12:
+        torch.manual_seed(0)
+        model = timm.create_model("viqs_t", **({} if scans is None else dict(fixed_scans=scans))).eval()
+        total, _, _ = gmacs(model, 224)
+        rows.append([row, scans or "(router)", model.sos.top_n, f"{_params(model):.2f}", f"{total:.2f}", paper_speed,
+                     f"{paper_top1:g}"])
+        del model
+    print("\nTable 12 scan choices on ViQS-T (configs_mmpretrain/viqs/viqs-t-<scans>_8xb128_in1k.py)")
+    print(table(["Table 12 row", "fixed_scans", "scans per image", "params M", "GMACs", "paper img/s",
+                 "paper top-1"], rows))
 
 
 if __name__ == "__main__":

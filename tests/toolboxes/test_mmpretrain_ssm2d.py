@@ -71,7 +71,8 @@ def test_local_cifar100_reads_the_pickles_through_mmpretrains_reader(cifar_root)
 
     raw = pickle.loads((cifar_root / "cifar-100-python" / "test").read_bytes(), encoding="latin1")
     dataset = LocalCIFAR100(data_root=str(cifar_root), split="test")
-    assert len(dataset) == 500 and len(dataset.CLASSES) == 100 and list(dataset.CLASSES[:2]) == ["zero_red", "zero_orange"]
+    assert len(dataset) == 500 and len(dataset.CLASSES) == 100
+    assert list(dataset.CLASSES[:2]) == ["zero_red", "zero_orange"]
     info = dataset.get_data_info(7)
     assert info["gt_label"] == raw["fine_labels"][7]
     # HWC RGB image from the channel planes
@@ -246,8 +247,8 @@ def test_multilabel_classifier_uses_bce_and_a_sigmoid_per_label():
     assert targets.tolist() == [[1, 0, 0, 1, 0], [0] * 5, [0, 1, 1, 0, 1]]
     logits = model(data["inputs"])
     loss = model.loss(data["inputs"], data["data_samples"])["loss"]
-    assert loss.item() == pytest.approx(torch.nn.functional.binary_cross_entropy_with_logits(logits, targets.float()).item(),
-                                        rel=1e-5)
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(logits, targets.float())
+    assert loss.item() == pytest.approx(bce.item(), rel=1e-5)
     predicted = model.predict(data["inputs"])
     assert torch.allclose(predicted[0].pred_score, torch.sigmoid(logits[0]))
     assert predicted[0].pred_label.tolist() == torch.where(torch.sigmoid(logits[0]) >= 0.5)[0].tolist()
@@ -260,7 +261,8 @@ _VARIANT = {"": {}, "s4nd": {"spatial_mixer": "s4nd"}, "ema": {"spatial_mixer": 
             "ssm2d-r": {"spatial_mixer": "ssm2d"}, "ssm2d-c": {"spatial_mixer": "ssm2d", "ssm_complex": True},
             "ablate": {}}
 _MEGA_SUFFIX = {"": "", "ablate": "_ablate", "s4nd": "_s4nd", "ssm2d-r": "_ssm2d", "ssm2d-c": "_ssm2d"}
-_BACKBONES = {("vit", "cifar100"): "vit_cifar_patch4_32_ssm2d", ("vit", "tiny-imagenet"): "vit_tinyimagenet_patch8_64_ssm2d",
+_BACKBONES = {("vit", "cifar100"): "vit_cifar_patch4_32_ssm2d",
+              ("vit", "tiny-imagenet"): "vit_tinyimagenet_patch8_64_ssm2d",
               ("swin", "cifar100"): "swin_cifar_patch2_window4_32_ssm2d",
               ("swin", "tiny-imagenet"): "swin_tinyimagenet_patch4_window4_64_ssm2d",
               ("mega", "cifar100"): "mega_cifar_patch4_32", ("mega", "tiny-imagenet"): "mega_tinyimagenet_patch8_64",
@@ -299,8 +301,9 @@ def test_the_configs_cover_tables_1_to_3_and_figure_5():
         "mega-ssm2d-c", "swin", "swin-ema", "swin-s4nd", "swin-ssm2d-r", "swin-ssm2d-c")}
     table2 = {f"{m}{v}_8xb128_celeba-224px" for m in ("deit-tiny", "deit-small", "deit-base", "swin-tiny")
               for v in ("", "-ssm2d-r", "-ssm2d-c")}
-    table3 = {f"{m}{v}-nope_{s}" for m, s in (("vit", "1xb128_cifar100"), ("swin", "1xb128_tiny-imagenet"),
-                                                 ("deit-tiny", "8xb128_celeba-224px")) for v in ("", "-ssm2d-r", "-ssm2d-c")}
+    table3 = {f"{m}{v}-nope_{s}" for v in ("", "-ssm2d-r", "-ssm2d-c")
+              for m, s in (("vit", "1xb128_cifar100"), ("swin", "1xb128_tiny-imagenet"),
+                           ("deit-tiny", "8xb128_celeba-224px"))}
     figure5 = {"mega-tiny_4xb256_in1k", "mega-tiny-ablate_4xb256_in1k", "mega-tiny-ssm2d-r_4xb256_in1k"}
     assert stems == table1 | table2 | table3 | figure5
 

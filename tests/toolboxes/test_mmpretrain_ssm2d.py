@@ -2,6 +2,8 @@
 Tiny-ImageNet / CelebA sets are in the official on-disk formats and the adapter's readers accept them (and reject
 malformed files by name), the CelebA metric and multi-label classifier compute what they say, every config is the
 row its name says, and ``mim train mmpretrain`` runs a CIFAR-100 and a CelebA config end to end."""
+import ast
+import functools
 import pickle
 from pathlib import Path
 
@@ -308,9 +310,22 @@ def test_the_configs_cover_tables_1_to_3_and_figure_5():
     assert stems == table1 | table2 | table3 | figure5
 
 
+@functools.lru_cache(maxsize=None)
+def _config(path: Path):
+    return load(path)
+
+
+def _flat(node, prefix=""):
+    if isinstance(node, dict):
+        return {k: v for key, value in node.items() for k, v in _flat(value, f"{prefix}{key}.").items()}
+    if isinstance(node, list):
+        return {k: v for index, value in enumerate(node) for k, v in _flat(value, f"{prefix}{index}.").items()}
+    return {prefix[:-1]: node}
+
+
 @pytest.mark.parametrize("path", SSM2D_CONFIG_FILES, ids=lambda p: p.stem)
 def test_config_is_the_row_its_name_says(path):
-    cfg = load(path)
+    cfg = _config(path)
     name, options = _expected(path.stem)
     assert cfg.model.model_name == name
     for key in ("spatial_mixer", "ssm_complex", "no_pos_embed"):
@@ -325,6 +340,21 @@ def test_config_is_the_row_its_name_says(path):
         assert cfg.train_dataloader.sampler == dict(type="RepeatAugSampler", num_repeats=3, shuffle=True)
         assert cfg.train_dataloader.dataset.type == ("LocalCIFAR100" if "cifar100" in path.stem else "TinyImageNet")
     assert cfg.optim_wrapper.constructor == "TimmNoDecayOptimWrapperConstructor"
+
+
+@pytest.mark.parametrize("path", [p for p in SSM2D_CONFIG_FILES if "\n_base_ = './" in p.read_text()],
+                         ids=lambda p: p.stem)
+def test_derived_config_changes_only_the_model_options_of_its_row(path):
+    """A row config inherits its baseline (or the row it extends) and changes the model options its name adds."""
+    (node,) = [n for n in ast.parse(path.read_text()).body if isinstance(n, ast.Assign) and n.targets[0].id == "_base_"]
+    parent = (path.parent / ast.literal_eval(node.value)).resolve()
+    child, base = _flat(_config(path).to_dict()), _flat(_config(parent).to_dict())
+    changed = {k for k in set(child) | set(base) if child.get(k) != base.get(k)}
+    name, options = _expected(path.stem)
+    parent_name, parent_options = _expected(parent.stem)
+    expected = {f"model.{k}" for k in set(options) | set(parent_options) if options.get(k) != parent_options.get(k)}
+    assert changed == expected | ({"model.model_name"} if name != parent_name else set())
+    assert path.read_text().startswith("# 2-D SSM paper, ")  # the table, row and the paper's figure
 
 
 # the paper's parameter counts (Tables 1, 2, "Figure 5"), for the rows whose SSM settings the paper's counts pin

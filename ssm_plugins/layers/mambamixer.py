@@ -421,7 +421,8 @@ class ForwardBackwardChannelMixer(nn.Module):
         if grid_size is not None and self.token_grid is None:
             raise ValueError("grid_size needs a layer built with token_grid")
         if grid_size is None:
-            _check_input("u", u, self.dim, self.num_tokens, " = num_tokens (the selection weights act on the token axis)")
+            _check_input("u", u, self.dim, self.num_tokens,
+                         " = num_tokens (the selection weights act on the token axis)")
             weights = self.fwd.x_proj.weight, self.bwd.x_proj.weight
         else:
             _check_input("u", u, self.dim, self.num_prefix_tokens + grid_size[0] * grid_size[1],
@@ -579,7 +580,8 @@ def resolve_scans(scans) -> tuple:
     try:
         scans = tuple(scans)
     except TypeError:
-        raise ValueError(f"fixed_scans must be a scan set name or a sequence of scan names/ids, got {scans!r}") from None
+        raise ValueError(f"fixed_scans must be a scan set name or a sequence of scan names/ids, "
+                         f"got {scans!r}") from None
     ids = []
     for scan in scans:
         if isinstance(scan, str) and scan in SCAN_NAMES:

@@ -36,7 +36,7 @@ __all__ = ["MODELS", "ViM2", "ViQS", "SwinSSM2D", "ESSM2D", "MyoNet", "TimmNoDec
 # layouts offline), MMPretrain base classes and registries; configs: configs_mmpretrain/ssm2d/.
 
 import os  # noqa: E402
-from typing import Dict, Sequence, Tuple  # noqa: E402
+from typing import Dict, List, Optional, Sequence, Tuple  # noqa: E402
 
 import torch  # noqa: E402
 from mmengine.evaluator import BaseMetric  # noqa: E402

@@ -1,6 +1,9 @@
 """Embedded default data: built from data installed packages ship or generated (never downloaded), deterministic.
 
 - ``digits_split``: scikit-learn's 8x8 digits as a fixed train/test split (image classification).
+- Classification sets in the official on-disk formats, written on first use into ``data_home()``:
+  ``imagenet_digits`` (ImageNet folders + MMPretrain meta files), ``cifar_digits`` (CIFAR-100 python pickles),
+  ``tiny_imagenet_digits`` (Tiny-ImageNet-200 layout), ``celeba_digits`` (CelebA images + attribute/partition files).
 - Dense-prediction sets, written on first use into ``data_home()``: ``ssm_plugins.data.coco_digits.coco_digits()``
   (COCO instances) and ``ssm_plugins.data.ade_digits.ade_digits()`` (ADE20K layout).
 - Speech: ``generate_mixtures`` (two-source mixtures in the wsj0-2mix layout, ``ssm_plugins.data.mixtures``) and

@@ -25,7 +25,7 @@ from _contract import assert_checkpoint_round_trip, assert_grad_checkpointing_is
 
 MODELS = sorted(n for n in timm.list_models() if timm.models.model_entrypoint(n).__module__.startswith('ssm_plugins.'))
 FAMILY_MODULES = {'ssm_plugins.models.vim2', 'ssm_plugins.models.ssm2d', 'ssm_plugins.models.essm',
-                  'ssm_plugins.models.myo'}
+                  'ssm_plugins.models.myo', 'ssm_plugins.models.mega', 'ssm_plugins.models.svim2'}
 
 
 @dataclass(frozen=True)

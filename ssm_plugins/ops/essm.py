@@ -132,7 +132,7 @@ if hasattr(torch.ops.ssm_plugins, _OP):
 
     @torch.library.register_fake("ssm_plugins::essm_kernel_bwd")
     def _kernel_bwd_fake(grad_K, g_re, g_im, z_re, z_im, L, bidirectional):
-        return tuple(torch.empty_like(g_re) for _ in range(4))
+        return tuple(g_re.new_empty(g_re.shape) for _ in range(4))  # contiguous, as the kernel writes them
 
     def _setup_context(ctx, inputs, output):
         g_re, g_im, z_re, z_im, length, _, bidirectional = inputs

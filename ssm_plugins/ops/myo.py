@@ -274,11 +274,11 @@ if _COMPILED:
 
     @torch.library.register_fake(f"ssm_plugins::{_OP}")
     def _fwd_fake(u, b, parent, b_index, skew):
-        return torch.empty_like(u)
+        return u.new_empty(u.shape)  # contiguous whatever u's layout: the kernel solves a contiguous copy
 
     @torch.library.register_fake(f"ssm_plugins::{_BWD}")
     def _bwd_fake(grad_x, x, b, parent, b_index, skew):
-        return torch.empty_like(grad_x), b.new_empty((grad_x.shape[0], b.shape[1], b.shape[2]))
+        return grad_x.new_empty(grad_x.shape), b.new_empty((grad_x.shape[0], b.shape[1], b.shape[2]))
 
     def _setup_context(ctx, inputs, output):
         u, b, parent, b_index, skew = inputs

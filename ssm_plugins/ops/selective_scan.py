@@ -76,13 +76,14 @@ if _COMPILED:
 
     @torch.library.register_fake(f"ssm_plugins::{_OP}")
     def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
-        return torch.empty_like(u), u.new_empty((u.shape[0], u.shape[1], A.shape[1]), dtype=A.dtype)
+        # The kernel reads contiguous copies and writes contiguous outputs, whatever u's layout: declare the
+        # same (empty_like would promise a transposed u's layout, and inductor asserts the promise).
+        return u.new_empty(u.shape), u.new_empty((u.shape[0], u.shape[1], A.shape[1]), dtype=A.dtype)
 
     @torch.library.register_fake(f"ssm_plugins::{_BWD}")
     def _bwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, grad_out, grad_last_state):
-        like = (lambda t: None if t is None else torch.empty_like(t))
-        return (torch.empty_like(u), torch.empty_like(delta), torch.empty_like(A), torch.empty_like(B),
-                torch.empty_like(C), like(D), like(z), like(delta_bias))
+        like = (lambda t: None if t is None else t.new_empty(t.shape))  # contiguous, as the kernel writes them
+        return (like(u), like(u), like(A), like(B), like(C), like(D), None if z is None else like(u), like(delta_bias))
 
     def _setup_context(ctx, inputs, output):
         ctx.save_for_backward(*[t for t in inputs[:8] if t is not None])

@@ -150,7 +150,7 @@ if hasattr(torch.ops.ssm_plugins, _KERNEL_OP):
 
     @torch.library.register_fake("ssm_plugins::ssm2d_kernel_bwd")
     def _kernel_bwd_fake(grad_K, A, B, C, height, width):
-        return torch.empty_like(A), torch.empty_like(B), torch.empty_like(C)
+        return A.new_empty(A.shape), B.new_empty(B.shape), C.new_empty(C.shape)  # contiguous, as the kernel's
 
     def _kernel_setup_context(ctx, inputs, output):
         A, B, C, height, width = inputs
@@ -239,7 +239,7 @@ def _fft_conv2d_fake(x, kernel, origin_h, origin_w):
 
 @_fft_conv2d_bwd_op.register_fake
 def _fft_conv2d_bwd_fake(grad, x, kernel, origin_h, origin_w):
-    return torch.empty_like(x), torch.empty_like(kernel)
+    return x.new_empty(x.shape), kernel.new_empty(kernel.shape)  # the op returns .contiguous() gradients
 
 
 def _conv_setup_context(ctx, inputs, output):

@@ -36,8 +36,7 @@ from timm.models import build_model_with_cfg, generate_default_cfgs, register_mo
 from timm.models._features import feature_take_indices
 from timm.models._manipulate import checkpoint, checkpoint_seq
 
-from ._common import local_weights_cfg
-from .ssm2d import CIFAR100_MEAN, CIFAR100_STD, _check_input
+from .ssm2d import _cfg, _check_input, _cifar, _tiny_imagenet
 from ..layers.mega import SPATIAL_MIXERS, BatchNormNHWC, MegaBlock
 
 __all__ = ['VisionMega']
@@ -133,7 +132,7 @@ class VisionMega(nn.Module):
                               layernorm=ssm_layernorm, fused=ssm_fused)
         if spatial_mixer == 'none':
             mixer_args = dict(extra=mixer_kwargs)
-        dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth)]
+        dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth, device='cpu')]
         self.blocks = nn.Sequential(*[
             MegaBlock(embed_dim, zdim, hidden_dim, ffn_hidden_dim, spatial_mixer=spatial_mixer,
                       mixer_kwargs=mixer_args, attn_activation=attn_activation,
@@ -305,16 +304,8 @@ def _create_vision_mega(variant: str, pretrained: bool = False, **kwargs) -> Vis
 # ---- configs and registrations -------------------------------------------------------------------------
 
 
-def _cfg(**kwargs) -> Dict[str, Any]:
-    return local_weights_cfg(
-        first_conv='patch_embed.proj',
-        paper_name='2-D SSM: A General Spatial Layer for Visual Transformers',
-        **kwargs,
-    )
-
-
-_cifar = dict(num_classes=100, input_size=(3, 32, 32), crop_pct=1.0, mean=CIFAR100_MEAN, std=CIFAR100_STD)
-_tiny_imagenet = dict(num_classes=200, input_size=(3, 64, 64), crop_pct=1.0)
+# the same paper, data sets and weight-loading convention as the ViT/Swin 2-D SSM models: _cfg, _cifar and
+# _tiny_imagenet come from models/ssm2d.py
 # LRA Image: CIFAR-10 in grayscale, pixels normalised with 0.48 / 0.24 (Mega's --pixel-normalization)
 _lra_image = dict(num_classes=10, input_size=(1, 32, 32), crop_pct=1.0, mean=(0.48,), std=(0.24,))
 

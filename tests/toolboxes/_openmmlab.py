@@ -17,6 +17,18 @@ def toolbox_of(path: Path) -> str:
     return toolbox
 
 
+def config_strings(node, path=""):
+    """(dotted key, value) of every string in a config dict (to find URLs)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from config_strings(value, f"{path}.{key}")
+    elif isinstance(node, (list, tuple)):
+        for index, value in enumerate(node):
+            yield from config_strings(value, f"{path}.{index}")
+    elif isinstance(node, str):
+        yield path, node
+
+
 def load(path: Path):
     """The config as ``mim train`` reads it (custom_imports imported)."""
     from mmengine.config import Config

@@ -9,24 +9,13 @@ import torch
 import torch.nn as nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from _openmmlab import MMPRETRAIN_CONFIGS, REPO, config_id, load
+from _openmmlab import MMPRETRAIN_CONFIGS, REPO, config_id, config_strings, load
 from ssm_plugins.data.openmmlab_tiny import (logged_runs, mim, mmdet_tiny_options, mmpretrain_tiny_options,
                                              mmseg_tiny_options)
 
 pytest.importorskip("mmpretrain")
 pytest.importorskip("mmdet")
 pytest.importorskip("mmseg")
-
-
-def _strings(node, path=""):
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from _strings(value, f"{path}.{key}")
-    elif isinstance(node, (list, tuple)):
-        for index, value in enumerate(node):
-            yield from _strings(value, f"{path}.{index}")
-    elif isinstance(node, str):
-        yield path, node
 
 
 def test_there_are_configs():
@@ -51,7 +40,7 @@ def test_config_is_offline_and_its_pipelines_build(path):
     from mmpretrain.registry import MODELS, TRANSFORMS
 
     cfg = load(path)
-    urls = [(key, value) for key, value in _strings(cfg.to_dict()) if "://" in value]
+    urls = [(key, value) for key, value in config_strings(cfg.to_dict()) if "://" in value]
     assert urls == [], f"downloadable references left in {path.name}: {urls}"
     assert cfg.custom_imports == dict(imports=["ssm_plugins.mmpretrain"], allow_failed_imports=False)
     assert cfg.default_scope == "mmpretrain"

@@ -5,7 +5,7 @@ import re
 import pytest
 import torch
 
-from _openmmlab import MMDET_CONFIGS, MMSEG_CONFIGS, build, config_id, load, toolbox_of
+from _openmmlab import MMDET_CONFIGS, MMSEG_CONFIGS, build, config_id, config_strings, load, toolbox_of
 
 pytest.importorskip("mmdet")
 pytest.importorskip("mmseg")
@@ -23,21 +23,10 @@ def test_every_model_has_its_three_configs():
                 f"upernet_{model}_4xb4-160k_ade20k-512x512.py"} <= names, model
 
 
-def _strings(node, path=""):
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from _strings(value, f"{path}.{key}")
-    elif isinstance(node, (list, tuple)):
-        for index, value in enumerate(node):
-            yield from _strings(value, f"{path}.{index}")
-    elif isinstance(node, str):
-        yield path, node
-
-
 @pytest.mark.parametrize("path", ALL_CONFIGS, ids=config_id)
 def test_config_is_offline_and_loads_its_adapter(path):
     cfg = load(path)
-    urls = [(key, value) for key, value in _strings(cfg.to_dict()) if "://" in value]
+    urls = [(key, value) for key, value in config_strings(cfg.to_dict()) if "://" in value]
     assert urls == [], f"downloadable references left in {path.name}: {urls}"
     assert cfg.custom_imports == dict(imports=[f"ssm_plugins.{toolbox_of(path)}"], allow_failed_imports=False)
     assert cfg.load_from is None

@@ -157,7 +157,7 @@ class ESSMSequence(nn.Module):
         self.grad_checkpointing = False
 
         self.encoder = nn.Linear(in_chans, d_model, **dd)
-        dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth)] if depth > 1 else [drop_path_rate]
+        dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth, device='cpu')] if depth > 1 else [drop_path_rate]
         self.blocks = nn.Sequential(*[
             ESSMBlock(d_model, norm=norm, prenorm=prenorm, dropout=drop_rate, drop_path=dpr[i], d_state=d_state,
                       n_heads=n_heads, **dd, **ssm_kwargs)
@@ -403,7 +403,8 @@ class ESSMBackbone2D(nn.Module):
         self.patch_embed = PatchEmbed(
             img_size=None, patch_size=patch_size, in_chans=in_chans, embed_dim=embed_dim[0],
             norm_layer=nn.LayerNorm, output_fmt='NHWC', strict_img_size=False, dynamic_img_pad=True, **dd)
-        dpr = [x.tolist() for x in torch.linspace(0, drop_path_rate, sum(depths)).split(depths)]
+        rates = torch.linspace(0, drop_path_rate, sum(depths), device='cpu')  # CPU: builds under a meta device
+        dpr = [x.tolist() for x in rates.split(depths)]
         ssm_kwargs.setdefault('bidirectional', True)
         stages, feature_info, in_dim = [], [], embed_dim[0]
         for i, (dim, depth) in enumerate(zip(embed_dim, depths)):

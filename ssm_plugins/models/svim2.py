@@ -71,7 +71,7 @@ class SequenceMambaMixer(nn.Module):
         self.patch_embed = nn.Module()
         self.patch_embed.proj = nn.Conv2d(in_chans, embed_dim, patch_size, patch_size)
         self.pos_embed = nn.Parameter(torch.zeros(1, num_tokens, embed_dim)) if pos_embed else None
-        dpr = torch.linspace(0, drop_path_rate, depth).tolist()
+        dpr = torch.linspace(0, drop_path_rate, depth, device='cpu').tolist()
         self.blocks = nn.ModuleList(
             MambaMixerBlock(embed_dim, num_tokens, drop_path=dpr[i], norm=norm, token_mixer=token_mixer,
                             channel_mixer=channel_mixer, d_state=d_state, token_grid=self.grid_size,

@@ -194,7 +194,7 @@ class VisionMambaMixer(nn.Module):
         self.sos = SwitchOfScans(embed_dim, num_windows=sos_num_windows, top_n=sos_top_n, lst_concat=lst_concat,
                                  sos_gate=sos_gate, cross_scan_attn=cross_scan_attn, fixed_scans=fixed_scans)
         self.fixed_scans = self.sos.fixed_scans  # scan ids, None when routed
-        dpr = torch.linspace(0, drop_path_rate, depth).tolist()
+        dpr = torch.linspace(0, drop_path_rate, depth, device='cpu').tolist()
         self.blocks = nn.ModuleList(
             VisionMixerBlock(embed_dim, grid, token_mixer, d_state, expand, headdim, dpr[i], norm, channel_mixer,
                              channel_qs_param) for i in range(depth))

@@ -30,8 +30,18 @@ class MyoTree(NamedTuple):
     grid_sizes: tuple  # quad2d: (H_ℓ, W_ℓ) of each level, raster order within a level; else ()
 
 
-def _from_levels(kind, arity: int, parent: torch.Tensor, level: torch.Tensor, grid_sizes=()) -> MyoTree:
-    return MyoTree(kind, arity, tuple(torch.bincount(level).tolist()), parent, level, tuple(grid_sizes))
+def _from_levels(kind, arity: int, parent: torch.Tensor, level: torch.Tensor, grid_sizes=(), device=None) -> MyoTree:
+    """Level sizes are counted where ``level`` lives (the builders make it on the CPU), then the index tensors
+    move to ``device`` (default: stay)."""
+    sizes = tuple(torch.bincount(level).tolist())
+    if device is not None:
+        parent, level = parent.to(device), level.to(device)
+    return MyoTree(kind, arity, sizes, parent, level, tuple(grid_sizes))
+
+
+# The k-ary and quadtree builders make their integer index tensors on the CPU explicitly (device='cpu'), so a
+# model built under ``with torch.device('meta')`` (timm's low-memory construction) still gets a real tree.
+_CPU = torch.device("cpu")
 
 
 @functools.lru_cache(maxsize=64)
@@ -40,11 +50,11 @@ def _kary_tree(num_leaves: int, arity: int, device: torch.device) -> MyoTree:
     offsets = [0]
     for n in sizes:
         offsets.append(offsets[-1] + n)
-    parent = torch.full((offsets[-1],), -1, dtype=torch.long)
+    parent = torch.full((offsets[-1],), -1, dtype=torch.long, device=_CPU)
     for level, n in enumerate(sizes[:-1]):  # node j of level ℓ has parent ⌊j/k⌋ of level ℓ+1
-        parent[offsets[level]:offsets[level + 1]] = offsets[level + 1] + torch.arange(n) // arity
-    level = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
-    return _from_levels("kary1d", arity, parent.to(device), level.to(device))
+        parent[offsets[level]:offsets[level + 1]] = offsets[level + 1] + torch.arange(n, device=_CPU) // arity
+    level = torch.repeat_interleave(torch.arange(len(sizes), device=_CPU), torch.tensor(sizes, device=_CPU))
+    return _from_levels("kary1d", arity, parent, level, device=device)
 
 
 @functools.lru_cache(maxsize=64)
@@ -52,12 +62,13 @@ def _quadtree(height: int, width: int, device: torch.device) -> MyoTree:
     grids = reference.quad_grid_sizes(height, width)
     parents, offset = [], 0
     for (rows, cols), (up_rows, up_cols) in zip(grids, grids[1:]):  # (i, j) -> (⌊i/2⌋, ⌊j/2⌋) one level up
-        i, j = torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="ij")
+        i, j = torch.meshgrid(torch.arange(rows, device=_CPU), torch.arange(cols, device=_CPU), indexing="ij")
         parents.append((offset + rows * cols + (i // 2) * up_cols + j // 2).flatten())
         offset += rows * cols
-    parent = torch.cat(parents + [torch.tensor([-1])])
-    level = torch.repeat_interleave(torch.arange(len(grids)), torch.tensor([r * c for r, c in grids]))
-    return _from_levels("quad2d", 4, parent.to(device), level.to(device), grids)
+    parent = torch.cat(parents + [torch.tensor([-1], device=_CPU)])
+    level = torch.repeat_interleave(torch.arange(len(grids), device=_CPU),
+                                    torch.tensor([r * c for r, c in grids], device=_CPU))
+    return _from_levels("quad2d", 4, parent, level, grids, device=device)
 
 
 def myo_tree(num_leaves: int, arity: int, device=None) -> MyoTree:

@@ -1,0 +1,47 @@
+"""torch.compile with the default inductor backend (CPU): forward and backward equal eager (issue #13).
+
+Inductor lays out the compiled graph from the ops' fake kernels and asserts their strides at run time, so this
+is the end-to-end check of tests/ops/test_fake_strides.py (before the fake kernels declared the real, contiguous
+layout, vim2_t failed with ``expected size 128==128, stride 17==1``). Inductor on CPU generates and compiles C++:
+on the 2-core development machine (one thread) vim2_t at embed_dim=32, depth=2, 64x64 takes about 220 s to
+compile and run once, so the tests are marked slow.
+"""
+from __future__ import annotations
+
+import pytest
+import timm
+import torch
+
+import ssm_plugins  # noqa: F401  (registers the models)
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
+
+# One small model per family: (name, kwargs, input size).
+CASES = [
+    ("vim2_t", dict(img_size=64, embed_dim=32, depth=2, n_interactions=2, spm_inplanes=8, headdim=16, d_state=4),
+     (64, 64)),
+    ("vit_cifar_patch4_32_ssm2d", dict(embed_dim=32, depth=2, num_heads=2, ssm_d_state=4, ssm_n_ssm=2), (32, 32)),
+    ("essm_scifar_tiny", dict(d_model=16, depth=2, d_state=16, n_heads=4), (8, 8)),
+    ("myopix_zcifar", dict(embed_dim=32, depth=2, state_size=16, blocks=1), (8, 8)),
+]
+
+
+def _forward_backward(fn, model, x):
+    model.zero_grad(set_to_none=True)
+    out = fn(x)
+    out.float().square().sum().backward()
+    return out.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("name,kwargs,size", CASES, ids=[c[0] for c in CASES])
+def test_inductor_matches_eager(name, kwargs, size):
+    torch.manual_seed(0)
+    model = timm.create_model(name, **kwargs).eval()  # eval: no dropout / drop path, same function both times
+    x = torch.randn(2, model.in_chans, *size)
+    out, grads = _forward_backward(model, model, x)
+    torch._dynamo.reset()
+    compiled_out, compiled_grads = _forward_backward(torch.compile(model), model, x)
+    torch.testing.assert_close(compiled_out, out, rtol=1e-4, atol=1e-4)
+    assert compiled_grads.keys() == grads.keys() and len(grads) > 0
+    for key, grad in grads.items():
+        torch.testing.assert_close(compiled_grads[key], grad, rtol=1e-3, atol=1e-4, msg=key)

@@ -249,6 +249,8 @@ def test_fake_kernel_matches_real_outputs(op, kind):
 
 @pytest.mark.parametrize("op", sorted(ROWS))
 def test_opcheck_faketensor(op):
-    """torch.library.opcheck: schema and its cross-reference of the fake kernel, on the strided row."""
+    """torch.library.opcheck (schema; fake kernel's shapes and dtypes) on the strided row. It does not replace the
+    test above: its stride comparison (torch._prims_common.check_significant_strides) runs for CUDA tensors
+    only, so on the CPU it passed with every stride mismatch that test found."""
     args = ROWS[op]("transposed")
     torch.library.opcheck(getattr(OPS, op).default, args, test_utils=("test_schema", "test_faketensor"))

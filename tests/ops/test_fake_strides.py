@@ -30,19 +30,20 @@ def randn(*shape, dtype=torch.float32):
     return torch.randn(*shape, generator=GEN, dtype=torch.float64).to(dtype)
 
 
-def transposed(*shape, dims=(-1, -2), dtype=torch.float32):
+def transposed(*shape, dims=(-1, -2), dtype=None):
     """A tensor of ``shape`` whose memory has ``dims`` swapped (a transposed view, not contiguous)."""
     store = list(shape)
     store[dims[0]], store[dims[1]] = store[dims[1]], store[dims[0]]
-    return randn(*store, dtype=dtype).transpose(*dims)
+    return randn(*store, dtype=dtype or torch.float32).transpose(*dims)
 
 
 # ---- selective scan ------------------------------------------------------------------------------------
 
 def _scan_args(kind):
     batch, dim, length, n_state, groups = 2, 6, 7, 3, 2
-    if kind == "transposed":  # u, delta, z as (batch, L, dim) views; B, C sliced from a wider buffer
-        u, delta, z = (transposed(batch, dim, length) for _ in range(3))
+    if kind in ("transposed", "bf16"):  # u, delta, z as (batch, L, dim) views; B, C sliced from a wider buffer
+        low = torch.bfloat16 if kind == "bf16" else torch.float32  # bf16: u, delta, z (the rest float32)
+        u, delta, z = (transposed(batch, dim, length, dtype=low) for _ in range(3))
         B = randn(batch, groups, n_state, 2 * length)[..., ::2]
         C = transposed(batch, groups, n_state, length, dims=(1, 3))
         A = transposed(dim, n_state, dims=(0, 1))
@@ -62,17 +63,17 @@ def selective_scan_fwd(kind):
 def selective_scan_bwd(kind):
     args = _scan_args(kind)
     out, last = OPS.selective_scan_fwd(*args)
-    grad_out = transposed(*out.shape) if kind == "transposed" else torch.randn_like(out)
-    grad_last = transposed(*last.shape) if kind == "transposed" else None
+    grad_out = transposed(*out.shape, dtype=out.dtype) if kind != "plain" else torch.randn_like(out)
+    grad_last = transposed(*last.shape) if kind != "plain" else None
     return [*args, grad_out, grad_last]
 
 
 # ---- quasi-separable mixing ----------------------------------------------------------------------------
 
 def _qs_args(kind):
-    if kind == "transposed":  # the channel mixer's layout: everything a strided view, static gamma expanded
+    if kind in ("transposed", "bf16"):  # the channel mixer's layout: all strided views, static gamma expanded
         batch, length, heads, feat, groups, n_state = 2, 5, 4, 3, 2, 3
-        x = transposed(batch, length, heads, feat, dims=(1, 2))
+        x = transposed(batch, length, heads, feat, dims=(1, 2), dtype=torch.bfloat16 if kind == "bf16" else None)
         dt, dt_rev = transposed(batch, length, heads, dims=(1, 2)), randn(batch, length, heads)
         A, A_rev = -randn(heads, n_state).abs(), -randn(heads, 1).abs()
         B, C, B_rev, C_rev = (transposed(batch, length, groups, n_state, dims=(1, 3)) for _ in range(4))
@@ -99,7 +100,7 @@ def qs_mix_fwd(kind):
 def qs_mix_bwd(kind):
     args = _qs_args(kind)
     y = OPS.qs_mix_fwd(*args)
-    grad = transposed(*y.shape, dims=(0, 2)) if kind == "transposed" else torch.randn_like(y)
+    grad = transposed(*y.shape, dims=(0, 2), dtype=y.dtype) if kind in ("transposed", "bf16") else torch.randn_like(y)
     return [grad, *args]
 
 
@@ -199,7 +200,10 @@ def myo_solve_bwd(kind):
 ROWS = {f.__name__: f for f in (selective_scan_fwd, selective_scan_bwd, qs_mix_fwd, qs_mix_bwd, ssm2d_kernel_fwd,
                                  ssm2d_kernel_bwd, fft_conv2d, fft_conv2d_bwd, essm_kernel, essm_kernel_bwd,
                                  myo_solve_fwd, myo_solve_bwd)}
-KINDS = {"qs_mix_fwd": ("transposed", "sliced", "plain"), "qs_mix_bwd": ("transposed", "sliced", "plain")}
+# Input layouts per op (default: transposed and plain); bf16: half-precision sequences, float32 parameters.
+_QS_KINDS, _SCAN_KINDS = ("transposed", "bf16", "sliced", "plain"), ("transposed", "bf16", "plain")
+KINDS = {"qs_mix_fwd": _QS_KINDS, "qs_mix_bwd": _QS_KINDS,
+         "selective_scan_fwd": _SCAN_KINDS, "selective_scan_bwd": _SCAN_KINDS}
 
 
 def registered_ops():
@@ -231,7 +235,7 @@ def test_fake_kernel_matches_real_outputs(op, kind):
     """Shape, dtype and strides of every output: real CPU kernel vs the fake kernel under FakeTensorMode."""
     args = ROWS[op](kind)
     overload = getattr(OPS, op).default
-    assert any(isinstance(a, torch.Tensor) and not a.is_contiguous() for a in args) or kind != "transposed"
+    assert any(isinstance(a, torch.Tensor) and not a.is_contiguous() for a in args) or kind == "plain"
     real, _ = tree_flatten(overload(*args))
     with FakeTensorMode() as mode:
         fake_args = tree_map_only(torch.Tensor, mode.from_tensor, args)

@@ -50,12 +50,17 @@ def _backbone_init(pretrained: Optional[os.PathLike]) -> List[str]:
 
 def mmpretrain_tiny_options(data_root: os.PathLike, epochs: int = 1, images: Optional[int] = 64,
                             val_images: Optional[int] = 50, image_size: int = 64, batch_size: int = 8,
-                            lr: float = 1e-3, seed: int = 0, model_image_size: bool = True) -> List[str]:
+                            lr: float = 1e-3, seed: int = 0, model_image_size: bool = True,
+                            light_augment: bool = False) -> List[str]:
     """Options for an ImageNet config of configs_mmpretrain (MMPretrain's Swin/DeiT pipeline layout: crop is train
     step 1, resize + centre crop are test steps 1-2) on imagenet_digits: ``epochs`` epochs over the first ``images``
     training images (None: all) at ``image_size`` px, then Accuracy top-1/5 on the first ``val_images`` val images
     and a checkpoint. ``model_image_size`` passes ``img_size`` to the timm model (models with size-dependent
-    weights); the classifier has 10 classes."""
+    weights); the classifier has 10 classes.
+
+    ``light_augment``: the paper recipe's regularisation is made for 300 ImageNet epochs and stops a run of a few
+    epochs from learning at all (measured: chance level after 6 epochs); this keeps RandAugment and turns off
+    Mixup/CutMix and random erasing, and crops at least 35 % of the image (a digit fills most of it)."""
     from .imagenet_digits import CLASSES
 
     classes = "[" + ",".join(CLASSES) + "]"
@@ -78,6 +83,12 @@ def mmpretrain_tiny_options(data_root: os.PathLike, epochs: int = 1, images: Opt
     ]
     if model_image_size:
         options.append(f"model.img_size={image_size}")
+    if light_augment:
+        options += ["model.train_cfg=None", "train_dataloader.dataset.pipeline.4.erase_prob=0.0",
+                    "train_dataloader.dataset.pipeline.1.crop_ratio_range=(0.6,1.0)",
+                    "train_dataloader.dataset.pipeline.2.prob=0.0",
+                    "train_dataloader.dataset.pipeline.3.num_policies=1",
+                    "train_dataloader.dataset.pipeline.3.magnitude_level=5"]
     return options + _run(seed, lr)
 
 

@@ -46,3 +46,25 @@ def test_inductor_matches_eager(name, kwargs, size):
     assert compiled_grads.keys() == grads.keys() and len(grads) > 0
     for key, grad in grads.items():
         torch.testing.assert_close(compiled_grads[key], grad, rtol=1e-3, atol=1e-4, msg=key)
+
+
+def test_inductor_transposed_inputs_to_the_ops():
+    """The issue's reproduction at op level: a transposed intermediate fed to selective_scan and myo_solve. With
+    fake kernels promising the input's layout (empty_like) inductor asserted ``stride 17==1``. The FX graph cache
+    is off: its key does not cover the ops' fake kernels, so a stale cached graph could hide a regression."""
+    from ssm_plugins import ops
+
+    def scan(x, delta, A, B, C):
+        return ops.selective_scan(x.transpose(1, 2) * 2, delta, A, B, C, delta_softplus=True) + 1
+
+    def solve(x, b):
+        return ops.myo_solve(x.transpose(1, 2) * 2, b, 2, virtual="transient") + 1
+
+    torch.manual_seed(0)
+    scan_args = (torch.randn(2, 17, 128), torch.rand(2, 128, 17), -torch.rand(128, 4), torch.randn(2, 4, 17),
+                 torch.randn(2, 4, 17))
+    solve_args = (torch.randn(2, 6, 13), 0.3 * torch.rand(6, 4) - 0.15)
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(fx_graph_cache=False):
+        for fn, args in ((scan, scan_args), (solve, solve_args)):
+            torch.testing.assert_close(torch.compile(fn)(*args), fn(*args), rtol=1e-4, atol=1e-5)

@@ -103,16 +103,18 @@ def _python(code, **env):
 
 
 def test_import_is_light_and_fast():
-    # CPU time of the import (process_time): what the import costs, not how busy the machine is
-    code = ("import sys, time; t = time.process_time(); import ssm_plugins; t = time.process_time() - t; "
-            f"print(t); print(sorted(m for m in {TOOLBOXES!r} if m in sys.modules))")
+    # CPU time (process_time) of what ssm_plugins adds on top of torch: `import torch` alone costs 1.2-2.2 s of CPU
+    # on this project's machine depending on the day, so an absolute bound on the whole import measures the machine
+    code = ("import sys, time; t = time.process_time(); import torch; t1 = time.process_time(); import ssm_plugins; "
+            "t2 = time.process_time(); print(t1 - t, t2 - t1); "
+            f"print(sorted(m for m in {TOOLBOXES!r} if m in sys.modules))")
     # best of three: the first run warms the file cache
     runs = [_python(code) for _ in range(3)]
     assert all(r.returncode == 0 for r in runs), runs[0].stderr[-3000:]
-    seconds = min(float(r.stdout.strip().splitlines()[-2]) for r in runs)
+    own = min(float(r.stdout.strip().splitlines()[-2].split()[1]) for r in runs)
     loaded = runs[-1].stdout.strip().splitlines()[-1]
     assert loaded == "[]", f"import ssm_plugins pulled in toolboxes: {loaded}"
-    assert seconds < 2.0, f"import ssm_plugins took {seconds:.2f} s"
+    assert own < 0.8, f"import ssm_plugins took {own:.2f} s on top of import torch"
 
 
 def test_missing_extension_warns_once_and_uses_reference():

@@ -14,7 +14,7 @@ one JSON line per run: the training loss at the start and the end, the validatio
 CocoMetric bbox/segm mAP; IoUMetric mIoU) and the time. ``--no-pretrain`` runs the dense stages from scratch (the
 "before" of the README).
 
-    .venv/bin/python scripts/main_openmmlab.py                        # classify, then detect: about 6 min on 2 cores
+    .venv/bin/python scripts/main_openmmlab.py                        # classify, then detect: about 5 min on 2 cores
     .venv/bin/python scripts/main_openmmlab.py --toolboxes mmpretrain mmdet mmseg --work-dir work_dirs/main
 """
 from __future__ import annotations
@@ -52,19 +52,19 @@ MASK_RCNN_WIDTH = [f"model.neck.out_channels={WIDTH}", f"model.rpn_head.in_chann
 
 
 RUNS = {
-    # classification: 1000 images at 64 px, batch 32, 10 epochs, light augmentation; Accuracy on the 200 val images
+    # classification: 1000 images at 64 px, batch 32, 6 epochs, light augmentation; Accuracy on the 200 val images
     "mmpretrain": dict(
         config=REPO / "configs_mmpretrain/vim2/vim2-t_8xb128_in1k.py", data=imagenet_digits, checkpoint="epoch_{}.pth",
         options=lambda root, scale, pretrained: mmpretrain_tiny_options(
-            root, epochs=max(1, round(10 * scale)), images=None, val_images=None, image_size=64, batch_size=32,
+            root, epochs=max(1, round(6 * scale)), images=None, val_images=None, image_size=64, batch_size=32,
             lr=1e-3, light_augment=True) + _kwargs("model"),
         metrics=("accuracy/top1",)),
-    # Mask R-CNN: 100 training images at 160 px, batch 4, 12 epochs (the 1x schedule's steps at 8 and 11);
+    # Mask R-CNN: 100 training images at 160 px, batch 4, 6 epochs (constant lr: the 1x steps come at 8 and 11);
     # CocoMetric on the 30 val images
     "mmdet": dict(
         config=REPO / "configs_mmdet/vim2/mask-rcnn_vim2-t_fpn_1x_coco.py", data=coco_digits, checkpoint=None,
         options=lambda root, scale, pretrained: mmdet_tiny_options(
-            root, epochs=max(1, round(12 * scale)), images=100, batch_size=4, val_interval=1000, lr=5e-4,
+            root, epochs=max(1, round(6 * scale)), images=100, batch_size=4, val_interval=1000, lr=5e-4,
             pretrained=pretrained) + _kwargs("model.backbone") + [f"model.neck.in_channels=[{','.join([str(WIDTH)] * 4)}]"]
         + MASK_RCNN_WIDTH,
         metrics=("coco/bbox_mAP", "coco/bbox_mAP_50", "coco/segm_mAP", "coco/segm_mAP_50")),

@@ -53,7 +53,7 @@ def test_config_is_offline_and_its_pipelines_build(path):
             TRANSFORMS.build(step)
 
 
-@pytest.mark.slow  # full-size models (up to 157M parameters): about 7 min for all configs on 2 cores
+@pytest.mark.slow  # full-size models (up to 157M parameters): 102 configs in 2-7 min on 2 cores
 @pytest.mark.parametrize("path", MMPRETRAIN_CONFIGS, ids=config_id)
 def test_config_builds_model_and_optimizer(path):
     """The model builds at its paper size and the configured optimiser (constructor, paramwise_cfg) covers every

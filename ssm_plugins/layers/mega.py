@@ -28,7 +28,8 @@ import torch.nn.functional as F
 
 from .. import ops
 from .essm import hippo_diagonal_init
-from .ssm2d import SSM2D
+from .mambamixer import _drop_path
+from .ssm2d import SSM2D, grid_to_nchw
 
 __all__ = ["MultiHeadEMA", "S4ND", "RelativePositionBias", "MovingAverageGatedAttention", "NormalizedFeedForward",
            "MegaBlock", "BatchNormNHWC", "make_spatial_mixer", "laplace_attention", "SPATIAL_MIXERS"]
@@ -270,13 +271,7 @@ class S4ND(nn.Module):
         return self.axis_kernel(0, height)[:, :, None] * self.axis_kernel(1, width)[:, None, :]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        channel_dim = 1 if self.input_fmt == "NCHW" else 3
-        if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[channel_dim] != self.dim:
-            what = "(B, dim, H, W)" if self.input_fmt == "NCHW" else "(B, H, W, dim)"
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"x must have shape {what} with dim={self.dim} ({self.input_fmt}), got {got}")
-        if self.input_fmt == "NHWC":
-            x = x.permute(0, 3, 1, 2)
+        x = grid_to_nchw(x, self.dim, self.input_fmt)
         height, width = x.shape[-2:]
         origin = (height - 1, width - 1) if self.bidirectional else (0, 0)
         y = ops.fft_conv2d(x, self.compute_kernel(height, width), origin=origin)
@@ -344,11 +339,7 @@ class DropPath(nn.Module):
         return f"prob={self.prob}"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.prob == 0.:
-            return x
-        keep = 1.0 - self.prob
-        mask = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(keep)
-        return x * mask / keep
+        return _drop_path(x, self.prob, self.training)  # the one implementation of the layers package
 
 
 class RelativePositionBias(nn.Module):

@@ -25,6 +25,17 @@ _COMPLEX_PARAMS = {"cartesian": "complex", "polar": "complex_polar"}
 _INPUT_FMTS = ("NCHW", "NHWC")
 
 
+
+def grid_to_nchw(x: torch.Tensor, dim: int, input_fmt: str) -> torch.Tensor:
+    """A (B, dim, H, W) view of a layer's token-grid input given in ``input_fmt`` ('NCHW' or 'NHWC'), or a
+    ValueError naming the expected shape (shared by the 2-D layers: SSM2D, S4ND)."""
+    channel_dim = 1 if input_fmt == "NCHW" else 3
+    if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[channel_dim] != dim:
+        what = "(B, dim, H, W)" if input_fmt == "NCHW" else "(B, H, W, dim)"
+        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"x must have shape {what} with dim={dim} ({input_fmt}), got {got}")
+    return x.permute(0, 3, 1, 2) if input_fmt == "NHWC" else x
+
 class SSM2D(nn.Module):
     """2-D state-space layer over a (height x width) feature map.
 
@@ -172,13 +183,7 @@ class SSM2D(nn.Module):
         return ops.fft_conv2d(x, kernels[index], origin=origin)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        channel_dim = 1 if self.input_fmt == "NCHW" else 3
-        if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[channel_dim] != self.dim:
-            what = "(B, dim, H, W)" if self.input_fmt == "NCHW" else "(B, H, W, dim)"
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"x must have shape {what} with dim={self.dim} ({self.input_fmt}), got {got}")
-        if self.input_fmt == "NHWC":
-            x = x.permute(0, 3, 1, 2)
+        x = grid_to_nchw(x, self.dim, self.input_fmt)
         height, width = x.shape[-2:]
         kernels = self.kernel(height, width)
         if self.fused:

@@ -8,6 +8,10 @@
                            channels, one per direction, summed.
     MambaMixerBlock        §2.3: pre-norm residual token mixer then channel mixer, DropPath on both branches.
     QSMixerBlock           §2.4: the same with the QS token mixer (scalar A per head).
+    TimeVariateMixerBlock  §4.2 (TSM2 / TSQS): the same two mixers on patched time series (batch, M, P, dim), the
+                           token mixer along the patches of each variate, the channel mixer along the variates.
+    MixerStack             a stack of those blocks, with v1's weighted averaging of earlier features as an option
+                           (§2.6, ``dense_wavg``; off = the plain residual stack).
 
 All layers take and return (batch, L, dim). The scans are ``ssm_plugins.ops.selective_scan`` and
 ``ssm_plugins.ops.qs_mix``. Parameter initialisation follows Mamba (§1.1): Δ bias = softplus⁻¹ of a log-uniform
@@ -22,11 +26,12 @@ from typing import Optional, Sequence
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 from .. import ops
 
 __all__ = ["SelectiveTokenMixer", "SelectiveChannelMixer", "ForwardBackwardChannelMixer", "MambaMixerBlock",
-           "QSMixerBlock", "SwitchOfScans", "scan_orders", "gather_tokens", "SCAN_NAMES", "SCAN_SETS", "resolve_scans",
+           "QSMixerBlock", "TimeVariateMixerBlock", "MixerStack", "SwitchOfScans", "scan_orders", "gather_tokens", "SCAN_NAMES", "SCAN_SETS", "resolve_scans",
            "SpatialPriorModule", "MultiResolutionConvGate", "ConvTokenInteraction"]
 
 _TOKEN_MIXERS = ("s6", "s6_bi", "qs")
@@ -481,13 +486,20 @@ class MambaMixerBlock(nn.Module):
     def extra_repr(self):
         return f"drop_path={self.drop_path_prob}"
 
+    def token_branch(self, x, grid_size=None):
+        """x + DropPath(SelectiveTokenMixer(Norm(x))): the residual output y_Tok of §2.6."""
+        _check_input("x", x, self.dim)
+        return x + _drop_path(self.token_mixer(self.norm1(x)), self.drop_path_prob, self.training)
+
+    def channel_branch(self, x, grid_size=None):
+        """x + DropPath(SelectiveChannelMixer(Norm(x))) (x itself without a channel mixer): y_Ch of §2.6."""
+        if self.channel_mixer is None:
+            return x
+        return x + _drop_path(self.channel_mixer(self.norm2(x), grid_size), self.drop_path_prob, self.training)
+
     def forward(self, x, grid_size=None):
         """x (batch, L, dim); grid_size (h, w) of the tokens for a block built with ``token_grid``."""
-        _check_input("x", x, self.dim)
-        x = x + _drop_path(self.token_mixer(self.norm1(x)), self.drop_path_prob, self.training)
-        if self.channel_mixer is not None:
-            x = x + _drop_path(self.channel_mixer(self.norm2(x), grid_size), self.drop_path_prob, self.training)
-        return x
+        return self.channel_branch(self.token_branch(x, grid_size), grid_size)
 
 
 class QSMixerBlock(MambaMixerBlock):
@@ -498,6 +510,153 @@ class QSMixerBlock(MambaMixerBlock):
         if "token_mixer" in kwargs:
             raise ValueError("QSMixerBlock always uses token_mixer='qs'; use MambaMixerBlock for other mixers")
         super().__init__(dim, num_tokens, drop_path=drop_path, norm=norm, token_mixer="qs", **kwargs)
+
+
+class TimeVariateMixerBlock(nn.Module):
+    """MambaMixer / QSMixer block for patched multivariate time series (TSM2 / TSQS, spec §4.2, App. H.3), on
+    x (batch, M variates, P patches, dim):
+
+        time mixer     x = x + DropPath(SelectiveTokenMixer(Norm(x)))  along the P patches of each variate
+                       (one mixer shared by the variates; causal S6 for TSM2 [P1 §5 "unidirectional"], QS for TSQS)
+        variate mixer  x = x + DropPath(SelectiveChannelMixer(Norm(x)))  along the M variates: the sequence is the
+                       variates and each variate carries its whole embedded history (P·dim features), so Δ, B, C
+                       select variates from their own history and W_2 (M x M) gates per (patch, feature) [P2 F.2,
+                       "selection of relevant channels"; non-causal = bidirectional, P1 §5]
+
+    The norms are LayerNorm over ``dim`` (eps 1e-6) [D: the paper says only "with layer normalization"].
+
+    Args:
+        n_vars: M. num_patches: P. dim: width of a patch embedding.
+        drop_path: stochastic depth on both branches [0]. norm: 'layernorm' | 'rmsnorm'.
+        token_mixer: 's6' (causal, TSM2), 's6_bi' or 'qs' (TSQS) [D: 's6'].
+        variate_mixer: False drops the variate mixer (channel-independent ablation) [True].
+        d_state, qs_shift, channel_qs_param, and **token_kwargs (expand, d_conv, dt_rank, gate_kernels,
+        selection_input, causal, headdim) as MambaMixerBlock.
+    ``token_branch`` / ``channel_branch`` give the two residual outputs (MixerStack's dense connections).
+    """
+
+    def __init__(self, n_vars: int, num_patches: int, dim: int, drop_path: float = 0.0, norm: str = "layernorm",
+                 token_mixer: str = "s6", variate_mixer: bool = True, d_state: int = 16,
+                 qs_shift: str = "exact", channel_qs_param: str = "scalar", **token_kwargs):
+        super().__init__()
+        for name, value in (("n_vars", n_vars), ("num_patches", num_patches), ("dim", dim)):
+            _positive_int(name, value)
+        if not 0.0 <= drop_path < 1.0:
+            raise ValueError(f"drop_path must be in [0, 1), got {drop_path!r}")
+        self.n_vars, self.num_patches, self.dim = n_vars, num_patches, dim
+        self.drop_path_prob = float(drop_path)
+        self.norm1 = _make_norm(norm, dim)
+        self.token_mixer = SelectiveTokenMixer(dim, d_state=d_state, token_mixer=token_mixer, qs_shift=qs_shift,
+                                               **token_kwargs)
+        if variate_mixer:
+            self.norm2 = _make_norm(norm, dim)
+            self.channel_mixer = SelectiveChannelMixer(n_vars, num_patches * dim, d_state=d_state,
+                                                       channel_qs_param=channel_qs_param, qs_shift=qs_shift)
+        else:
+            self.norm2 = self.channel_mixer = None
+
+    no_weight_decay_names = MambaMixerBlock.no_weight_decay_names
+
+    def extra_repr(self):
+        return f"n_vars={self.n_vars}, num_patches={self.num_patches}, drop_path={self.drop_path_prob}"
+
+    def _check(self, x):
+        expected = (self.n_vars, self.num_patches, self.dim)
+        if not isinstance(x, torch.Tensor) or x.dim() != 4 or tuple(x.shape[1:]) != expected:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x must have shape (batch, n_vars={self.n_vars}, num_patches={self.num_patches}, "
+                             f"dim={self.dim}), got {shape}")
+
+    def token_branch(self, x):
+        self._check(x)
+        batch = x.shape[0]
+        y = self.token_mixer(self.norm1(x).reshape(batch * self.n_vars, self.num_patches, self.dim))
+        return x + _drop_path(y.reshape(x.shape), self.drop_path_prob, self.training)
+
+    def channel_branch(self, x):
+        if self.channel_mixer is None:
+            return x
+        self._check(x)
+        batch = x.shape[0]
+        z = self.norm2(x).reshape(batch, self.n_vars, -1).transpose(1, 2)  # (batch, P*dim, M): variates = channels
+        y = self.channel_mixer(z).transpose(1, 2).reshape(x.shape)
+        return x + _drop_path(y, self.drop_path_prob, self.training)
+
+    def forward(self, x):
+        return self.channel_branch(self.token_branch(x))
+
+
+class MixerStack(nn.Module):
+    """A stack of mixer blocks (MambaMixerBlock, QSMixerBlock, TimeVariateMixerBlock: anything with
+    ``token_branch`` and ``channel_branch``), optionally with v1's weighted averaging of earlier features
+    (spec §2.6, P1 §3.2, DenseFormer-style), ``forward(x, *args)`` -> the last block's output.
+
+    ``dense_wavg=False``: the plain residual stack, y = block_L(... block_1(x)); no parameters of its own.
+    ``dense_wavg=True``: with y_Tok^(0) = y_Ch^(0) = x and y^(ℓ) the residual outputs of layer ℓ's two branches,
+
+        x_Tok^(ℓ) = Σ_{i<ℓ} α_{ℓ,i} y_Tok^(i) + Σ_{i<ℓ} β_{ℓ,i} y_Ch^(i)        (input of layer ℓ's token mixer)
+        x_Ch^(ℓ)  = Σ_{i≤ℓ} θ_{ℓ,i} y_Tok^(i) + Σ_{i<ℓ} γ_{ℓ,i} y_Ch^(i)        (input of its channel mixer)
+
+    with learnable scalars, L(2L+3) in all for L blocks: ``dense_tok[ℓ-1]`` = [α_{ℓ,0..ℓ-1}, β_{ℓ,0..ℓ-1}] and
+    ``dense_ch[ℓ-1]`` = [θ_{ℓ,0..ℓ}, γ_{ℓ,0..ℓ-1}], initialised to the identity (β_{ℓ,ℓ-1} = θ_{ℓ,ℓ} = 1, the rest 0),
+    so at init the stack equals the plain one. They are kept out of weight decay (``no_weight_decay_names``).
+    """
+
+    def __init__(self, blocks: Sequence[nn.Module], dense_wavg: bool = False):
+        super().__init__()
+        self.blocks = nn.ModuleList(blocks)
+        for i, block in enumerate(self.blocks):
+            if not (hasattr(block, "token_branch") and hasattr(block, "channel_branch")):
+                raise ValueError(f"blocks[{i}] ({type(block).__name__}) has no token_branch/channel_branch")
+        self.dense_wavg = bool(dense_wavg)
+        self.grad_checkpointing = False
+        if self.dense_wavg:
+            depth = len(self.blocks)
+            self.dense_tok = nn.ParameterList(nn.Parameter(torch.zeros(2 * ell)) for ell in range(1, depth + 1))
+            self.dense_ch = nn.ParameterList(nn.Parameter(torch.zeros(2 * ell + 1)) for ell in range(1, depth + 1))
+            with torch.no_grad():
+                for ell in range(1, depth + 1):
+                    self.dense_tok[ell - 1][2 * ell - 1] = 1.0  # β_{ℓ,ℓ-1}
+                    self.dense_ch[ell - 1][ell] = 1.0  # θ_{ℓ,ℓ}
+
+    def extra_repr(self):
+        return f"dense_wavg={self.dense_wavg}"
+
+    def __len__(self):
+        return len(self.blocks)
+
+    @property
+    def no_weight_decay_names(self):
+        names = [f"blocks.{i}.{n}" for i, b in enumerate(self.blocks) for n in getattr(b, "no_weight_decay_names", ())]
+        if self.dense_wavg:
+            names += [f"dense_tok.{i}" for i in range(len(self.blocks))]
+            names += [f"dense_ch.{i}" for i in range(len(self.blocks))]
+        return tuple(names)
+
+    def _run(self, fn, x, *args):
+        if self.grad_checkpointing and torch.is_grad_enabled() and not torch.jit.is_scripting():
+            return torch.utils.checkpoint.checkpoint(fn, x, *args, use_reentrant=False)
+        return fn(x, *args)
+
+    @staticmethod
+    def _weighted(weights, ys):
+        out = weights[0].to(ys[0].dtype) * ys[0]
+        for w, y in zip(weights[1:], ys[1:]):
+            out = out + w.to(y.dtype) * y
+        return out
+
+    def forward(self, x, *args):
+        if not self.dense_wavg:
+            for block in self.blocks:
+                x = self._run(block.channel_branch, self._run(block.token_branch, x, *args), *args)
+            return x
+        tok, ch = [x], [x]
+        for ell, block in enumerate(self.blocks, start=1):
+            x_tok = self._weighted(self.dense_tok[ell - 1], tok + ch)
+            tok.append(self._run(block.token_branch, x_tok, *args))
+            x_ch = self._weighted(self.dense_ch[ell - 1], tok + ch)
+            ch.append(self._run(block.channel_branch, x_ch, *args))
+        return ch[-1]
 
 
 def _has_param(module, name):

@@ -4,8 +4,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ssm_plugins.layers.mambamixer import (SCAN_NAMES, MambaMixerBlock, QSMixerBlock, SelectiveChannelMixer,
-                                           SelectiveTokenMixer, SwitchOfScans, gather_tokens, scan_orders,
+from ssm_plugins.layers.mambamixer import (SCAN_NAMES, MambaMixerBlock, MixerStack, QSMixerBlock,
+                                           SelectiveChannelMixer, SelectiveTokenMixer, SwitchOfScans,
+                                           TimeVariateMixerBlock, gather_tokens, scan_orders,
                                            ConvTokenInteraction, MultiResolutionConvGate, SpatialPriorModule)
 from ssm_plugins.ops import reference
 
@@ -395,3 +396,88 @@ def test_remark1_k1_gate_is_a_mamba_block():
 def test_importance_loss_zero_when_balanced():
     assert SwitchOfScans.importance_loss(torch.full((4, 16), 1 / 16)).item() == pytest.approx(0.0)
     assert SwitchOfScans.importance_loss(torch.eye(16)[:4]).item() > 0
+
+
+# ---- v1 weighted averaging of earlier features (§2.6) and the time-series block (§4.2) -------------------------
+
+
+def _blocks(depth, kind="mamba"):
+    torch.manual_seed(20)
+    if kind == "mamba":
+        return [MambaMixerBlock(DIM, TOKENS, d_state=4).double() for _ in range(depth)]
+    return [TimeVariateMixerBlock(3, 5, DIM, d_state=4, token_mixer=kind, headdim=4).double() for _ in range(depth)]
+
+
+@pytest.mark.parametrize("kind", ["mamba", "s6", "qs"])
+def test_dense_stack_at_init_is_the_plain_residual_stack(kind):
+    blocks = _blocks(3, kind)
+    plain, dense = MixerStack(blocks), MixerStack(blocks, dense_wavg=True)
+    x = _input() if kind == "mamba" else torch.randn(BATCH, 3, 5, DIM, dtype=torch.float64)
+    expected = x
+    for block in blocks:
+        expected = block(expected)
+    torch.testing.assert_close(plain(x), expected, rtol=0, atol=0)
+    torch.testing.assert_close(dense(x), expected, rtol=1e-12, atol=1e-12)
+    assert sum(p.numel() for p in plain.parameters()) == sum(p.numel() for b in blocks for p in b.parameters())
+
+
+def test_dense_stack_weights_count_and_formula():
+    depth = 2
+    blocks = _blocks(depth)
+    stack = MixerStack(blocks, dense_wavg=True)
+    extra = sum(p.numel() for n, p in stack.named_parameters() if n.startswith("dense_"))
+    assert extra == depth * (2 * depth + 3)  # the paper's L(2L+3) scalars
+    assert {"dense_tok.0", "dense_ch.1"} <= set(stack.no_weight_decay_names)
+    assert "blocks.0.token_mixer.fwd.A_log" in stack.no_weight_decay_names
+    torch.manual_seed(21)
+    with torch.no_grad():
+        for p in list(stack.dense_tok) + list(stack.dense_ch):
+            p.copy_(torch.randn_like(p))
+    a1, b1 = stack.dense_tok[0]  # layer 1: α_{1,0}, β_{1,0}
+    t10, t11, g10 = stack.dense_ch[0]
+    a20, a21, b20, b21 = stack.dense_tok[1]
+    t20, t21, t22, g20, g21 = stack.dense_ch[1]
+    x = _input()
+    tok1 = blocks[0].token_branch(a1 * x + b1 * x)
+    ch1 = blocks[0].channel_branch(t10 * x + t11 * tok1 + g10 * x)
+    tok2 = blocks[1].token_branch(a20 * x + a21 * tok1 + b20 * x + b21 * ch1)
+    ch2 = blocks[1].channel_branch(t20 * x + t21 * tok1 + t22 * tok2 + g20 * x + g21 * ch1)
+    torch.testing.assert_close(stack(x), ch2, rtol=1e-10, atol=1e-10)
+    stack(x).sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in list(stack.dense_tok) + list(stack.dense_ch))
+
+
+def test_dense_stack_grad_checkpointing_is_exact():
+    stack = MixerStack(_blocks(2), dense_wavg=True)
+    x = _input()
+    stack(x).square().sum().backward()
+    grads = [p.grad.clone() for p in stack.parameters()]
+    stack.zero_grad()
+    stack.grad_checkpointing = True
+    stack(x).square().sum().backward()
+    for p, g in zip(stack.parameters(), grads):
+        torch.testing.assert_close(p.grad, g)
+    with pytest.raises(ValueError, match=r"blocks\[0\].*token_branch"):
+        MixerStack([torch.nn.Linear(2, 2)])
+
+
+def test_time_variate_block_mixes_variates_and_keeps_time_causal():
+    torch.manual_seed(22)
+    block = TimeVariateMixerBlock(4, 6, DIM, d_state=4).double().eval()
+    x = torch.randn(BATCH, 4, 6, DIM, dtype=torch.float64)
+    moved = x.clone()
+    moved[:, 1] += torch.randn_like(x[:, 1])  # change variate 1 only
+    out, out_moved = block(x), block(moved)
+    assert (out_moved[:, 0] - out[:, 0]).abs().max() > 1e-6  # the variate mixer carries it to variate 0
+    alone = TimeVariateMixerBlock(4, 6, DIM, d_state=4, variate_mixer=False).double().eval()
+    torch.testing.assert_close(alone(moved)[:, 0], alone(x)[:, 0], rtol=0, atol=0)
+    later = x.clone()
+    later[:, :, 4:] += torch.randn_like(x[:, :, 4:])  # change patches 4-5: the causal S6 time mixer leaves patches 0-3 alone
+    torch.testing.assert_close(block.token_branch(later)[:, :, :4], block.token_branch(x)[:, :, :4])
+    # the time mixer is one module shared by the variates: variate v's output is the mixer on variate v alone
+    one = block.token_mixer(block.norm1(x[:, 2]))
+    torch.testing.assert_close(block.token_branch(x)[:, 2], x[:, 2] + one)
+    with pytest.raises(ValueError, match=r"x must have shape \(batch, n_vars=4, num_patches=6, dim=8\)"):
+        block(torch.randn(BATCH, 5, 6, DIM, dtype=torch.float64))
+    with pytest.raises(ValueError, match="n_vars"):
+        TimeVariateMixerBlock(0, 6, DIM)

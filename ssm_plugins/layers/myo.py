@@ -55,17 +55,8 @@ def hippo_n_init(block_size: int, blocks: int, conj_sym: bool = True):
 
 
 def quadtree(height: int, width: int, device=None) -> MyoTree:
-    """``ops.myo_quadtree`` (cached per size and device), callable from torch.compile'd code."""
-    if torch.compiler.is_compiling():
-        return _quadtree_outside_graph()(height, width, device=device)
+    """``ops.myo_quadtree``: cached per size and device in eager code, traced (no graph break) under torch.compile."""
     return ops.myo_quadtree(height, width, device=device)
-
-
-@functools.cache
-def _quadtree_outside_graph():
-    # The tree builders are data-dependent Python: under torch.compile they run eagerly (a graph break).
-    # Made on first use, not at import: torch.compiler.disable imports dynamo (~0.8 s of CPU).
-    return torch.compiler.disable(ops.myo_quadtree)
 
 
 def _lecun_normal(shape, fan_in: int, generator=None) -> torch.Tensor:
@@ -179,17 +170,19 @@ class MyoSSM(nn.Module):
     def edge_weights(self, depth: int, arity: int) -> torch.Tensor:
         """b (P_c, depth-1): b_{n,ℓ} = -exp(λ_n Δ_n s_ℓ)/(k_max+1), Re λ clipped to <= -1e-4 (§2.6, A5).
 
-        Complex, or real -|ρ|/(k_max+1) when ``real``. Every |b| < 1/(k_max+1): T is strictly diagonally
+        Complex64 (complex128 for a float64 model), or real -|ρ|/(k_max+1) when ``real``. Every |b| < 1/(k_max+1): T is strictly diagonally
         dominant for any parameter values.
         """
-        lam_re = self.Lambda_re.clamp(max=-1e-4)
-        step = self.log_step.exp()
+        # float32 (float64 for a double model) whatever the parameters' dtype: the solve never runs in bf16/fp16
+        dtype = torch.float64 if self.log_step.dtype == torch.float64 else torch.float32
+        lam_re, lam_im = self.Lambda_re.to(dtype).clamp(max=-1e-4), self.Lambda_im.to(dtype)
+        step = self.log_step.to(dtype).exp()
         levels = torch.arange(depth - 1, device=step.device, dtype=step.dtype)
         span = arity ** levels if self.level_step == "span" else torch.ones_like(levels)
         scaled = step[:, None] * span[None, :]  # Δ_n s_ℓ
         if self.real:
             return -torch.exp(lam_re[:, None] * scaled) / (arity + 1)  # |ρ| = exp(Re λ Δ s)
-        rho = torch.exp(torch.complex(lam_re[:, None] * scaled, self.Lambda_im[:, None] * scaled))
+        rho = torch.exp(torch.complex(lam_re[:, None] * scaled, lam_im[:, None] * scaled))
         return -rho / (arity + 1)
 
     def forward(self, u: torch.Tensor, tree: MyoTree, node_mask: Optional[torch.Tensor] = None,

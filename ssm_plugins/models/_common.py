@@ -1,8 +1,8 @@
-"""What the model families share: the pretrained_cfg of a model with no published weights, and the
-forward_intermediates of hierarchical NHWC backbones."""
+"""What the model families share: the pretrained_cfg of a model with no published weights, the
+forward_intermediates of hierarchical NHWC backbones, and optimizer parameter groups."""
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
@@ -52,3 +52,16 @@ def stage_intermediates(stages, final_norm, x, indices=None, norm: bool = False,
     if last == num_stages - 1:
         x = final_norm(x)
     return x, intermediates
+
+
+def param_groups(model: torch.nn.Module, assign: Callable[[str, torch.nn.Parameter], str],
+                 settings: Dict[str, Tuple[float, float]]) -> List[Dict[str, Any]]:
+    """Optimizer parameter groups: ``assign(name, param)`` names the group of every trainable parameter and
+    ``settings`` maps a group name to its (lr, weight_decay). Returns ``[dict(params, lr, weight_decay, name)]`` in
+    the order of ``settings``, empty groups left out (for ``torch.optim.AdamW`` and the like)."""
+    groups = {name: [] for name in settings}
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            groups[assign(name, param)].append(param)
+    return [dict(params=params, lr=settings[key][0], weight_decay=settings[key][1], name=key)
+            for key, params in groups.items() if params]

@@ -18,7 +18,7 @@ No pretrained weights exist; load a local checkpoint with ``pretrained=True, pre
 import contextlib
 import math
 from functools import partial
-from typing import Any, Dict, List, Optional, Set, Tuple, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -30,15 +30,19 @@ from timm.models._features import feature_take_indices
 from timm.models._manipulate import checkpoint, checkpoint_seq
 
 from .. import ops
-from ._common import local_weights_cfg, stage_intermediates
+from ..ops import myo as myo_ops
+from ..ops.reference import myo as myo_reference
+from ._common import local_weights_cfg, param_groups, stage_intermediates
 from ..layers.myo import MyoBlock, MyoMixer2d, MyoSSM, quadtree
 
-__all__ = ['MyoPix', 'MyoNet', 'MyoNetBlock', 'MyoNetStage']
+__all__ = ['MyoSequence', 'MyoPix', 'MyoNet', 'MyoNetBlock', 'MyoNetStage', 'PAPER_RECIPES', 'myo_param_groups']
 
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)  # S5 loader (spec §4.2)
 CIFAR10_STD = (0.247, 0.243, 0.261)
 
 _VIRTUAL_INITS = ('embed', 'zero', 'mean')
+_TREES = ('perfect', 'ceil')
+_ORDERS = ('raster', 'snake', 'morton')
 _SSM_KWARGS = ('C_init', 'dt_min', 'dt_max', 'conj_sym', 'level_step', 'real', 'coupling')
 
 
@@ -70,33 +74,81 @@ def _lecun_linear(layer: nn.Linear) -> nn.Linear:
     return layer
 
 
-# ---- the paper's pixel model ------------------------------------------------------------------------------
+# ---- the paper's S5 classifier with Myo blocks: sequences and pixel images -----------------------------------
 
 
-class MyoPix(nn.Module):
-    """S5 classifier with Myo blocks on a pixel quadtree (spec §3 ``MyoClassifier``, §7.3 ``myopix_zcifar``).
+class _Layout(NamedTuple):
+    """How the input was laid on the tree, for the readout and for mapping leaves back to the input."""
+    tree: ops.MyoTree
+    node_valid: Optional[torch.Tensor]  # (B, N) bool: nodes the readout averages (None: all)
+    num_leaves: int  # real leaves before the perfect-tree padding
+    grid: Optional[Tuple[int, int]]  # (H, W) of image input, else None
+    offset: Tuple[int, int]  # quadtree: (top, left) of the image in the padded grid
+
+
+def _perfect_size(n: int, arity: int) -> int:
+    """Smallest power of ``arity`` >= n (the leaves of a perfect tree)."""
+    size = 1
+    while size < n:
+        size *= arity
+    return size
+
+
+def _snake(x: torch.Tensor) -> torch.Tensor:
+    """Row boustrophedon of (B, C, H, W) (S4/S5 ``snake_permutation``, spec §4.2, A10): odd rows reversed.
+    Its own inverse."""
+    odd = torch.arange(x.shape[-2], device=x.device)[:, None] % 2 == 1
+    return torch.where(odd, x.flip(-1), x)
+
+
+class MyoSequence(nn.Module):
+    """S5 classifier with Myo blocks on a tree over the input (spec §3 ``MyoClassifier``, §4.2-4.3):
+    encoder on the leaves -> ``depth`` x MyoBlock on all N tree nodes (virtual nodes are persistent tokens) ->
+    mean over the top ``readout_levels`` levels (padding masked) -> linear.
+
+    Inputs:
+        tokens (B, L) int64 (``vocab_size`` set: nn.Embedding encoder, ListOps), sequences (B, L, in_chans)
+        float (taken in the given order), or images (B, in_chans, H, W), flattened in ``order``.
+    Trees:
+        ``order="raster"|"snake"``: the pixel sequence on a 1-D ``arity``-ary tree over consecutive leaves.
+        ``order="morton"`` (images): the quadtree (arity 4), stored as a grid pyramid: equal to a 4-ary tree over
+        Morton-ordered pixels (spec §2.3, verified in tests/ops/test_myo.py).
+        ``tree="perfect"`` pads as the paper does (§2.4, A9): a sequence at its end to the next power of k
+        (784 -> 1024, 2000 -> 2048), an image (Morton) on every side to the next power-of-two square
+        (28 -> 32, 2 px a side); padding is processed as data (zeros, or ``pad_token_id``) and masked in the readout.
+        ``tree="ceil"`` needs no padding: ceil trees (nodes have 1..k children).
 
     Args:
-        img_size: the input size the level embeddings are sized for; larger inputs whose quadtree has more
-            levels raise a ValueError with ``virtual_init="embed"``, smaller / other sizes work.
-        embed_dim: H. depth: number of MyoBlocks. state_size: P (P_c = P/2 complex heads). blocks: J.
-        dropout: S5 channel dropout inside the blocks. drop_rate: dropout before the classifier.
-        virtual_init: layer-1 inputs of the virtual nodes: "embed" (learned per level, zero init), "zero" or
-            "mean" (mean of the encoded leaves under the node) [D: "embed", A7].
-        readout_levels: k_read, average the top k_read levels (1 = root only) [D: None = all levels, A8].
-        norm, bn_momentum, glu: MyoBlock options [D: "batch", 0.05, "half_glu1"].
-        C_init, dt_min, dt_max, conj_sym, level_step, real, coupling: MyoSSM options (spec §2.6).
+        in_chans: features per step / image channels (1 for token input). num_classes: outputs (0: no head).
+        seq_len: the designed number of leaves (before padding), sizes the level embeddings; img_size: the
+            designed image size (Morton models size their quadtree from it).
+        vocab_size: token vocabulary (None: float input). pad_token_id: token used for perfect-tree padding.
+        arity: k of the 1-D tree [4 for images, 2 for LRA, spec §2.4]. tree: "perfect" | "ceil".
+        order: image flattening: "raster", "snake" or "morton".
+        embed_dim: H. depth: blocks. state_size: P (P/2 complex heads). blocks: J.
+        dropout: S5 channel dropout in the blocks. drop_rate: dropout before the classifier.
+        virtual_init: layer-1 inputs of virtual nodes: "embed" (learned per level, zero init), "zero", "mean" (A7).
+        readout_levels: average the top k levels (1 = root) [D: None = all levels, A8].
+        norm, bn_momentum (PyTorch = 1 - flax), glu: MyoBlock options.
+        C_init, dt_min, dt_max, conj_sym, level_step, real, coupling: MyoSSM options (§2.6).
+    ``forward(x, padding_mask=None)``: (B, L) bool, True at padded steps of token / sequence input (readout only).
     """
 
     def __init__(
             self,
-            img_size: Union[int, Tuple[int, int]] = 32,
-            in_chans: int = 3,
+            in_chans: int = 1,
             num_classes: int = 10,
-            embed_dim: int = 512,
-            depth: int = 6,
-            state_size: int = 384,
-            blocks: int = 3,
+            seq_len: Optional[int] = None,
+            img_size: Optional[Union[int, Tuple[int, int]]] = None,
+            vocab_size: Optional[int] = None,
+            pad_token_id: int = 0,
+            arity: int = 4,
+            tree: str = 'perfect',
+            order: str = 'raster',
+            embed_dim: int = 96,
+            depth: int = 4,
+            state_size: int = 128,
+            blocks: int = 1,
             dropout: float = 0.1,
             drop_rate: float = 0.,
             global_pool: str = 'readout',
@@ -105,7 +157,7 @@ class MyoPix(nn.Module):
             norm: str = 'batch',
             bn_momentum: float = 0.05,
             glu: str = 'half_glu1',
-            C_init: str = 'lecun_normal',
+            C_init: str = 'trunc_standard_normal',
             dt_min: float = 1e-3,
             dt_max: float = 1e-1,
             conj_sym: bool = True,
@@ -116,25 +168,47 @@ class MyoPix(nn.Module):
             dtype=None,
     ):
         super().__init__()
-        if virtual_init not in _VIRTUAL_INITS:
-            raise ValueError(f'virtual_init must be one of {_VIRTUAL_INITS}, got {virtual_init!r}')
+        for name, value, allowed in (('virtual_init', virtual_init, _VIRTUAL_INITS), ('tree', tree, _TREES),
+                                     ('order', order, _ORDERS)):
+            if value not in allowed:
+                raise ValueError(f'{name} must be one of {allowed}, got {value!r}')
         if readout_levels is not None and (not isinstance(readout_levels, int) or readout_levels < 1):
             raise ValueError(f'readout_levels must be None (all levels) or an int >= 1, got {readout_levels!r}')
+        if isinstance(arity, bool) or not isinstance(arity, int) or arity < 2:
+            raise ValueError(f'arity must be an int >= 2, got {arity!r}')
+        if order == 'morton' and arity != 4:
+            raise ValueError(f"order='morton' lays pixels on a quadtree: arity must be 4, got {arity}")
+        if vocab_size is not None and (not isinstance(vocab_size, int) or vocab_size < 1):
+            raise ValueError(f'vocab_size must be None (float input) or a positive int, got {vocab_size!r}')
         self._check_pool(global_pool)
         dd = {'device': device, 'dtype': dtype}
-        self.img_size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size)
+        self.img_size = (img_size, img_size) if isinstance(img_size, int) else (tuple(img_size) if img_size else None)
+        self.seq_len = seq_len if seq_len is not None else (math.prod(self.img_size) if self.img_size else None)
         self.in_chans = in_chans
         self.num_classes = num_classes
+        self.vocab_size = vocab_size
+        self.pad_token_id = pad_token_id
+        self.arity = arity
+        self.tree = tree
+        self.order = order
         self.num_features = self.head_hidden_size = self.embed_dim = embed_dim
         self.global_pool = global_pool
         self.virtual_init = virtual_init
         self.readout_levels = readout_levels
         self.grad_checkpointing = False
-        self._grid: Optional[Tuple[int, int]] = None  # (H, W) of the last forward_features, for the readout
+        self._layout: Optional[_Layout] = None  # of the last forward_features, for a separate forward_head
 
-        self.encoder = _lecun_linear(nn.Linear(in_chans, embed_dim, **dd))
-        num_virtual = len(ops.myo_quadtree(*self.img_size).level_sizes) - 1
-        self.level_embed = nn.Parameter(torch.zeros(num_virtual, embed_dim, **dd)) if virtual_init == 'embed' else None
+        if vocab_size is not None:  # S5: one-hot tokens -> Dense (LeCun normal, fan_in = vocab) = an embedding
+            self.encoder = nn.Embedding(vocab_size, embed_dim, **dd)
+            std = 1.0 / math.sqrt(vocab_size) / 0.87962566103423978
+            trunc_normal_(self.encoder.weight, std=std, a=-2 * std, b=2 * std)
+        else:
+            self.encoder = _lecun_linear(nn.Linear(in_chans, embed_dim, **dd))
+        self.level_embed = None
+        if virtual_init == 'embed':
+            if self.seq_len is None:
+                raise ValueError("virtual_init='embed' sizes its level embeddings from seq_len or img_size: pass one")
+            self.level_embed = nn.Parameter(torch.zeros(self._designed_depth() - 1, embed_dim, **dd))
         ssm_kwargs = dict(C_init=C_init, dt_min=dt_min, dt_max=dt_max, conj_sym=conj_sym, level_step=level_step,
                           real=real, coupling=coupling)
         self.blocks = nn.ModuleList([
@@ -144,6 +218,16 @@ class MyoPix(nn.Module):
         self.feature_info = [dict(num_chs=embed_dim, reduction=1, module=f'blocks.{i}') for i in range(depth)]
         self.head_drop = nn.Dropout(drop_rate)
         self.head = _lecun_linear(nn.Linear(embed_dim, num_classes, **dd)) if num_classes > 0 else nn.Identity()
+
+    def _designed_depth(self) -> int:
+        """Levels of the tree of the designed input (seq_len / img_size)."""
+        if self.order == 'morton' and self.img_size is not None:
+            rows, cols = self.img_size
+            if self.tree == 'perfect':
+                rows = cols = _perfect_size(max(rows, cols), 2)
+            return len(myo_reference.quad_grid_sizes(rows, cols))
+        leaves = _perfect_size(self.seq_len, self.arity) if self.tree == 'perfect' else self.seq_len
+        return len(myo_reference.kary_level_sizes(leaves, self.arity))
 
     @staticmethod
     def _check_pool(global_pool: str) -> None:
@@ -171,58 +255,134 @@ class MyoPix(nn.Module):
         if global_pool is not None:
             self._check_pool(global_pool)
             self.global_pool = global_pool
-        self.head = _lecun_linear(nn.Linear(self.embed_dim, num_classes)) if num_classes > 0 else nn.Identity()
+        dd = {'device': self.blocks[0].ssm.D.device, 'dtype': self.blocks[0].ssm.D.dtype} if len(self.blocks) else {}
+        head = _lecun_linear(nn.Linear(self.embed_dim, num_classes, **dd)) if num_classes > 0 else nn.Identity()
+        self.head = head.train(self.training)
 
     # ---- tree inputs and readout -------------------------------------------------------------------------
 
-    def _embed(self, x: torch.Tensor) -> Tuple[torch.Tensor, ops.MyoTree]:
-        """Pixels -> encoded leaves + layer-1 virtual inputs: (B, N, H) node features and the quadtree."""
-        _check_image(x, self.in_chans)
-        batch, _, height, width = x.shape
-        tree = quadtree(height, width, device=x.device)
+    def _leaf_inputs(self, x: torch.Tensor, padding_mask: Optional[torch.Tensor]):
+        """Input -> (raw leaf sequence (B, L_tree[, C]), tree, leaf validity (B, L_tree) or None, layout parts)."""
+        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        if self.vocab_size is not None:
+            if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in (torch.int32, torch.int64):
+                raise ValueError(f'x must have shape (B, L) of int64 token ids, got {shape}'
+                                 f'{" " + str(x.dtype) if isinstance(x, torch.Tensor) else ""}')
+            if x.shape[1] < 1:
+                raise ValueError(f'x must have at least one token, got shape {shape}')
+            if not torch.compiler.is_compiling() and bool(((x < 0) | (x >= self.vocab_size)).any()):
+                raise ValueError(f'x must hold token ids in [0, vocab_size={self.vocab_size}), got '
+                                 f'[{int(x.min())}, {int(x.max())}]')
+            return self._sequence_leaves(x, padding_mask)
+        if isinstance(x, torch.Tensor) and x.dim() == 4 and x.shape[1] == self.in_chans:
+            if min(x.shape[-2:]) < 1:
+                raise ValueError(f'input size {tuple(x.shape[-2:])} must be at least (1, 1)')
+            if padding_mask is not None:
+                raise ValueError('padding_mask is for token / sequence input (B, L); images are never padded by '
+                                 'the caller')
+            return self._image_leaves(x)
+        if isinstance(x, torch.Tensor) and x.dim() == 3 and x.shape[2] == self.in_chans:
+            if x.shape[1] < 1:
+                raise ValueError(f'x must have at least one step, got shape {shape}')
+            return self._sequence_leaves(x, padding_mask)
+        raise ValueError(f'x must have shape (B, {self.in_chans}, H, W) or (B, L, {self.in_chans}), got {shape}')
+
+    def _sequence_leaves(self, x: torch.Tensor, padding_mask: Optional[torch.Tensor]):
+        batch, length = x.shape[:2]
+        leaves = _perfect_size(length, self.arity) if self.tree == 'perfect' else length
+        valid = None
+        if padding_mask is not None:
+            if not isinstance(padding_mask, torch.Tensor) or tuple(padding_mask.shape) != (batch, length):
+                got = tuple(padding_mask.shape) if isinstance(padding_mask, torch.Tensor) else type(padding_mask).__name__
+                raise ValueError(f'padding_mask must have shape (B, L) = {(batch, length)}, got {got}')
+            valid = ~padding_mask.to(device=x.device, dtype=torch.bool)
+        if leaves > length:
+            pad = (0, leaves - length) if x.dim() == 2 else (0, 0, 0, leaves - length)
+            x = F.pad(x, pad, value=self.pad_token_id if x.dim() == 2 else 0.)
+            if valid is None:
+                valid = torch.ones(batch, length, dtype=torch.bool, device=x.device)
+            valid = F.pad(valid, (0, leaves - length), value=False)
+        return x, ops.myo_tree(leaves, self.arity, device=x.device), valid, length, None, (0, 0)
+
+    def _image_leaves(self, x: torch.Tensor):
+        batch, _, rows, cols = x.shape
+        if self.order != 'morton':
+            x = (_snake(x) if self.order == 'snake' else x).flatten(2).transpose(1, 2)
+            x, tree, valid, length, _, _ = self._sequence_leaves(x, None)
+            return x, tree, valid, length, (rows, cols), (0, 0)
+        side_r, side_c, top, left = rows, cols, 0, 0
+        if self.tree == 'perfect':  # centred zero padding to a power-of-two square (zMNIST: 2 px a side)
+            side_r = side_c = _perfect_size(max(rows, cols), 2)
+            top, left = (side_r - rows) // 2, (side_c - cols) // 2
+            x = F.pad(x, (left, side_c - cols - left, top, side_r - rows - top))
+        valid = None
+        if (side_r, side_c) != (rows, cols):
+            valid = F.pad(torch.ones(rows, cols, dtype=torch.bool, device=x.device),
+                          (left, side_c - cols - left, top, side_r - rows - top), value=False)
+            valid = valid.flatten().expand(batch, -1)
+        tree = quadtree(side_r, side_c, device=x.device)  # pixels in raster order = Morton leaves (§2.3)
+        return x.flatten(2).transpose(1, 2), tree, valid, rows * cols, (rows, cols), (top, left)
+
+    def _embed(self, x: torch.Tensor, padding_mask: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, _Layout]:
+        """Input -> encoded leaves + layer-1 virtual inputs: (B, N, H) node features, and the layout."""
+        raw, tree, leaf_valid, length, grid, offset = self._leaf_inputs(x, padding_mask)
+        batch = raw.shape[0]
         num_virtual = len(tree.level_sizes) - 1
         if self.level_embed is not None and num_virtual > self.level_embed.shape[0]:
+            what = f'size {grid}' if grid is not None else f'length {length}'
+            kind = 'quadtree' if tree.kind == 'quad2d' else f'{self.arity}-ary tree'
             raise ValueError(
-                f'input size {(height, width)} has a {num_virtual + 1}-level quadtree, but the level embeddings '
-                f'cover {self.level_embed.shape[0] + 1} levels (img_size {self.img_size}); build the model with a '
-                f'larger img_size or virtual_init="zero"/"mean"')
-        leaves = self.encoder(x.flatten(2).transpose(1, 2))  # (B, H*W, dim), raster order
+                f'input {what} has a {num_virtual + 1}-level {kind}, but the level embeddings cover '
+                f'{self.level_embed.shape[0] + 1} levels (seq_len {self.seq_len}, img_size {self.img_size}); build '
+                f'the model for a longer input or with virtual_init="zero"/"mean"')
+        leaves = self.encoder(raw)  # (B, L_tree, dim)
         if self.virtual_init == 'embed':
-            counts = torch.tensor(tree.level_sizes[1:], device=x.device)
-            virtual = torch.repeat_interleave(self.level_embed[:num_virtual], counts, dim=0)
+            virtual = torch.cat([self.level_embed[i].expand(n, -1) for i, n in enumerate(tree.level_sizes[1:])])
             virtual = virtual.to(leaves.dtype).expand(batch, -1, -1)
         elif self.virtual_init == 'zero':
-            virtual = leaves.new_zeros(batch, tree.parent.numel() - height * width, self.embed_dim)
+            virtual = leaves.new_zeros(batch, tree.parent.numel() - leaves.shape[1], self.embed_dim)
         else:
-            virtual = self._span_means(leaves.transpose(1, 2).reshape(batch, -1, height, width), tree.grid_sizes)
-        self._grid = (height, width)
-        return torch.cat([leaves, virtual], dim=1), tree
+            virtual = _span_means(leaves, tree)
+        node_valid = None if leaf_valid is None else myo_ops._extend_leaf_mask(leaf_valid, tree)
+        return torch.cat([leaves, virtual], dim=1), _Layout(tree, node_valid, length, grid, offset)
 
-    @staticmethod
-    def _span_means(leaf_map: torch.Tensor, grid_sizes) -> torch.Tensor:
-        """Mean of the leaves under every virtual node of a ceil quadtree: (B, N - L, dim)."""
-        sums, counts = leaf_map, torch.ones_like(leaf_map[:1, :1])
-        out = []
-        for rows, cols in grid_sizes[1:]:
-            pad = (0, 2 * cols - sums.shape[-1], 0, 2 * rows - sums.shape[-2])
-            sums = F.pad(sums, pad).unflatten(-1, (cols, 2)).unflatten(-3, (rows, 2)).sum((-3, -1))
-            counts = F.pad(counts, pad).unflatten(-1, (cols, 2)).unflatten(-3, (rows, 2)).sum((-3, -1))
-            out.append((sums / counts).flatten(2).transpose(1, 2))
-        return torch.cat(out, dim=1)
-
-    def readout(self, x: torch.Tensor, grid: Optional[Tuple[int, int]] = None) -> torch.Tensor:
-        """Mean of the node features over the top ``readout_levels`` levels (spec §2.7): (B, N, H) -> (B, H)."""
-        grid = grid or self._grid
-        if grid is None:
-            raise ValueError('readout needs the image grid: call forward_features first or pass grid=(H, W)')
-        tree = quadtree(*grid, device=x.device)
+    def readout(self, x: torch.Tensor, layout: Optional[_Layout] = None) -> torch.Tensor:
+        """Mean of the node features over the top ``readout_levels`` levels (spec §2.7), over the nodes with a
+        real leaf under them: (B, N, H) -> (B, H). ``layout``: from ``_embed`` (default: the last forward_features)."""
+        layout = layout or self._layout
+        if layout is None:
+            raise ValueError('readout needs the input layout: call forward_features first')
+        tree = layout.tree
         if x.dim() != 3 or x.shape[1] != tree.parent.numel():
-            raise ValueError(f'x must have shape (B, N, dim) with N={tree.parent.numel()} nodes of the {grid} '
-                             f'quadtree, got {tuple(x.shape)}')
+            raise ValueError(f'x must have shape (B, N, dim) with N={tree.parent.numel()} nodes of the input tree, '
+                             f'got {tuple(x.shape)}')
         depth = len(tree.level_sizes)
         keep = depth if self.readout_levels is None else min(self.readout_levels, depth)
         first = sum(tree.level_sizes[:depth - keep])  # level-major: the top levels are the last nodes
-        return x[:, first:].mean(1)
+        if layout.node_valid is None:
+            return x[:, first:].mean(1)
+        weight = layout.node_valid[:, first:, None].to(x.dtype)
+        return (x[:, first:] * weight).sum(1) / weight.sum(1).clamp(min=1)
+
+    def leaf_map(self, x: torch.Tensor, layout: _Layout, output_fmt: str = 'NCHW') -> torch.Tensor:
+        """Leaf features back in the input's layout: (B, H, img_H, img_W) for image input ('NCHW' / 'NHWC'),
+        or (B, L, H) in the input's order, padding cropped ('NLC')."""
+        leaves = x[:, :layout.tree.level_sizes[0]]
+        if layout.grid is None:
+            if output_fmt != 'NLC':
+                raise ValueError(f"output_fmt={output_fmt!r} needs image input (B, C, H, W); use 'NLC' for sequences")
+            return leaves[:, :layout.num_leaves]
+        rows, cols = layout.grid
+        if layout.tree.kind == 'quad2d':
+            top, left = layout.offset
+            grid = leaves.unflatten(1, layout.tree.grid_sizes[0])[:, top:top + rows, left:left + cols]
+        else:
+            grid = leaves[:, :rows * cols].unflatten(1, (rows, cols))
+            if self.order == 'snake':
+                grid = _snake(grid.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+        if output_fmt == 'NLC':
+            return grid.flatten(1, 2)
+        return grid.permute(0, 3, 1, 2).contiguous() if output_fmt == 'NCHW' else grid
 
     # ---- forward -----------------------------------------------------------------------------------------
 
@@ -231,21 +391,29 @@ class MyoPix(nn.Module):
             return checkpoint(block, x, tree)
         return block(x, tree)
 
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """Node features (B, N, H) of all quadtree nodes, leaves (raster order) first, the root last."""
-        x, tree = self._embed(x)
+    def _features(self, x: torch.Tensor, padding_mask: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, _Layout]:
+        x, layout = self._embed(x, padding_mask)
         for block in self.blocks:
-            x = self._run_block(block, x, tree)
-        return x
+            x = self._run_block(block, x, layout.tree)
+        return x, layout
 
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+    def _head(self, x: torch.Tensor, layout: Optional[_Layout], pre_logits: bool = False) -> torch.Tensor:
         if self.global_pool == 'readout':
-            x = self.readout(x)
+            x = self.readout(x, layout)
         x = self.head_drop(x)
         return x if pre_logits else self.head(x)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x))
+    def forward_features(self, x: torch.Tensor, padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Node features (B, N, H) of all tree nodes, leaves first (the input's order), the root last."""
+        x, self._layout = self._features(x, padding_mask)
+        return x
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """Readout over the layout of the last ``forward_features`` call (its padding masked), then the head."""
+        return self._head(x, None, pre_logits)
+
+    def forward(self, x: torch.Tensor, padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return self._head(*self._features(x, padding_mask))
 
     def forward_intermediates(
             self,
@@ -255,21 +423,23 @@ class MyoPix(nn.Module):
             stop_early: bool = False,
             output_fmt: str = 'NCHW',
             intermediates_only: bool = False,
+            padding_mask: Optional[torch.Tensor] = None,
     ) -> Union[List[torch.Tensor], Tuple[torch.Tensor, List[torch.Tensor]]]:
-        """Block outputs on the leaves as (B, H, img_H, img_W) maps (reduction 1); the model has no final norm."""
-        assert output_fmt in ('NCHW', 'NHWC'), 'Output format must be NCHW or NHWC.'
+        """Block outputs on the leaves, in the input's layout (``leaf_map``): NCHW / NHWC maps at reduction 1 for
+        image input, NLC for any input. The model has no final norm. The final output is forward_features'."""
+        if output_fmt not in ('NCHW', 'NHWC', 'NLC'):
+            raise ValueError(f"output_fmt must be 'NCHW', 'NHWC' or 'NLC', got {output_fmt!r}")
         take_indices, max_index = feature_take_indices(len(self.blocks), indices)
-        batch, _, height, width = x.shape if isinstance(x, torch.Tensor) and x.dim() == 4 else (0, 0, 0, 0)
-        x, tree = self._embed(x)
+        x, layout = self._embed(x, padding_mask)
         blocks = self.blocks if torch.jit.is_scripting() or not stop_early else self.blocks[:max_index + 1]
         intermediates = []
         for i, block in enumerate(blocks):
-            x = self._run_block(block, x, tree)
+            x = self._run_block(block, x, layout.tree)
             if i in take_indices:
-                leaf_map = x[:, :height * width].reshape(batch, height, width, -1)
-                intermediates.append(leaf_map.permute(0, 3, 1, 2).contiguous() if output_fmt == 'NCHW' else leaf_map)
+                intermediates.append(self.leaf_map(x, layout, output_fmt))
         if intermediates_only:
             return intermediates
+        self._layout = layout
         return x, intermediates
 
     def prune_intermediate_layers(self, indices: Union[int, List[int]] = 1, prune_norm: bool = False,
@@ -279,6 +449,88 @@ class MyoPix(nn.Module):
         if prune_head:
             self.reset_classifier(0, '')
         return take_indices
+
+
+def _span_means(leaves: torch.Tensor, tree: ops.MyoTree) -> torch.Tensor:
+    """Mean of the leaves under every virtual node: (B, L, dim) -> (B, N - L, dim). 1-D trees pool groups of k
+    consecutive nodes, quadtrees 2x2 blocks of the grid; ragged ends count their real children only."""
+    sums, counts, out = leaves, torch.ones_like(leaves[:1, :, :1]), []
+    if tree.kind == 'quad2d':
+        sums = sums.unflatten(1, tree.grid_sizes[0])
+        counts = counts.unflatten(1, tree.grid_sizes[0])
+
+    def pool(t, size):
+        if tree.kind == 'quad2d':
+            rows, cols = size
+            t = F.pad(t, (0, 0, 0, 2 * cols - t.shape[2], 0, 2 * rows - t.shape[1]))
+            return t.unflatten(2, (cols, 2)).unflatten(1, (rows, 2)).sum((2, 4))
+        t = F.pad(t, (0, 0, 0, size * tree.arity - t.shape[1]))
+        return t.unflatten(1, (size, tree.arity)).sum(2)
+
+    for size in (tree.grid_sizes[1:] if tree.kind == 'quad2d' else tree.level_sizes[1:]):
+        sums, counts = pool(sums, size), pool(counts, size)
+        mean = sums / counts
+        out.append(mean.flatten(1, 2) if tree.kind == 'quad2d' else mean)
+    return torch.cat(out, dim=1)
+
+
+class MyoPix(MyoSequence):
+    """The paper's pixel model on a ceil quadtree (spec §3 ``MyoClassifier``, §7.3 ``myopix_zcifar``):
+    :class:`MyoSequence` with ``order="morton"``, ``tree="ceil"`` (no padding: any H x W works) and
+    ``img_size`` for the level embeddings; the S5 sCIFAR defaults (H 512, depth 6, P 384, J 3, lecun_normal C).
+    """
+
+    def __init__(self, img_size: Union[int, Tuple[int, int]] = 32, in_chans: int = 3, num_classes: int = 10,
+                 embed_dim: int = 512, depth: int = 6, state_size: int = 384, blocks: int = 3, dropout: float = 0.1,
+                 C_init: str = 'lecun_normal', tree: str = 'ceil', **kwargs):
+        for name in ('order', 'arity', 'vocab_size', 'seq_len'):
+            if name in kwargs:
+                raise TypeError(f'MyoPix fixes {name} (a quadtree over the pixels); use MyoSequence to change it')
+        super().__init__(in_chans=in_chans, num_classes=num_classes, img_size=img_size, arity=4, tree=tree,
+                         order='morton', embed_dim=embed_dim, depth=depth, state_size=state_size, blocks=blocks,
+                         dropout=dropout, C_init=C_init, **kwargs)
+
+
+# ---- S5 optimizer groups ---------------------------------------------------------------------------------------
+
+
+_OPT_CONFIGS = ('standard', 'BandCdecay', 'BfastandCdecay', 'noBCdecay')
+
+
+def myo_param_groups(
+        model: nn.Module,
+        lr: float,
+        lr_ssm: float,
+        weight_decay: float = 0.,
+        opt_config: str = 'standard',
+) -> List[Dict[str, Any]]:
+    """S5's optimizer groups (spec §4.3, S5 ``train_helpers.create_train_state``) for any Myo model:
+
+        "ssm"       lr_ssm, no weight decay: Λ^re, Λ^im, log Δ of every MyoSSM and all norm parameters, plus
+                    B̃ under ``standard`` and B̃, C̃, D under ``noBCdecay``;
+        "ssm_decay" lr_ssm with weight decay: B̃ under ``BandCdecay``;
+        "regular"   lr with weight decay: everything else (C̃, D, encoder, GLU, head, level embeddings; B̃ under
+                    ``BfastandCdecay``). As in S5 (optax adamw), biases decay too.
+
+    Same output as ``essm_param_groups``: a list of ``dict(params, lr, weight_decay, name)``, empty groups left out,
+    for ``torch.optim.AdamW`` (Adam on the "ssm" group is AdamW with weight decay 0).
+    """
+    if opt_config not in _OPT_CONFIGS:
+        raise ValueError(f'opt_config must be one of {_OPT_CONFIGS}, got {opt_config!r}')
+    ssm_extra = {'standard': ('B',), 'noBCdecay': ('B', 'C', 'D')}.get(opt_config, ())
+    role = {}
+    for module_name, module in model.named_modules():
+        prefix = f'{module_name}.' if module_name else ''
+        if isinstance(module, MyoSSM):
+            for p in module.no_weight_decay_names + ssm_extra:
+                role[prefix + p] = 'ssm'
+            if opt_config == 'BandCdecay':
+                role[prefix + 'B'] = 'ssm_decay'
+        elif isinstance(module, (nn.BatchNorm1d, nn.LayerNorm)):
+            for p, _ in module.named_parameters(recurse=False):
+                role[prefix + p] = 'ssm'
+    settings = {'ssm': (lr_ssm, 0.), 'ssm_decay': (lr_ssm, weight_decay), 'regular': (lr, weight_decay)}
+    return param_groups(model, lambda name, _: role.get(name, 'regular'), settings)
 
 
 # ---- hierarchical backbone ---------------------------------------------------------------------------------
@@ -340,6 +592,9 @@ class MyoNet(nn.Module):
         heads_ratio: complex Myo heads per channel, P_c = dim * heads_ratio [D: 0.5, §7.2 P_c = C // 2].
         ssm_blocks: HiPPO-N blocks J per mixer [D: 1]. dwconv: depthwise 3x3 conv in the mixer [D: True].
         shift: every odd block of a stage rolls its map before the solve (MyoMixer2d ``shift``) [D: False].
+        output_fmt: layout of ``forward_features`` (and what ``forward_head`` takes): "NCHW" (timm's default for
+            CNN-like models, as ConvNeXt) or "NHWC" (channels last, the stages' own layout, as timm's MambaOut)
+            [D: "NCHW"]. ``forward_intermediates`` takes its own ``output_fmt``.
         C_init, dt_min, dt_max, conj_sym, level_step, real, coupling: MyoSSM options (spec §2.6)
             [D: "trunc_standard_normal" (S5 default), 1e-3, 1e-1, True, "span", False, "hermitian"].
     """
@@ -358,11 +613,15 @@ class MyoNet(nn.Module):
             ssm_blocks: int = 1,
             dwconv: bool = True,
             shift: bool = False,
+            output_fmt: str = 'NCHW',
             device=None,
             dtype=None,
             **ssm_kwargs,
     ):
         super().__init__()
+        if output_fmt not in ('NCHW', 'NHWC'):
+            raise ValueError(f"output_fmt must be 'NCHW' or 'NHWC', got {output_fmt!r}")
+        self.output_fmt = output_fmt
         with torch.device(device) if device is not None else contextlib.nullcontext():
             self._build(in_chans, num_classes, global_pool, dims, depths, mlp_ratio, drop_rate, drop_path_rate,
                         heads_ratio, ssm_blocks, dwconv, shift, ssm_kwargs)
@@ -431,19 +690,28 @@ class MyoNet(nn.Module):
             if global_pool not in ('avg', ''):
                 raise ValueError(f"global_pool must be 'avg' or '', got {global_pool!r}")
             self.global_pool = global_pool
-        self.head = nn.Linear(self.num_features, num_classes) if num_classes > 0 else nn.Identity()
+        dd = {'device': self.stem.weight.device, 'dtype': self.stem.weight.dtype}
+        head = nn.Linear(self.num_features, num_classes, **dd) if num_classes > 0 else nn.Identity()
+        if num_classes > 0:
+            self._init_weights(head)
+        self.head = head.train(self.training)
 
     def _stem(self, x: torch.Tensor) -> torch.Tensor:
         _check_image(x, self.in_chans)
         return self.stem_norm(self.stem(_pad_to_multiple(x, 4)).permute(0, 2, 3, 1))  # NHWC
 
+    def _to_output_fmt(self, x: torch.Tensor) -> torch.Tensor:
+        return x.permute(0, 3, 1, 2) if self.output_fmt == 'NCHW' else x
+
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, 3, H, W) -> normed last-stage map (B, ceil(H/32), ceil(W/32), C), channels last."""
-        return self.norm(self.stages(self._stem(x)))
+        """(B, 3, H, W) -> normed last-stage map, (B, C, ceil(H/32), ceil(W/32)) (``output_fmt`` NCHW) or
+        (B, ceil(H/32), ceil(W/32), C) (NHWC)."""
+        return self._to_output_fmt(self.norm(self.stages(self._stem(x))))
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """Takes ``forward_features``' layout (``output_fmt``)."""
         if self.global_pool == 'avg':
-            x = x.mean((1, 2))
+            x = x.mean((2, 3) if self.output_fmt == 'NCHW' else (1, 2))
         x = self.head_drop(x)
         return x if pre_logits else self.head(x)
 
@@ -459,9 +727,11 @@ class MyoNet(nn.Module):
             output_fmt: str = 'NCHW',
             intermediates_only: bool = False,
     ) -> Union[List[torch.Tensor], Tuple[torch.Tensor, List[torch.Tensor]]]:
-        """Stage outputs (NCHW by default); ``norm`` applies the final norm to the last stage only."""
-        return stage_intermediates(self.stages, self.norm, self._stem(x), indices, norm, stop_early,
-                                   output_fmt, intermediates_only)
+        """Stage outputs (NCHW by default); ``norm`` applies the final norm to the last stage only. The final
+        output is ``forward_features``' (in the model's ``output_fmt``)."""
+        out = stage_intermediates(self.stages, self.norm, self._stem(x), indices, norm, stop_early,
+                                  output_fmt, intermediates_only)
+        return out if intermediates_only else (self._to_output_fmt(out[0]), out[1])
 
     def prune_intermediate_layers(self, indices: Union[int, List[int]] = 1, prune_norm: bool = False,
                                   prune_head: bool = True) -> List[int]:
@@ -499,21 +769,123 @@ def _cfg(**kwargs) -> Dict[str, Any]:
     })
 
 
+_mnist = dict(num_classes=10, input_size=(1, 28, 28), pool_size=None, crop_pct=1.0, mean=(0.,), std=(1.,),
+              first_conv='encoder')  # S4/S5 loaders: pixels in [0, 1]
+_cifar = dict(num_classes=10, input_size=(3, 32, 32), pool_size=None, crop_pct=1.0, mean=CIFAR10_MEAN,
+              std=CIFAR10_STD, first_conv='encoder')
+_pathfinder = dict(num_classes=2, pool_size=None, crop_pct=1.0, mean=(0.,), std=(1.,), first_conv='encoder')
+
 default_cfgs = generate_default_cfgs({
-    'myopix_zcifar': _cfg(num_classes=10, input_size=(3, 32, 32), pool_size=None, crop_pct=1.0,
-                          mean=CIFAR10_MEAN, std=CIFAR10_STD, first_conv='encoder'),
+    'myopix_zcifar': _cfg(**_cifar),
+    'myo_smnist': _cfg(**_mnist),
+    'myo_zmnist': _cfg(**_mnist),
+    'myo_scifar': _cfg(**_cifar),
+    'myo_zcifar': _cfg(**_cifar),
+    # token ids (B, 2000): timm's input_size must be (C, H, W), hence a 1 x 2000 "image" of one channel
+    'myo_listops': _cfg(num_classes=10, input_size=(1, 1, 2000), pool_size=None, crop_pct=1.0, mean=None, std=None,
+                        first_conv='encoder'),
+    'myo_pathfinder': _cfg(input_size=(1, 32, 32), **_pathfinder),
+    'myo_pathx': _cfg(input_size=(1, 128, 128), **_pathfinder),
     'myonet_tiny': _cfg(),
     'myonet_small': _cfg(),
     'myonet_base': _cfg(),
 })
 
+# The training settings of the sequence models: S5's per-task configurations (spec §4.3; the Myo paper gives none),
+# for the recipes: batch, epochs, lr / lr_ssm / weight_decay / opt_config for ``myo_param_groups``, and the
+# schedule (1 warm-up epoch, then per-step cosine decay to 0). Paper figures (test accuracy %, Tables 3-4).
+_S5_SCHEDULE = 'linear warm-up 1 epoch, then per-step cosine to 0'
+PAPER_RECIPES: Dict[str, Dict[str, Any]] = {
+    'myo_smnist': dict(batch_size=50, epochs=150, lr=0.008, lr_ssm=0.002, weight_decay=0.01, opt_config='standard',
+                       schedule=_S5_SCHEDULE, paper=99.2),
+    'myo_zmnist': dict(batch_size=50, epochs=150, lr=0.008, lr_ssm=0.002, weight_decay=0.01, opt_config='standard',
+                       schedule=_S5_SCHEDULE, paper=99.7),
+    'myo_scifar': dict(batch_size=50, epochs=250, lr=0.0045, lr_ssm=0.001, weight_decay=0.07,
+                       opt_config='BfastandCdecay', schedule=_S5_SCHEDULE, paper=92.6),
+    'myo_zcifar': dict(batch_size=50, epochs=250, lr=0.0045, lr_ssm=0.001, weight_decay=0.07,
+                       opt_config='BfastandCdecay', schedule=_S5_SCHEDULE, paper=93.4),
+    'myo_listops': dict(batch_size=50, epochs=40, lr=0.003, lr_ssm=0.001, weight_decay=0.04,
+                        opt_config='BfastandCdecay', schedule=_S5_SCHEDULE, paper=59.5),
+    'myo_pathfinder': dict(batch_size=64, epochs=200, lr=0.0045, lr_ssm=0.0009, weight_decay=0.03,
+                           opt_config='standard', schedule=_S5_SCHEDULE, paper=86.1),
+    'myo_pathx': dict(batch_size=32, epochs=75, lr=0.0018, lr_ssm=0.0006, weight_decay=0.06, opt_config='BandCdecay',
+                      schedule=_S5_SCHEDULE, paper=85.7),
+}
+
 
 @register_model
 def myopix_zcifar(pretrained: bool = False, **kwargs) -> MyoPix:
-    """The paper's zCIFAR model (Table 4: 93.4 %): S5 sCIFAR config (§4.3), quadtree over the 32x32 pixels."""
+    """The paper's zCIFAR model (Table 4: 93.4 %): S5 sCIFAR config (§4.3), ceil quadtree over the pixels (any size)."""
     model_args = dict(img_size=32, num_classes=10, embed_dim=512, depth=6, state_size=384, blocks=3, dropout=0.1,
                       C_init='lecun_normal', glu='half_glu1')
     return _create(MyoPix, 'myopix_zcifar', pretrained, **dict(model_args, **kwargs))
+
+
+# S5 per-task architectures (spec §4.3): depth, H, P, J, dropout, C_init, GLU, BatchNorm momentum (PyTorch), dt_min
+_S5_MNIST = dict(depth=4, embed_dim=96, state_size=128, blocks=1, dropout=0.1, C_init='trunc_standard_normal',
+                 glu='half_glu1', bn_momentum=0.05)
+_S5_CIFAR = dict(depth=6, embed_dim=512, state_size=384, blocks=3, dropout=0.1, C_init='lecun_normal',
+                 glu='half_glu1', bn_momentum=0.05)
+
+
+def _sequence(variant: str, pretrained: bool, model_args: Dict[str, Any], kwargs: Dict[str, Any]) -> MyoSequence:
+    return _create(MyoSequence, variant, pretrained, **dict(model_args, **kwargs))
+
+
+@register_model
+def myo_smnist(pretrained: bool = False, **kwargs) -> MyoSequence:
+    """sMNIST (Table 4: 99.2 %): snake-order pixels, perfect 4-ary tree (784 -> 1024 leaves, 1365 nodes)."""
+    model_args = dict(in_chans=1, img_size=28, arity=4, order='snake', **_S5_MNIST)
+    return _sequence('myo_smnist', pretrained, model_args, kwargs)
+
+
+@register_model
+def myo_zmnist(pretrained: bool = False, **kwargs) -> MyoSequence:
+    """zMNIST (Table 4: 99.7 %): Morton-order pixels = quadtree, image zero-padded to 32 x 32 (2 px a side)."""
+    model_args = dict(in_chans=1, img_size=28, arity=4, order='morton', **_S5_MNIST)
+    return _sequence('myo_zmnist', pretrained, model_args, kwargs)
+
+
+@register_model
+def myo_scifar(pretrained: bool = False, **kwargs) -> MyoSequence:
+    """sCIFAR (Table 4: 92.6 %): snake-order RGB pixels, perfect 4-ary tree over 1024 leaves."""
+    model_args = dict(in_chans=3, img_size=32, arity=4, order='snake', **_S5_CIFAR)
+    return _sequence('myo_scifar', pretrained, model_args, kwargs)
+
+
+@register_model
+def myo_zcifar(pretrained: bool = False, **kwargs) -> MyoSequence:
+    """zCIFAR (Table 4: 93.4 %): Morton-order pixels = quadtree over 32 x 32 (the ``myopix_zcifar`` network with
+    the perfect-tree option; on 32 x 32 inputs the two are the same function)."""
+    model_args = dict(in_chans=3, img_size=32, arity=4, order='morton', **_S5_CIFAR)
+    return _sequence('myo_zcifar', pretrained, model_args, kwargs)
+
+
+@register_model
+def myo_listops(pretrained: bool = False, **kwargs) -> MyoSequence:
+    """ListOps (Table 3: 59.5 %): token ids (S5 in_dim 20) -> nn.Embedding, binary tree, 2000 -> 2048 leaves
+    (A16); depth 8, H 128, P 16, J 8, half_glu2, lecun_normal C, no dropout."""
+    model_args = dict(in_chans=1, vocab_size=20, seq_len=2000, arity=2, depth=8, embed_dim=128, state_size=16,
+                      blocks=8, dropout=0.0, C_init='lecun_normal', glu='half_glu2', bn_momentum=0.05)
+    return _sequence('myo_listops', pretrained, model_args, kwargs)
+
+
+@register_model
+def myo_pathfinder(pretrained: bool = False, **kwargs) -> MyoSequence:
+    """Pathfinder (Table 3: 86.1 %): 32 x 32 grey pixels in LRA's row-major order (A10), binary tree over 1024
+    leaves; depth 6, H 192, P 256, J 8, dropout 0.05, BatchNorm momentum 0.1 (flax 0.9)."""
+    model_args = dict(in_chans=1, img_size=32, arity=2, order='raster', depth=6, embed_dim=192, state_size=256,
+                      blocks=8, dropout=0.05, C_init='trunc_standard_normal', glu='half_glu1', bn_momentum=0.1)
+    return _sequence('myo_pathfinder', pretrained, model_args, kwargs)
+
+
+@register_model
+def myo_pathx(pretrained: bool = False, **kwargs) -> MyoSequence:
+    """Path-X (Table 3: 85.7 %): 128 x 128 grey pixels, row-major, binary tree over 16384 leaves (32767 nodes);
+    depth 6, H 128, P 256, J 16, complex_normal C, dt_min 1e-4, BatchNorm momentum 0.1."""
+    model_args = dict(in_chans=1, img_size=128, arity=2, order='raster', depth=6, embed_dim=128, state_size=256,
+                      blocks=16, dropout=0.0, C_init='complex_normal', glu='half_glu1', bn_momentum=0.1, dt_min=1e-4)
+    return _sequence('myo_pathx', pretrained, model_args, kwargs)
 
 
 @register_model

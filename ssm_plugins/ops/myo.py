@@ -30,45 +30,53 @@ class MyoTree(NamedTuple):
     grid_sizes: tuple  # quad2d: (H_ℓ, W_ℓ) of each level, raster order within a level; else ()
 
 
-def _from_levels(kind, arity: int, parent: torch.Tensor, level: torch.Tensor, grid_sizes=(), device=None) -> MyoTree:
-    """Level sizes are counted where ``level`` lives (the builders make it on the CPU), then the index tensors
-    move to ``device`` (default: stay)."""
-    sizes = tuple(torch.bincount(level).tolist())
+def _from_levels(kind, arity: int, parent: torch.Tensor, sizes, grid_sizes=(), device=None) -> MyoTree:
+    """The tree from its parent index and its level sizes (Python ints); the index tensors move to ``device``
+    (default: stay)."""
+    sizes = tuple(int(n) for n in sizes)
+    level = torch.cat([torch.full((n,), i, dtype=torch.long, device=parent.device) for i, n in enumerate(sizes)])
     if device is not None:
         parent, level = parent.to(device), level.to(device)
     return MyoTree(kind, arity, sizes, parent, level, tuple(grid_sizes))
 
 
 # The k-ary and quadtree builders make their integer index tensors on the CPU explicitly (device='cpu'), so a
-# model built under ``with torch.device('meta')`` (timm's low-memory construction) still gets a real tree.
+# model built under ``with torch.device('meta')`` (timm's low-memory construction) still gets a real tree. They
+# read no tensor values (level sizes are Python ints, every tensor has a static size), so torch.compile traces
+# them with fullgraph=True; eager calls are cached per (size, device).
 _CPU = torch.device("cpu")
 
 
-@functools.lru_cache(maxsize=64)
-def _kary_tree(num_leaves: int, arity: int, device: torch.device) -> MyoTree:
+def _build_kary_tree(num_leaves: int, arity: int, device: torch.device) -> MyoTree:
     sizes = reference.kary_level_sizes(num_leaves, arity)
-    offsets = [0]
-    for n in sizes:
-        offsets.append(offsets[-1] + n)
-    parent = torch.full((offsets[-1],), -1, dtype=torch.long, device=_CPU)
-    for level, n in enumerate(sizes[:-1]):  # node j of level ℓ has parent ⌊j/k⌋ of level ℓ+1
-        parent[offsets[level]:offsets[level + 1]] = offsets[level + 1] + torch.arange(n, device=_CPU) // arity
-    level = torch.repeat_interleave(torch.arange(len(sizes), device=_CPU), torch.tensor(sizes, device=_CPU))
-    return _from_levels("kary1d", arity, parent, level, device=device)
+    parents = [offset + sizes[level] + torch.arange(n, device=_CPU) // arity  # node j of level ℓ -> ⌊j/k⌋ above
+               for level, (n, offset) in enumerate(zip(sizes[:-1], _offsets(sizes)))]
+    parent = torch.cat(parents + [torch.full((1,), -1, dtype=torch.long, device=_CPU)])
+    return _from_levels("kary1d", arity, parent, sizes, device=device)
 
 
-@functools.lru_cache(maxsize=64)
-def _quadtree(height: int, width: int, device: torch.device) -> MyoTree:
+def _build_quadtree(height: int, width: int, device: torch.device) -> MyoTree:
     grids = reference.quad_grid_sizes(height, width)
     parents, offset = [], 0
     for (rows, cols), (up_rows, up_cols) in zip(grids, grids[1:]):  # (i, j) -> (⌊i/2⌋, ⌊j/2⌋) one level up
-        i, j = torch.meshgrid(torch.arange(rows, device=_CPU), torch.arange(cols, device=_CPU), indexing="ij")
-        parents.append((offset + rows * cols + (i // 2) * up_cols + j // 2).flatten())
+        i = torch.arange(rows, device=_CPU)[:, None] // 2
+        j = torch.arange(cols, device=_CPU)[None, :] // 2
+        parents.append((offset + rows * cols + i * up_cols + j).flatten())
         offset += rows * cols
-    parent = torch.cat(parents + [torch.tensor([-1], device=_CPU)])
-    level = torch.repeat_interleave(torch.arange(len(grids), device=_CPU),
-                                    torch.tensor([r * c for r, c in grids], device=_CPU))
-    return _from_levels("quad2d", 4, parent, level, grids, device=device)
+    parent = torch.cat(parents + [torch.full((1,), -1, dtype=torch.long, device=_CPU)])
+    return _from_levels("quad2d", 4, parent, [r * c for r, c in grids], grids, device=device)
+
+
+def _offsets(sizes):
+    """Start index of every level in level-major storage."""
+    out = [0]
+    for n in sizes[:-1]:
+        out.append(out[-1] + n)
+    return out
+
+
+_kary_tree = functools.lru_cache(maxsize=64)(_build_kary_tree)
+_quadtree = functools.lru_cache(maxsize=64)(_build_quadtree)
 
 
 def myo_tree(num_leaves: int, arity: int, device=None) -> MyoTree:
@@ -79,7 +87,8 @@ def myo_tree(num_leaves: int, arity: int, device=None) -> MyoTree:
         raise ValueError(f"num_leaves must be a positive int, got {num_leaves!r}")
     if not isinstance(arity, int) or isinstance(arity, bool) or arity < 2:
         raise ValueError(f"arity must be an int >= 2, got {arity!r}")
-    return _kary_tree(num_leaves, arity, torch.device(device if device is not None else "cpu"))
+    build = _build_kary_tree if torch.compiler.is_compiling() else _kary_tree  # traced, or cached in eager
+    return build(num_leaves, arity, torch.device(device if device is not None else "cpu"))
 
 
 def myo_quadtree(height: int, width: int, device=None) -> MyoTree:
@@ -89,7 +98,8 @@ def myo_quadtree(height: int, width: int, device=None) -> MyoTree:
     for name, value in (("height", height), ("width", width)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return _quadtree(height, width, torch.device(device if device is not None else "cpu"))
+    build = _build_quadtree if torch.compiler.is_compiling() else _quadtree  # traced, or cached in eager
+    return build(height, width, torch.device(device if device is not None else "cpu"))
 
 
 def myo_tree_from_parent(parent: torch.Tensor) -> MyoTree:
@@ -115,7 +125,7 @@ def myo_tree_from_parent(parent: torch.Tensor) -> MyoTree:
         depth = deeper
     level = depth.max() - depth
     children = torch.bincount(parent[has_parent], minlength=num_nodes) if bool(has_parent.any()) else depth
-    return _from_levels("general", int(children.max()), parent, level)
+    return MyoTree("general", int(children.max()), tuple(torch.bincount(level).tolist()), parent, level, ())
 
 
 def _tensor(name: str, value, ndims: tuple, what: str) -> torch.Tensor:
@@ -133,8 +143,12 @@ def _extend_leaf_mask(leaf_mask: torch.Tensor, tree: MyoTree) -> torch.Tensor:
     """A virtual node is valid when its span holds at least one valid leaf (spec §2.7)."""
     virtual = leaf_mask.new_zeros(leaf_mask.shape[0], tree.parent.numel() - leaf_mask.shape[1])
     valid = torch.cat([leaf_mask, virtual], dim=1).to(torch.uint8)
+    offsets = _offsets(tree.level_sizes)
     for level in range(len(tree.level_sizes) - 1):  # children before parents
-        child = torch.nonzero((tree.level == level) & (tree.parent >= 0)).flatten()
+        if tree.kind == "general":  # levels need not be contiguous
+            child = torch.nonzero((tree.level == level) & (tree.parent >= 0)).flatten()
+        else:  # contiguous levels: a static slice (traceable)
+            child = slice(offsets[level], offsets[level] + tree.level_sizes[level])
         valid = valid.scatter_reduce(1, tree.parent[child].expand(valid.shape[0], -1), valid[:, child], "amax")
     return valid.bool()
 

@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Recipe: multivariate long-term forecasting with TSM2 / TSQS (MambaMixer / QSMixer blocks).
+
+Paper: A. Behrouz, M. Santacatterina, R. Zabih, "MambaMixer: Efficient Selective State Space Models with Dual Token
+and Channel Selection" (arXiv 2403.19888 v2), App. H.3-H.4, Table 10; ssm_plugins' spec mambamixer.md §4.2, §5.5.
+
+To run this recipe (one hparams file per model and dataset, the horizon an override: 96, 192, 336 or 720):
+    python train.py hparams/tsm2_ETTh1.yaml --data_folder=/path/to/ETT-small --horizon=336
+    python train.py hparams/tsqs_traffic.yaml --data_folder=/path/to/traffic --horizon=96
+
+``data_folder`` holds the official CSV (``ETTh1.csv`` ... of ETT-small, ``weather.csv``, ``electricity.csv``,
+``traffic.csv``, ``exchange_rate.csv`` of the Autoformer release); ``python -m ssm_plugins.data.timeseries --out DIR
+--dataset ETTh1`` writes a small generated file in the same format. The standard splits and the train-split
+StandardScaler are those of the Informer / Autoformer / PatchTST code (``ssm_plugins.data.timeseries``); windows of
+``seq_len`` = 512 steps and stride 1 (App. H.4). Training minimises the MSE with Adam, anneals the learning rate
+with SpeechBrain's NewBob scheduler on the validation MSE, stops early (``EpochCounterWithStopper``) and tests the
+checkpoint with the lowest validation MSE. MSE and MAE are on the normalised test set (as in Table 10) and are
+written to ``<output_folder>/test_stats.json`` together with the naive "repeat the last value" forecast's.
+"""
+import json
+import os
+import sys
+
+import speechbrain as sb
+import torch
+import torch.nn.functional as F
+from hyperpyyaml import load_hyperpyyaml
+
+from ssm_plugins.data.timeseries import ForecastWindows, load_forecasting_splits
+
+
+class ForecastErrors:
+    """Mean squared and absolute error over every forecast value of a stage (torch's mse / l1 losses summed;
+    torchmetrics is not in the stack)."""
+
+    def __init__(self):
+        self.squared = self.absolute = 0.0
+        self.count = 0
+
+    def append(self, predictions, targets):
+        predictions, targets = predictions.detach().float(), targets.detach().float()
+        self.squared += F.mse_loss(predictions, targets, reduction="sum").item()
+        self.absolute += F.l1_loss(predictions, targets, reduction="sum").item()
+        self.count += targets.numel()
+
+    def summarize(self):
+        if self.count == 0:
+            raise ValueError("no forecasts were appended")
+        return {"mse": self.squared / self.count, "mae": self.absolute / self.count}
+
+
+class ForecastBrain(sb.Brain):
+    """(look-back window, target) batches -> TSM2 / TSQS forecast; MSE training loss."""
+
+    def compute_forward(self, batch, stage):
+        inputs, _ = batch
+        return self.modules.model(inputs.to(self.device))
+
+    def compute_objectives(self, predictions, batch, stage):
+        targets = batch[1].to(self.device)
+        if stage != sb.Stage.TRAIN:
+            self.errors.append(predictions, targets)
+        return self.hparams.compute_cost(predictions, targets)
+
+    def on_stage_start(self, stage, epoch=None):
+        if stage != sb.Stage.TRAIN:
+            self.errors = ForecastErrors()
+
+    def on_stage_end(self, stage, stage_loss, epoch=None):
+        if stage == sb.Stage.TRAIN:
+            self.train_stats = {"loss": stage_loss}
+            return
+        stats = self.errors.summarize()
+        if stage == sb.Stage.VALID:
+            old_lr, new_lr = self.hparams.lr_annealing(stats["mse"])
+            sb.nnet.schedulers.update_learning_rate(self.optimizer, new_lr)
+            self.hparams.epoch_counter.update_metric(stats["mse"])
+            self.hparams.train_logger.log_stats(stats_meta={"epoch": epoch, "lr": old_lr},
+                                                train_stats=self.train_stats, valid_stats=stats)
+            self.checkpointer.save_and_keep_only(meta={"mse": stats["mse"]}, min_keys=["mse"])
+        else:
+            self.hparams.train_logger.log_stats({"Epoch loaded": self.hparams.epoch_counter.current},
+                                                test_stats=stats)
+            self.test_stats = stats
+
+
+def repeat_last_errors(dataset, batch_size=256):
+    """The naive forecast that repeats the last observed value over the horizon, on ``dataset``'s windows."""
+    errors = ForecastErrors()
+    for inputs, targets in torch.utils.data.DataLoader(dataset, batch_size=batch_size):
+        errors.append(inputs[:, -1:].expand_as(targets), targets)
+    return errors.summarize()
+
+
+def dataio_prep(hparams):
+    """The train / valid / test windows of the standard split of ``csv_file``."""
+    splits = load_forecasting_splits(hparams["csv_file"], hparams["seq_len"], hparams["horizon"])
+    if len(splits["columns"]) != hparams["n_vars"]:
+        raise ValueError(f"{hparams['csv_file']} has {len(splits['columns'])} variates but n_vars is "
+                         f"{hparams['n_vars']}; set --n_vars={len(splits['columns'])} or use the hparams file of "
+                         f"that dataset")
+    strides = {"train": hparams["train_stride"], "valid": 1, "test": 1}
+    return {split: ForecastWindows(splits[split], hparams["seq_len"], hparams["horizon"], stride=strides[split])
+            for split in ("train", "valid", "test")}
+
+
+def main(argv=None):
+    hparams_file, run_opts, overrides = sb.parse_arguments(sys.argv[1:] if argv is None else argv)
+    sb.utils.distributed.ddp_init_group(run_opts)
+    with open(hparams_file) as fin:
+        hparams = load_hyperpyyaml(fin, overrides)
+    sb.create_experiment_directory(experiment_directory=hparams["output_folder"],
+                                   hyperparams_to_save=hparams_file, overrides=overrides)
+    datasets = dataio_prep(hparams)
+
+    brain = ForecastBrain(modules=hparams["modules"], opt_class=hparams["opt_class"], hparams=hparams,
+                          run_opts=run_opts, checkpointer=hparams["checkpointer"])
+    n_params = sum(p.numel() for p in hparams["model"].parameters())
+    print(f"{hparams['model_name']} on {hparams['dataset']}: {n_params:,} parameters, look-back {hparams['seq_len']}, "
+          f"horizon {hparams['horizon']}, windows train/valid/test "
+          f"{len(datasets['train'])}/{len(datasets['valid'])}/{len(datasets['test'])}")
+
+    brain.fit(brain.hparams.epoch_counter, datasets["train"], datasets["valid"],
+              train_loader_kwargs=hparams["dataloader_options"],
+              valid_loader_kwargs=hparams["test_dataloader_options"])
+    brain.evaluate(datasets["test"], min_key="mse", test_loader_kwargs=hparams["test_dataloader_options"])
+
+    result = {"model": hparams["model_name"], "dataset": hparams["dataset"], "seq_len": hparams["seq_len"],
+              "horizon": hparams["horizon"], "parameters": n_params, "epochs": brain.hparams.epoch_counter.current,
+              "test": brain.test_stats, "repeat_last": repeat_last_errors(datasets["test"])}
+    if sb.utils.distributed.if_main_process():
+        print(f"Test MSE {result['test']['mse']:.4f}, MAE {result['test']['mae']:.4f} (repeat-last MSE "
+              f"{result['repeat_last']['mse']:.4f}, MAE {result['repeat_last']['mae']:.4f}; normalised scale)")
+        with open(os.path.join(hparams["output_folder"], "test_stats.json"), "w") as f:
+            json.dump(result, f, indent=1)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -155,13 +155,33 @@ def mmseg_tiny_options(data_root: os.PathLike, iters: int = 4, val_images: int =
     ] + _run(seed, lr) + _backbone_init(pretrained)
 
 
+# what a run of several CPU processes adds (``--launcher pytorch --gpus N`` on a machine without a GPU): the runner
+# that starts gloo processes without CUDA and synchronises BatchNorm on CPUs (ssm_plugins.openmmlab)
+CPU_DISTRIBUTED_OPTIONS = ["runner_type=CPUDistributedRunner", "env_cfg.dist_cfg.backend=gloo"]
+
+
+def cpu_distributed_options(sync_bn: bool = True) -> List[str]:
+    """``--cfg-options`` for ``mim train <toolbox> CONFIG --launcher pytorch --gpus N`` on CPUs (gloo); ``sync_bn``:
+    every BatchNorm synchronised across the processes (``sync_bn='torch'``), so N processes of batch B train as one
+    of batch N*B. (SyncBN layers of the config's own ``norm_cfg`` are synchronised either way.)"""
+    return CPU_DISTRIBUTED_OPTIONS + (["sync_bn=torch"] if sync_bn else [])
+
+
 def mim(command: str, toolbox: str, config: os.PathLike, work_dir: os.PathLike, options: List[str],
-        *args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
+        *args: str, timeout: float = 1800, processes: int = 0) -> subprocess.CompletedProcess:
     """Run ``mim <command> <toolbox> <config> --work-dir <work_dir> [args] --cfg-options <options>`` on the CPU
-    (``--gpus 0`` for train), with this checkout of ssm_plugins importable by the config's custom_imports."""
+    (``--gpus 0`` for train; ``processes`` > 0: ``--launcher pytorch --gpus <processes>``, mim's torch.distributed
+    launcher, with :func:`cpu_distributed_options` among ``options``), with this checkout of ssm_plugins importable
+    by the config's custom_imports."""
+    if processes < 0 or (processes and command != "train"):
+        raise ValueError(f"processes must be 0, or > 0 for mim train, got {processes} for mim {command}")
     exe = Path(sys.executable).with_name("mim")
     cmd = [str(exe) if exe.exists() else "mim", command, toolbox, str(config), "--work-dir", str(work_dir)]
-    cmd += (["--gpus", "0"] if command == "train" else []) + list(args) + ["--cfg-options", *options]
+    if processes:
+        cmd += ["--launcher", "pytorch", "--gpus", str(processes)]
+    elif command == "train":
+        cmd += ["--gpus", "0"]
+    cmd += list(args) + ["--cfg-options", *options]
     package_root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)

@@ -260,7 +260,10 @@ class MyoBlock(nn.Module):
         return self.drop(y.transpose(1, 2)).transpose(1, 2)  # one channel mask per sample, all nodes
 
     def forward(self, x: torch.Tensor, tree: MyoTree, node_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        z = self.norm(x.transpose(1, 2)).transpose(1, 2) if self.norm_kind == "batch" else self.norm(x)
+        # BatchNorm over (batch x nodes) per channel on a (B*N, dim) view: the same statistics as on (B, dim, N),
+        # without the transposes (whose output strides the CPU kernel and its meta function disagree on, which
+        # broke torch.compile's aot_eager: "view size is not compatible with input tensor's size and stride")
+        z = self.norm(x.reshape(-1, x.shape[-1])).reshape(x.shape) if self.norm_kind == "batch" else self.norm(x)
         y_pre = self.ssm(z, tree, node_mask=node_mask)
         y = self._dropout(F.silu(y_pre))
         if self.glu == "half_glu1":

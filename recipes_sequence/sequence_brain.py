@@ -29,9 +29,12 @@ The hparams contract (keys this module reads; the recipe READMEs repeat it):
 """
 import json
 import os
+import sys
 
 import speechbrain as sb
 import torch
+from hyperpyyaml import load_hyperpyyaml
+from speechbrain.dataio.batch import PaddedBatch
 
 
 def padding_mask_from_lengths(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
@@ -164,3 +167,18 @@ def run(hparams, run_opts, datasets, collate_fn, extra_results=None):
         with open(os.path.join(hparams["output_folder"], "test_stats.json"), "w") as f:
             json.dump(results, f, indent=1)
     return brain
+
+
+def main(dataio_prep, result_keys=()):
+    """A recipe's command line: ``train.py hparams.yaml [--key=value ...]`` -> experiment folder, datasets from
+    ``dataio_prep(hparams)``, :func:`run` (the batches padded by SpeechBrain's ``PaddedBatch``); ``result_keys``:
+    hparams copied into test_stats.json."""
+    hparams_file, run_opts, overrides = sb.parse_arguments(sys.argv[1:])
+    sb.utils.distributed.ddp_init_group(run_opts)
+    with open(hparams_file) as fin:
+        hparams = load_hyperpyyaml(fin, overrides)
+    sb.create_experiment_directory(experiment_directory=hparams["output_folder"],
+                                   hyperparams_to_save=hparams_file, overrides=overrides)
+    datasets = dataio_prep(hparams)
+    return run(hparams, run_opts, datasets, collate_fn=PaddedBatch,
+               extra_results={key: hparams[key] for key in result_keys})

@@ -17,16 +17,13 @@ back when the run resumes, so the whole run uses one permutation).
 import os
 import sys
 
-import speechbrain as sb
 import torch
-from hyperpyyaml import load_hyperpyyaml
-from speechbrain.dataio.batch import PaddedBatch
 
 from ssm_plugins.data.seq_images import (SequentialImages, load_cifar10, load_mnist, pixel_order,
                                          train_valid_split)
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from sequence_brain import run  # noqa: E402  (recipes_sequence/sequence_brain.py, shared with LRA/)
+from sequence_brain import main  # noqa: E402  (recipes_sequence/sequence_brain.py, shared with LRA/)
 
 DATASETS = ("mnist", "cifar10")
 
@@ -69,12 +66,4 @@ def dataio_prep(hparams):
 
 
 if __name__ == "__main__":
-    hparams_file, run_opts, overrides = sb.parse_arguments(sys.argv[1:])
-    sb.utils.distributed.ddp_init_group(run_opts)
-    with open(hparams_file) as fin:
-        hparams = load_hyperpyyaml(fin, overrides)
-    sb.create_experiment_directory(experiment_directory=hparams["output_folder"],
-                                   hyperparams_to_save=hparams_file, overrides=overrides)
-    datasets = dataio_prep(hparams)
-    run(hparams, run_opts, datasets, collate_fn=PaddedBatch,
-        extra_results={"order": hparams["order"], "dataset": hparams["dataset"]})
+    main(dataio_prep, result_keys=("dataset", "order"))

@@ -39,7 +39,7 @@ from timm.models.swin_transformer import PatchMerging
 from ._common import local_weights_cfg, stage_intermediates
 from ..layers.essm import ESSM, SSM_PARAM_NAMES, ESSMBlock, make_norm
 
-__all__ = ['ESSMSequence', 'ESSMBackbone2D', 'ESSMStage', 'PAPER_RECIPES', 'essm_param_groups']
+__all__ = ['ESSMSequence', 'ESSMRetrieval', 'ESSMBackbone2D', 'ESSMStage', 'PAPER_RECIPES', 'essm_param_groups']
 
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
@@ -114,6 +114,10 @@ class ESSMSequence(nn.Module):
         drop_rate: the paper's model dropout (inside the layer twice and channel-tied after it, A17).
         drop_path_rate: stochastic depth, linearly increasing over the blocks [X] [D: 0].
         global_pool: "avg" (mean over time, the paper's decoder) or "" (none; the head sees every step).
+        vocab_size: token tasks (ListOps, Text, Retrieval): an ``nn.Embedding(vocab_size, H)`` encoder taking
+            (B, L) integer token ids; ``in_chans`` is then ``vocab_size`` and float input of that many channels
+            ((B, vocab, H, W) or (B, L, vocab)) is read as one distribution over the vocabulary per step
+            (one-hot rows give exactly the embedding) [X].
         **ssm_kwargs: ESSM options (bidirectional [D: True], conj_sym [D: True], glu [D: "half_glu1"], pre_act,
             dt_min, dt_max, dt_scale, real_clip, discretization, gbt_alpha, C_init, init).
 
@@ -138,6 +142,7 @@ class ESSMSequence(nn.Module):
             drop_rate: float = 0.,
             drop_path_rate: float = 0.,
             global_pool: str = 'avg',
+            vocab_size: Optional[int] = None,
             device=None,
             dtype=None,
             **ssm_kwargs,
@@ -148,7 +153,12 @@ class ESSMSequence(nn.Module):
             raise TypeError(f'ESSMSequence got unexpected keyword arguments {sorted(unknown)}')
         if global_pool not in ('avg', ''):
             raise ValueError(f"global_pool must be 'avg' or '', got {global_pool!r}")
+        if vocab_size is not None and (isinstance(vocab_size, bool) or not isinstance(vocab_size, int)
+                                       or vocab_size < 1):
+            raise ValueError(f'vocab_size must be a positive int or None, got {vocab_size!r}')
         dd = {'device': device, 'dtype': dtype}
+        self.vocab_size = vocab_size
+        in_chans = vocab_size if vocab_size is not None else in_chans  # one-hot view of the tokens
         self.in_chans = in_chans
         self.num_classes = num_classes
         self.global_pool = global_pool
@@ -156,7 +166,9 @@ class ESSMSequence(nn.Module):
         self.prenorm = prenorm
         self.grad_checkpointing = False
 
-        self.encoder = nn.Linear(in_chans, d_model, **dd)
+        # token tasks (ListOps, Text, Retrieval): nn.Embedding; continuous inputs: Linear(d_in, H) (§1.12)
+        self.encoder = nn.Embedding(vocab_size, d_model, **dd) if vocab_size is not None \
+            else nn.Linear(in_chans, d_model, **dd)
         dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth, device='cpu')] if depth > 1 else [drop_path_rate]
         self.blocks = nn.Sequential(*[
             ESSMBlock(d_model, norm=norm, prenorm=prenorm, dropout=drop_rate, drop_path=dpr[i], d_state=d_state,
@@ -193,6 +205,15 @@ class ESSMSequence(nn.Module):
 
     def _embed(self, x: torch.Tensor) -> Tuple[torch.Tensor, Optional[Tuple[int, int]]]:
         """Pixel sequence (row-major) or sequence -> encoded (B, L, H); also the image grid (or None)."""
+        if self.vocab_size is not None and isinstance(x, torch.Tensor) and not x.is_floating_point():
+            if x.dim() != 2:
+                raise ValueError(f'x (token ids) must have shape (B, L), got {tuple(x.shape)}')
+            if x.shape[1] < 1:
+                raise ValueError(f'x must have at least one step, got shape {tuple(x.shape)}')
+            if x.numel() and (int(x.min()) < 0 or int(x.max()) >= self.vocab_size):
+                raise ValueError(f'x (token ids) must lie in [0, {self.vocab_size}), got [{int(x.min())}, '
+                                 f'{int(x.max())}]')
+            return self.encoder(x), None
         if isinstance(x, torch.Tensor) and x.dim() == 4 and x.shape[1] == self.in_chans:
             grid = (x.shape[2], x.shape[3])
             x = x.flatten(2).transpose(1, 2)  # (B, H*W, C): index r * W + c
@@ -203,6 +224,8 @@ class ESSMSequence(nn.Module):
             raise ValueError(f'x must have shape (B, {self.in_chans}, H, W) or (B, L, {self.in_chans}), got {got}')
         if x.shape[1] < 1:
             raise ValueError(f'x must have at least one step, got shape {tuple(x.shape)}')
+        if self.vocab_size is not None:  # a distribution over the vocabulary per step: one-hot rows embed exactly
+            return x.to(self.encoder.weight.dtype) @ self.encoder.weight, grid
         return self.encoder(x), grid
 
     def _run_block(self, block: nn.Module, x: torch.Tensor, dt_scale: Optional[float],
@@ -290,6 +313,125 @@ class ESSMSequence(nn.Module):
     def forward(self, x: torch.Tensor, dt_scale: Optional[float] = None,
                 padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         return self.forward_head(self.forward_features(x, dt_scale, padding_mask), padding_mask=padding_mask)
+
+
+class ESSMRetrieval(nn.Module):
+    """eSSM dual encoder for document matching (LRA Retrieval / AAN; spec §1.12, Eq. 37).
+
+    Both documents go through one shared :class:`ESSMSequence` backbone (no head) and are mean-pooled over their
+    valid steps to u1, u2; the head is ``Linear(4H, H) -> GELU -> Linear(H, num_classes)`` on
+    ``[u1, u2, u1 * u2, u1 - u2]``.
+
+    Inputs: ``forward(x1, x2)`` with (B, L1) and (B, L2) token ids (and ``padding_mask`` / ``padding_mask2``,
+    (B, L) bool, True at padded steps; ``mask_blocks=False`` masks the pooling only, the official behaviour), or
+    ``forward(x)`` with the pair stacked in dim 1: token ids (B, 2, L), or float one-hot / soft tokens
+    (B, 2 * vocab, H, W) or (B, L, 2 * vocab) (first vocab channels: document 1) [X]. ``in_chans`` is 2 * vocab.
+    ``forward_features`` gives both documents' final features side by side, (B, L, 2H); ``forward_head`` pools
+    and matches them.
+    """
+
+    def __init__(self, num_classes: int = 2, vocab_size: int = 257, global_pool: str = 'avg', device=None,
+                 dtype=None, **kwargs):
+        super().__init__()
+        if global_pool != 'avg':
+            raise ValueError(f"global_pool must be 'avg' (the matching head pools each document), got {global_pool!r}")
+        dd = {'device': device, 'dtype': dtype}
+        self.backbone = ESSMSequence(num_classes=0, vocab_size=vocab_size, device=device, dtype=dtype, **kwargs)
+        dim = self.backbone.num_features
+        self.vocab_size = vocab_size
+        self.in_chans = 2 * vocab_size
+        self.num_classes = num_classes
+        self.global_pool = global_pool
+        self.embed_dim = self.num_features = self.head_hidden_size = dim
+        self.pre_logits = nn.Sequential(nn.Linear(4 * dim, dim, **dd), nn.GELU())
+        self.head = nn.Linear(dim, num_classes, **dd) if num_classes > 0 else nn.Identity()
+        self.feature_info = [dict(info, num_chs=2 * dim) for info in self.backbone.feature_info]
+
+    @torch.jit.ignore
+    def no_weight_decay(self) -> Set[str]:
+        return _ssm_no_weight_decay(self)
+
+    @torch.jit.ignore
+    def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
+        return dict(stem=r'^backbone\.encoder', blocks=[(r'^backbone\.blocks\.(\d+)', None),
+                                                        (r'^backbone\.norm', (99999,))])
+
+    @torch.jit.ignore
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        self.backbone.set_grad_checkpointing(enable)
+
+    @torch.jit.ignore
+    def get_classifier(self) -> nn.Module:
+        return self.head
+
+    def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
+        if global_pool not in (None, 'avg'):
+            raise ValueError(f"global_pool must be 'avg', got {global_pool!r}")
+        self.num_classes = num_classes
+        weight = self.pre_logits[0].weight
+        self.head = nn.Linear(self.num_features, num_classes, device=weight.device, dtype=weight.dtype) \
+            if num_classes > 0 else nn.Identity()
+
+    def _split(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The stacked pair -> the two documents (token ids (B, L) or one-hot (B, V, H, W) / (B, L, V))."""
+        vocab = self.vocab_size
+        if isinstance(x, torch.Tensor) and not x.is_floating_point() and x.dim() == 3 and x.shape[1] == 2:
+            return x[:, 0], x[:, 1]
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dim() == 4 and x.shape[1] == 2 * vocab:
+            return x[:, :vocab], x[:, vocab:]
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dim() == 3 and x.shape[2] == 2 * vocab:
+            return x[..., :vocab], x[..., vocab:]
+        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f'x must have shape (B, 2, L) (token ids of the two documents), (B, {2 * vocab}, H, W) or '
+                         f'(B, L, {2 * vocab}) when x2 is not given, got {got}')
+
+    def forward_intermediates(self, x: torch.Tensor, indices: Optional[Union[int, List[int]]] = None,
+                              norm: bool = False, stop_early: bool = False, output_fmt: str = 'NCHW',
+                              intermediates_only: bool = False):
+        """Both documents' block outputs, concatenated over channels (the pair in one (stacked) input)."""
+        outs = [self.backbone.forward_intermediates(doc, indices, norm, stop_early, output_fmt, intermediates_only)
+                for doc in self._split(x)]
+        channel = 1 if output_fmt == 'NCHW' else -1
+        if intermediates_only:
+            return [torch.cat(pair, dim=channel) for pair in zip(*outs)]
+        final = torch.cat([outs[0][0], outs[1][0]], dim=-1)
+        return final, [torch.cat(pair, dim=channel) for pair in zip(outs[0][1], outs[1][1])]
+
+    def prune_intermediate_layers(self, indices: Union[int, List[int]] = 1, prune_norm: bool = False,
+                                  prune_head: bool = True) -> List[int]:
+        take = self.backbone.prune_intermediate_layers(indices, prune_norm, prune_head=False)
+        if prune_head:  # the matching head cannot run on the intermediates: drop it whole
+            self.pre_logits, self.head, self.num_classes = nn.Identity(), nn.Identity(), 0
+        return take
+
+    def forward_features(self, x: torch.Tensor, x2: Optional[torch.Tensor] = None,
+                         padding_mask: Optional[torch.Tensor] = None,
+                         padding_mask2: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """(B, L, 2H): the documents' final features side by side (x2 given: both must have the same length)."""
+        x1, x2 = self._split(x) if x2 is None else (x, x2)
+        return torch.cat([self.backbone.forward_features(x1, padding_mask=padding_mask),
+                          self.backbone.forward_features(x2, padding_mask=padding_mask2)], dim=-1)
+
+    def match(self, u1: torch.Tensor, u2: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """Eq. 37 on the pooled documents (B, H) each."""
+        z = self.pre_logits(torch.cat([u1, u2, u1 * u2, u1 - u2], dim=-1))
+        return z if pre_logits else self.head(z)
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False, padding_mask: Optional[torch.Tensor] = None,
+                     padding_mask2: Optional[torch.Tensor] = None) -> torch.Tensor:
+        f1, f2 = x.chunk(2, dim=-1)
+        return self.match(self.backbone.forward_head(f1, pre_logits=True, padding_mask=padding_mask),
+                          self.backbone.forward_head(f2, pre_logits=True, padding_mask=padding_mask2), pre_logits)
+
+    def forward(self, x: torch.Tensor, x2: Optional[torch.Tensor] = None,
+                padding_mask: Optional[torch.Tensor] = None, padding_mask2: Optional[torch.Tensor] = None,
+                mask_blocks: bool = True, dt_scale: Optional[float] = None) -> torch.Tensor:
+        x1, x2 = self._split(x) if x2 is None else (x, x2)
+        pooled = []
+        for doc, mask in ((x1, padding_mask), (x2, padding_mask2)):
+            features = self.backbone.forward_features(doc, dt_scale, mask if mask_blocks else None)
+            pooled.append(self.backbone.forward_head(features, pre_logits=True, padding_mask=mask))
+        return self.match(*pooled)
 
 
 # ---- 2-D backbone (extension) ---------------------------------------------------------------------------------
@@ -503,10 +645,11 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: nn.Module) 
     return {k[len('module.'):] if k.startswith('module.') else k: v for k, v in state_dict.items()}
 
 
-def _create_essm_sequence(variant: str, pretrained: bool = False, **kwargs) -> ESSMSequence:
-    out_indices = kwargs.pop('out_indices', min(3, kwargs.get('depth', 6)))  # the last (up to) 3 blocks
+def _create_essm_sequence(variant: str, pretrained: bool = False, model_cls: type = ESSMSequence, **kwargs):
+    """ESSMSequence (or ESSMRetrieval) through timm's builder; features: the last (up to) 3 blocks."""
+    out_indices = kwargs.pop('out_indices', min(3, kwargs.get('depth', 6)))
     return build_model_with_cfg(
-        ESSMSequence,
+        model_cls,
         variant,
         pretrained,
         pretrained_filter_fn=checkpoint_filter_fn,
@@ -546,6 +689,16 @@ def _cfg(**kwargs) -> Dict[str, Any]:
 # LRA-Image: grayscale CIFAR-10 (spec §2.1); MNIST: the spec names no normalisation, so raw [0, 1] pixels.
 _lra_image = dict(input_size=(1, 32, 32), mean=LRA_GRAY_MEAN, std=LRA_GRAY_STD)
 _mnist = dict(input_size=(1, 28, 28), mean=(0.,), std=(1.,))
+# Token tasks: input_size is (vocab, 1, LRA max length): the one-hot view of a (B, L) token sequence; no image
+# normalisation. Pathfinder / Path-X: grayscale [0, 1] pixels mapped to [-1, 1] (the S4 / S5 loaders).
+LISTOPS_VOCAB_SIZE = 17  # ssm_plugins.data.lra.LISTOPS_VOCAB: <pad>, <unk>, 0-9, [MIN [MAX [MED [SM ]
+BYTE_VOCAB_SIZE = 257  # LRA's byte-level text: <pad> + 256 byte values (tfds ByteTextEncoder)
+_tokens = dict(mean=(0.,), std=(1.,), crop_pct=1.0, first_conv='encoder')
+_listops = dict(_tokens, num_classes=10, input_size=(LISTOPS_VOCAB_SIZE, 1, 2000))
+_text = dict(_tokens, num_classes=2, input_size=(BYTE_VOCAB_SIZE, 1, 4000))
+_retrieval = dict(_tokens, num_classes=2, input_size=(2 * BYTE_VOCAB_SIZE, 1, 4000), first_conv='backbone.encoder')
+_pathfinder = dict(num_classes=2, input_size=(1, 32, 32), mean=(0.5,), std=(0.5,))
+_pathx = dict(_pathfinder, input_size=(1, 128, 128))
 
 default_cfgs = generate_default_cfgs({
     'essm_scifar': _cfg(),
@@ -555,6 +708,15 @@ default_cfgs = generate_default_cfgs({
     'essm_smnist_official': _cfg(**_mnist),
     'essm_psmnist': _cfg(**_mnist),
     'essm_psmnist_official': _cfg(**_mnist),
+    'essm_listops': _cfg(**_listops),
+    'essm_listops_official': _cfg(**_listops),
+    'essm_text': _cfg(**_text),
+    'essm_text_official': _cfg(**_text),
+    'essm_retrieval': _cfg(**_retrieval),
+    'essm_retrieval_official': _cfg(**_retrieval),
+    'essm_pathfinder': _cfg(**_pathfinder),
+    'essm_pathfinder_official': _cfg(**_pathfinder),
+    'essm_pathx': _cfg(**_pathx),
     'essm_2d_tiny': _cfg(
         num_classes=1000, input_size=(3, 224, 224), pool_size=(7, 7), crop_pct=.9, interpolation='bicubic',
         mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD, first_conv='patch_embed.proj', classifier='head.fc',
@@ -587,11 +749,50 @@ PAPER_RECIPES: Dict[str, Dict[str, Any]] = {
         batch_size=50, epochs=150, lr_ssm=1e-3, lr=1e-3, lr_other_params=(), weight_decay=0.,
         scheduler='cosine(warmup=1000, total=81000)', permutation='one fixed random pixel permutation',
         note='official lr: C 4e-3, other SSM parameters 1e-3, non-SSM 1e-3'),
+    'essm_listops': dict(
+        batch_size=100, epochs=80, lr_ssm=1e-2, lr=1e-2, lr_other_params=(), weight_decay=0.,
+        scheduler='not stated (E.2); recipe: the released plateau(mode=max, factor=0.4, patience=8)', max_length=2000),
+    'essm_listops_official': dict(
+        batch_size=32, epochs=100, lr_ssm=1e-2, lr=1e-2, lr_other_params=(), weight_decay=0.,
+        scheduler='plateau(mode=max, factor=0.4, patience=8, min_lr=5e-5)', max_length=2000),
+    'essm_text': dict(
+        batch_size=16, epochs=80, lr_ssm=1e-3, lr=4e-3, lr_other_params=('C',), weight_decay=0.07,
+        scheduler='plateau(mode=max, factor=0.5, patience=5)', max_length=4000),
+    'essm_text_official': dict(
+        batch_size=16, epochs=120, lr_ssm=1e-3, lr=4e-3, lr_other_params=('C',), weight_decay=0.07,
+        scheduler='plateau(mode=max, factor=0.5, patience=5)', max_length=4000),
+    'essm_retrieval': dict(
+        batch_size=32, epochs=20, lr_ssm=1e-3, lr=2e-3, lr_other_params=('C',), weight_decay=0.05,
+        scheduler='cosine(warmup=1000, total=50000)', max_length=4000),
+    'essm_retrieval_official': dict(
+        batch_size=32, epochs=20, lr_ssm=1e-3, lr=2e-3, lr_other_params=('C',), weight_decay=0.05,
+        scheduler='cosine(warmup=1000, total=50000)', max_length=4000),
+    'essm_pathfinder': dict(
+        batch_size=64, epochs=300, lr_ssm=1e-3, lr=5e-3, lr_other_params=('C',), weight_decay=0.05,
+        scheduler='cosine(warmup=5000, total=40000)'),
+    'essm_pathfinder_official': dict(
+        batch_size=64, epochs=350, lr_ssm=1e-3, lr=5e-3, lr_other_params=('C',), weight_decay=0.05,
+        scheduler='cosine(warmup=5000, total=250000)'),
+    'essm_pathx': dict(
+        batch_size=8, epochs=200, lr_ssm=5e-4, lr=1e-3, lr_other_params=('C',), weight_decay=0.,
+        scheduler='cosine(warmup=10000, total=1000000)', limit_train_batches=0.5),
 }
 
 
 def _sequence(variant: str, pretrained: bool, model_args: Dict[str, Any], kwargs: Dict[str, Any]) -> ESSMSequence:
     return _create_essm_sequence(variant, pretrained, **dict(model_args, **kwargs))
+
+
+# Table 10 ListOps as the paper's text reads (E.2.1, A9: no bidirectional kernel, LeakyReLU before the head mixer,
+# C initialised from HiPPO); the released config keeps half_glu1 and the bidirectional kernel (§2.3).
+_LISTOPS = dict(vocab_size=LISTOPS_VOCAB_SIZE, num_classes=10, d_model=256, depth=6, d_state=256, n_heads=4,
+                prenorm=False, drop_rate=0., bidirectional=False, pre_act='leakyrelu', C_init='hippo')
+_TEXT = dict(vocab_size=BYTE_VOCAB_SIZE, num_classes=2, d_model=256, depth=6, d_state=256, n_heads=256,
+             prenorm=True, drop_rate=0.1)
+_RETRIEVAL = dict(vocab_size=BYTE_VOCAB_SIZE, num_classes=2, d_model=128, depth=6, d_state=128, n_heads=64,
+                  prenorm=True, drop_rate=0.)
+_PATHFINDER = dict(in_chans=1, num_classes=2, d_model=192, depth=6, d_state=256, n_heads=8, prenorm=True,
+                   drop_rate=0.05)
 
 
 @register_model
@@ -644,6 +845,72 @@ def essm_psmnist_official(pretrained: bool = False, **kwargs) -> ESSMSequence:
     model_args = dict(in_chans=1, d_model=128, depth=4, d_state=128, n_heads=8, prenorm=True, drop_rate=0.15,
                       glu='full_glu')
     return _sequence('essm_psmnist_official', pretrained, model_args, kwargs)
+
+
+@register_model
+def essm_listops(pretrained: bool = False, **kwargs) -> ESSMSequence:
+    """LRA ListOps (Table 7: 62.20%), Table 10 + E.2.1 (paper-text preset, A9): token embedding (17 tokens),
+    depth 6, H 256, S 4, N 256 (h = n = 64), no dropout, BN post-norm, causal kernel, LeakyReLU(0.05) before the
+    head mixer, C from HiPPO, 10 classes."""
+    return _sequence('essm_listops', pretrained, _LISTOPS, kwargs)
+
+
+@register_model
+def essm_listops_official(pretrained: bool = False, **kwargs) -> ESSMSequence:
+    """ListOps, released config (§2.3): depth 8, H 128, S 64, N 256, BN prenorm, bidirectional, half_glu1,
+    C from HiPPO."""
+    model_args = dict(_LISTOPS, d_model=128, depth=8, n_heads=64, prenorm=True, bidirectional=True, pre_act=None)
+    return _sequence('essm_listops_official', pretrained, model_args, kwargs)
+
+
+@register_model
+def essm_text(pretrained: bool = False, **kwargs) -> ESSMSequence:
+    """LRA Text / IMDB bytes (Table 7: 88.25%), Table 10: byte embedding (257 tokens), depth 6, H 256, S 256,
+    N 256 (h = n = 1, SISO-like), dropout 0.1, BN prenorm, 2 classes."""
+    return _sequence('essm_text', pretrained, _TEXT, kwargs)
+
+
+@register_model
+def essm_text_official(pretrained: bool = False, **kwargs) -> ESSMSequence:
+    """Text, released config (§2.3): H 128, S 128, N 128, no conjugate symmetry, half_glu2."""
+    model_args = dict(_TEXT, d_model=128, d_state=128, n_heads=128, conj_sym=False, glu='half_glu2')
+    return _sequence('essm_text_official', pretrained, model_args, kwargs)
+
+
+@register_model
+def essm_retrieval(pretrained: bool = False, **kwargs) -> ESSMRetrieval:
+    """LRA Retrieval / AAN (Table 7: 90.15%), Table 10: shared byte-level encoder, depth 6, H 128, S 64, N 128,
+    no dropout, BN prenorm; the Eq. 37 matching head [u1, u2, u1*u2, u1-u2] -> Linear(512, 128) -> GELU ->
+    Linear(128, 2)."""
+    return _create_essm_sequence('essm_retrieval', pretrained, ESSMRetrieval, **dict(_RETRIEVAL, **kwargs))
+
+
+@register_model
+def essm_retrieval_official(pretrained: bool = False, **kwargs) -> ESSMRetrieval:
+    """Retrieval, released config (§2.3): H 64 (S 64, N 128)."""
+    return _create_essm_sequence('essm_retrieval_official', pretrained, ESSMRetrieval,
+                                 **dict(dict(_RETRIEVAL, d_model=64), **kwargs))
+
+
+@register_model
+def essm_pathfinder(pretrained: bool = False, **kwargs) -> ESSMSequence:
+    """LRA Pathfinder 32x32 (Table 7: 93.87%), Table 10: depth 6, H 192, S 8, N 256 (h 24, n 32), dropout 0.05,
+    BN prenorm, 2 classes; pixels as a 1024-step sequence."""
+    return _sequence('essm_pathfinder', pretrained, _PATHFINDER, kwargs)
+
+
+@register_model
+def essm_pathfinder_official(pretrained: bool = False, **kwargs) -> ESSMSequence:
+    """Pathfinder, released config (§2.3): H 256, S 32 (N 256)."""
+    return _sequence('essm_pathfinder_official', pretrained, dict(_PATHFINDER, d_model=256, n_heads=32), kwargs)
+
+
+@register_model
+def essm_pathx(pretrained: bool = False, **kwargs) -> ESSMSequence:
+    """LRA Path-X 128x128 (Table 7: 92.76%), Table 10: as Pathfinder without dropout, Δ initialised in
+    [1e-4, 0.1] and multiplied by 0.0625; pixels as a 16,384-step sequence."""
+    model_args = dict(_PATHFINDER, drop_rate=0., dt_min=1e-4, dt_max=1e-1, dt_scale=0.0625)
+    return _sequence('essm_pathx', pretrained, model_args, kwargs)
 
 
 @register_model

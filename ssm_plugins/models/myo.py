@@ -123,6 +123,8 @@ class MyoSequence(nn.Module):
         seq_len: the designed number of leaves (before padding), sizes the level embeddings; img_size: the
             designed image size (Morton models size their quadtree from it).
         vocab_size: token vocabulary (None: float input). pad_token_id: token used for perfect-tree padding.
+        unflatten_sequences: (B, L, in_chans) input with L = H * W of ``img_size`` is a raster-flattened image
+            (a recipe's row order): it gets the image path (``order``, centred padding, masked readout) [D: False].
         arity: k of the 1-D tree [4 for images, 2 for LRA, spec §2.4]. tree: "perfect" | "ceil".
         order: image flattening: "raster", "snake" or "morton".
         embed_dim: H. depth: blocks. state_size: P (P/2 complex heads). blocks: J.
@@ -142,6 +144,7 @@ class MyoSequence(nn.Module):
             img_size: Optional[Union[int, Tuple[int, int]]] = None,
             vocab_size: Optional[int] = None,
             pad_token_id: int = 0,
+            unflatten_sequences: bool = False,
             arity: int = 4,
             tree: str = 'perfect',
             order: str = 'raster',
@@ -188,6 +191,9 @@ class MyoSequence(nn.Module):
         self.num_classes = num_classes
         self.vocab_size = vocab_size
         self.pad_token_id = pad_token_id
+        self.unflatten_sequences = bool(unflatten_sequences)
+        if self.unflatten_sequences and self.img_size is None:
+            raise ValueError('unflatten_sequences=True reads (B, H*W, C) sequences as images: pass img_size')
         self.arity = arity
         self.tree = tree
         self.order = order
@@ -284,6 +290,11 @@ class MyoSequence(nn.Module):
         if isinstance(x, torch.Tensor) and x.dim() == 3 and x.shape[2] == self.in_chans:
             if x.shape[1] < 1:
                 raise ValueError(f'x must have at least one step, got shape {shape}')
+            if self.unflatten_sequences:
+                if x.shape[1] != math.prod(self.img_size) or padding_mask is not None:
+                    raise ValueError(f'with unflatten_sequences=True, x must be (B, H*W, C) raster pixels of img_size '
+                                     f'{self.img_size} without padding_mask, got {shape}')
+                return self._image_leaves(x.transpose(1, 2).unflatten(2, self.img_size))
             return self._sequence_leaves(x, padding_mask)
         raise ValueError(f'x must have shape (B, {self.in_chans}, H, W) or (B, L, {self.in_chans}), got {shape}')
 

@@ -148,7 +148,14 @@ def test_morton_quadtree_equals_a_4ary_tree_over_morton_ordered_pixels():
         torch.testing.assert_close(model(small), model(_morton_sequence(padded), padding_mask=padding_mask),
                                    rtol=1e-5, atol=1e-5)
         maps = model.forward_intermediates(small, indices=1, intermediates_only=True)
+        # a recipe's row-major pixel sequence, read as the image (unflatten_sequences): the same function
+        raster = timm.create_model('myo_zmnist', img_size=6, unflatten_sequences=True, **SMALL).eval()
+        state = model.state_dict()
+        raster.load_state_dict(dict(state, level_embed=state['level_embed'][:3]))  # 6 -> 8 px: 4 levels
+        torch.testing.assert_close(raster(small.flatten(2).transpose(1, 2)), model(small))
     assert maps[0].shape == (2, 16, 6, 6)  # the padding is cropped from the leaf maps
+    with pytest.raises(ValueError, match=r'raster pixels of img_size \(6, 6\)'):
+        raster(torch.rand(1, 35, 1))
 
 
 def test_readout_masks_the_perfect_tree_padding():

@@ -1,0 +1,95 @@
+"""The Myo hparams files of the sequence recipes (recipes_sequence/sequential_images and LRA, issue #11): each
+holds S5's settings for its task (spec myosotis.md §4.3, ``PAPER_RECIPES``) and builds the registered model; one
+file of each recipe runs one batch of its (generated, official-format) data through the recipe's train.py in the
+default suite, the others are marked slow. The runs use the files' own full-size models."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+
+pytest.importorskip("speechbrain")
+from hyperpyyaml import load_hyperpyyaml  # noqa: E402
+
+import ssm_plugins  # noqa: E402,F401  (registers the models)
+from ssm_plugins.models.myo import PAPER_RECIPES, myo_param_groups  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPES = {"sequential_images": ("myo_smnist", "myo_zmnist", "myo_scifar", "myo_zcifar"),
+           "LRA": ("myo_listops", "myo_pathfinder", "myo_pathx")}
+FILES = [(folder, name) for folder, names in RECIPES.items() for name in names]
+DEFAULT_RUNS = {"myo_zmnist", "myo_listops"}  # one per recipe; the rest slow (Path-X: 45 s on a loaded core)
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
+
+def _hparams_path(folder, name):
+    return ROOT / "recipes_sequence" / folder / "hparams" / f"{name}.yaml"
+
+
+def test_every_sequence_model_has_an_hparams_file():
+    assert sorted(name for _, name in FILES) == sorted(PAPER_RECIPES)
+    for folder, name in FILES:
+        assert _hparams_path(folder, name).is_file(), (folder, name)
+
+
+@pytest.mark.parametrize("folder,name", FILES, ids=[name for _, name in FILES])
+def test_hparams_file_holds_the_s5_settings(folder, name, tmp_path):
+    with open(_hparams_path(folder, name)) as f:
+        hparams = load_hyperpyyaml(f, {"data_folder": str(tmp_path), "output_folder": str(tmp_path / "out")})
+    recipe = PAPER_RECIPES[name]
+    for key, hkey in (("lr", "lr"), ("lr_ssm", "lr_ssm"), ("weight_decay", "weight_decay"),
+                      ("opt_config", "opt_config"), ("batch_size", "batch_size"), ("epochs", "number_of_epochs")):
+        assert hparams[hkey] == recipe[key], (name, key)
+    model = hparams["model"]
+    registered = timm.create_model(name, device="meta")
+    assert type(model) is type(registered) and model.tree == "perfect"
+    assert {n: p.shape for n, p in model.named_parameters()} == {n: p.shape for n, p in registered.named_parameters()}
+    groups = hparams["param_groups"](model)
+    assert groups == myo_param_groups(model, recipe["lr"], recipe["lr_ssm"], recipe["weight_decay"],
+                                      recipe["opt_config"])
+    # 1 warm-up epoch, then cosine over the remaining steps down to 0 (S5)
+    base_lr = groups[0]["lr"]
+    optimizer = torch.optim.AdamW(groups)
+    scheduler = hparams["lr_scheduler"](optimizer)
+    steps = hparams["steps_per_epoch"]
+    for step, expected in ((steps // 2, 0.5), (steps, 1.0), (hparams["number_of_epochs"] * steps, 0.0)):
+        scheduler.step_update(step)
+        assert abs(optimizer.param_groups[0]["lr"] / base_lr - expected) < 0.01, (step, expected)
+    assert hparams["lr_scheduler_interval"] == "step" and hparams["mask_padding"] is True
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    from ssm_plugins.data.lra import lra
+    from ssm_plugins.data.seq_images import seq_images
+
+    root = tmp_path_factory.mktemp("myo_data")
+    return {"sequential_images": seq_images(root / "seq"), "LRA": lra(root / "lra")}
+
+
+def _data_folder(data, folder, name):
+    if folder == "LRA":
+        return data[folder]
+    return data[folder] / ("mnist" if "mnist" in name else "cifar10")
+
+
+@pytest.mark.parametrize("folder,name", [(f, n) if n in DEFAULT_RUNS else pytest.param(f, n, marks=pytest.mark.slow)
+                                         for f, n in FILES], ids=[name for _, name in FILES])
+def test_hparams_file_runs_one_batch_through_train_py(folder, name, data, tmp_path):
+    out = tmp_path / "run"
+    command = [sys.executable, "train.py", str(_hparams_path(folder, name)),
+               f"--data_folder={_data_folder(data, folder, name)}", f"--output_folder={out}", "--device=cpu",
+               "--noprogressbar", "--debug", "--debug_batches=1", "--debug_epochs=1", "--batch_size=2",
+               "--num_workers=0"]
+    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    result = subprocess.run(command, cwd=ROOT / "recipes_sequence" / folder, capture_output=True, text=True,
+                            env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    stats = json.loads((out / "test_stats.json").read_text())
+    params = sum(p.numel() for p in timm.create_model(name, device="meta").parameters())
+    assert stats["parameters"] == params and stats["epochs"] == 1
+    assert 0.0 <= stats["test"]["accuracy"] <= 1.0 and stats["test"]["loss"] >= 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Tuple
 
 import torch
+import torch.nn as nn
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models._features import feature_take_indices
 
@@ -65,3 +66,18 @@ def param_groups(model: torch.nn.Module, assign: Callable[[str, torch.nn.Paramet
             groups[assign(name, param)].append(param)
     return [dict(params=params, lr=settings[key][0], weight_decay=settings[key][1], name=key)
             for key, params in groups.items() if params]
+
+
+def check_image(x, in_chans: int, name: str = 'x') -> None:
+    """ValueError naming ``name`` unless ``x`` is a (batch, in_chans, H, W) tensor."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[1] != in_chans:
+        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f'{name} must have shape (batch, {in_chans}, H, W), got {got}')
+
+
+def new_head(like: torch.Tensor, in_features: int, num_classes: int) -> nn.Module:
+    """A classifier for ``reset_classifier``: Linear(in_features, num_classes) on ``like``'s device and dtype
+    (so a model moved to another device/dtype keeps one), or Identity for ``num_classes`` 0."""
+    if num_classes <= 0:
+        return nn.Identity()
+    return nn.Linear(in_features, num_classes, device=like.device, dtype=like.dtype)

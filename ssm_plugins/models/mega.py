@@ -197,7 +197,7 @@ class VisionMega(nn.Module):
                 raise ValueError(f"global_pool must be 'avg' or '', got {global_pool!r}")
             self.global_pool = global_pool
         weight = self.patch_embed.proj.weight
-        self.head = self._make_head(num_classes, device=weight.device, dtype=weight.dtype)
+        self.head = self._make_head(num_classes, device=weight.device, dtype=weight.dtype).train(self.training)
 
     def _embed(self, x: torch.Tensor) -> torch.Tensor:
         """Patch + position embedding: (B, C, H, W) -> (B, H/p, W/p, D)."""

@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple, Union
 import torch
 import torch.nn as nn
 
-from timm.layers import resample_abs_pos_embed_nhwc, trunc_normal_
+from timm.layers import register_notrace_function, register_notrace_module, resample_abs_pos_embed_nhwc, trunc_normal_
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models._features import feature_take_indices
 from timm.models._manipulate import checkpoint
@@ -87,8 +87,10 @@ def _ssm_no_weight_decay(model: nn.Module) -> Set[str]:
     return names
 
 
-def _check_input(x: torch.Tensor, in_chans: int, patch_size: Tuple[int, int], pad: bool,
-                 img_size: Optional[Tuple[int, int]] = None) -> None:
+@torch.fx.wrap
+@register_notrace_function  # torch.fx: an opaque call (public name: fx autowraps no '_' names)
+def check_ssm2d_input(x: torch.Tensor, in_chans: int, patch_size: Tuple[int, int], pad: bool,
+                      img_size: Optional[Tuple[int, int]] = None) -> torch.Tensor:
     if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[1] != in_chans:
         got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
         raise ValueError(f'x must have shape (B, {in_chans}, H, W), got {got}')
@@ -98,6 +100,17 @@ def _check_input(x: torch.Tensor, in_chans: int, patch_size: Tuple[int, int], pa
                          f'dynamic_img_size=True to accept other sizes)')
     if not pad and (size[0] % patch_size[0] or size[1] % patch_size[1] or min(size) < 1):
         raise ValueError(f'input size {size} must be a positive multiple of the patch size {tuple(patch_size)}')
+    return x
+
+
+_check_input = check_ssm2d_input  # the name models/mega.py imports
+torch.fx.wrap('resample_abs_pos_embed_nhwc')  # shape-dependent (timm leaves it to the tracer)
+
+
+@torch.fx.wrap
+@register_notrace_function
+def nhwc_grid_of(x: torch.Tensor) -> Tuple[int, int]:
+    return tuple(x.shape[1:3])
 
 
 def _fill_missing_ssm(state_dict: Dict[str, torch.Tensor], model: nn.Module) -> Dict[str, torch.Tensor]:
@@ -111,6 +124,7 @@ def _fill_missing_ssm(state_dict: Dict[str, torch.Tensor], model: nn.Module) -> 
 # ---- ViT / DeiT ----------------------------------------------------------------------------------------
 
 
+@register_notrace_module  # torch.fx: prefix tokens vs the grid_size are shape-dependent
 class SSM2DBlock(Block):
     """timm ViT pre-norm block with the 2-D SSM on the patch tokens after norm1 (spec §2.1)."""
 
@@ -189,10 +203,10 @@ class VisionTransformerSSM2D(VisionTransformer):
 
     def _embed(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
         """Patch + position embedding; returns the tokens and the patch grid size (H, W)."""
-        _check_input(x, self.in_chans, self.patch_embed.patch_size, self.patch_embed.dynamic_img_pad,
-                     None if self.dynamic_img_size else self.patch_embed.img_size)
+        x = check_ssm2d_input(x, self.in_chans, self.patch_embed.patch_size, self.patch_embed.dynamic_img_pad,
+                              None if self.dynamic_img_size else self.patch_embed.img_size)
         x = self.patch_embed(x)
-        grid_size = tuple(x.shape[1:3]) if self.dynamic_img_size else tuple(self.patch_embed.grid_size)
+        grid_size = nhwc_grid_of(x) if self.dynamic_img_size else tuple(self.patch_embed.grid_size)
         x = self._pos_embed(x)
         x = self.patch_drop(x)
         x = self.norm_pre(x)
@@ -283,6 +297,7 @@ def _create_vision_transformer_ssm2d(variant: str, pretrained: bool = False, **k
 # ---- Swin ------------------------------------------------------------------------------------------------
 
 
+@register_notrace_module  # torch.fx: the SSM and window shapes are shape-dependent, like timm's Swin block
 class SwinTransformerSSM2DBlock(SwinTransformerBlock):
     """timm Swin block with the 2-D SSM on the whole stage map after norm1, before shift/windows (§2.2)."""
 
@@ -360,8 +375,8 @@ class SwinTransformerSSM2D(SwinTransformer):
         return matcher
 
     def _embed(self, x: torch.Tensor) -> torch.Tensor:
-        _check_input(x, self.in_chans, self.patch_embed.patch_size, self.patch_embed.dynamic_img_pad,
-                     self.patch_embed.img_size if self.patch_embed.strict_img_size else None)
+        x = check_ssm2d_input(x, self.in_chans, self.patch_embed.patch_size, self.patch_embed.dynamic_img_pad,
+                              self.patch_embed.img_size if self.patch_embed.strict_img_size else None)
         x = self.patch_embed(x)  # (B, H, W, C)
         if self.absolute_pos_embed is not None:
             x = x + resample_abs_pos_embed_nhwc(self.absolute_pos_embed, x.shape[1:3]).to(x.dtype)

@@ -24,15 +24,47 @@ from typing import Any, Dict, List, Optional, Set, Tuple, Union
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from timm.layers import register_notrace_function, register_notrace_module
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models._features import feature_take_indices
 from timm.models._manipulate import checkpoint
 
 from ..layers.mambamixer import MambaMixerBlock, _make_norm
-from ._common import local_weights_cfg
-from .vim2 import _resample_grid, resample_pos_embed
+from ._common import check_image, local_weights_cfg, new_head
+from .vim2 import _resample_grid, grid_of, resample_pos_embed
 
 __all__ = ["SequenceMambaMixer"]
+
+# torch.fx (timm's notrace registry): the blocks and the shape-dependent steps are opaque calls; public names
+# because torch.fx autowraps no function whose name starts with '_'
+register_notrace_module(MambaMixerBlock)
+torch.fx.wrap("grid_of")
+
+
+@torch.fx.wrap
+@register_notrace_function
+def check_seq_img(img, in_chans: int, patch_size: int):
+    check_image(img, in_chans, "img")
+    if img.shape[-2] % patch_size or img.shape[-1] % patch_size or min(img.shape[-2:]) == 0:
+        raise ValueError(f"img height and width must be positive multiples of patch_size {patch_size}, "
+                         f"got {tuple(img.shape[-2:])}")
+    return img
+
+
+@torch.fx.wrap
+@register_notrace_function
+def resize_grid_pos_embed(pos, grid, base_grid):
+    """(1, h0*w0, D) position embedding at the token grid ``grid`` (bicubic when it differs from h0 x w0)."""
+    if tuple(grid) == tuple(base_grid):
+        return pos
+    maps = pos.reshape(1, *base_grid, -1).permute(0, 3, 1, 2)
+    return F.interpolate(maps, size=tuple(grid), mode="bicubic", align_corners=False).flatten(2).transpose(1, 2)
+
+
+@torch.fx.wrap
+@register_notrace_function
+def nlc_to_grid(y, grid):
+    return y.transpose(1, 2).reshape(y.shape[0], -1, *grid)
 
 
 class SequenceMambaMixer(nn.Module):
@@ -115,24 +147,14 @@ class SequenceMambaMixer(nn.Module):
             if global_pool not in ("avg", ""):
                 raise ValueError(f"global_pool must be 'avg' or '', got {global_pool!r}")
             self.global_pool = global_pool
-        self.head = nn.Linear(self.embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+        self.head = new_head(self.patch_embed.proj.weight, self.embed_dim, num_classes).train(self.training)
 
     def _embed(self, img) -> Tuple[torch.Tensor, Tuple[int, int]]:
-        if not isinstance(img, torch.Tensor) or img.dim() != 4 or img.shape[1] != self.in_chans:
-            shape = tuple(img.shape) if isinstance(img, torch.Tensor) else type(img).__name__
-            raise ValueError(f"img must have shape (batch, {self.in_chans}, H, W), got {shape}")
-        if img.shape[-2] % self.patch_size or img.shape[-1] % self.patch_size or min(img.shape[-2:]) == 0:
-            raise ValueError(f"img height and width must be positive multiples of patch_size {self.patch_size}, "
-                             f"got {tuple(img.shape[-2:])}")
-        x = self.patch_embed.proj(img)
-        grid = tuple(x.shape[-2:])
+        x = self.patch_embed.proj(check_seq_img(img, self.in_chans, self.patch_size))
+        grid = grid_of(x)
         x = x.flatten(2).transpose(1, 2)  # row-major tokens
         if self.pos_embed is not None:
-            pos = self.pos_embed
-            if grid != self.grid_size:
-                maps = pos.reshape(1, *self.grid_size, -1).permute(0, 3, 1, 2)
-                pos = F.interpolate(maps, size=grid, mode="bicubic", align_corners=False).flatten(2).transpose(1, 2)
-            x = x + pos
+            x = x + resize_grid_pos_embed(self.pos_embed, grid, self.grid_size)
         return x, grid
 
     def _block(self, block, x, grid):
@@ -155,7 +177,7 @@ class SequenceMambaMixer(nn.Module):
             if i in take_indices:
                 y = self.norm(x) if norm else x
                 if output_fmt == "NCHW":
-                    y = y.transpose(1, 2).reshape(y.shape[0], -1, *grid)
+                    y = nlc_to_grid(y, grid)
                 intermediates.append(y)
         if intermediates_only:
             return intermediates

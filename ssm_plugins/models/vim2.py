@@ -27,20 +27,112 @@ table's 4.6 / 4.5 / 4.1), counted here with the scans (selective_scan / qs_mix r
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Set, Tuple
+from typing import Any, Dict, Optional, Set, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from timm.layers import register_notrace_function, register_notrace_module
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models._features import feature_take_indices
 from timm.models._manipulate import checkpoint
+from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from ..layers.mambamixer import (ConvTokenInteraction, ForwardBackwardChannelMixer, MultiResolutionConvGate,
                                  SelectiveChannelMixer, SelectiveTokenMixer, SpatialPriorModule, SwitchOfScans,
                                  _drop_path, _make_norm, gather_tokens)
-from ._common import local_weights_cfg
+from ._common import check_image, local_weights_cfg, new_head
 
 __all__ = ["VisionMambaMixer", "VisionTokenMixer", "VisionMixerBlock"]
+
+
+# ---- torch.fx: the shape-dependent steps run as opaque calls (timm's notrace registry), the rest is traced ------
+# (public names: torch.fx autowraps no function whose name starts with '_')
+# (timm's FX feature extraction and test suite pass these to the tracer: ``timm.models.get_notrace_modules()`` /
+# ``get_notrace_functions()``; with torchvision's create_feature_extractor pass them as ``tracer_kwargs``)
+for _leaf in (SwitchOfScans, SpatialPriorModule, MultiResolutionConvGate):
+    register_notrace_module(_leaf)
+
+
+@torch.fx.wrap
+@register_notrace_function
+def check_img(img, in_chans: int):
+    check_image(img, in_chans, "img")
+    if img.shape[-2] % 32 or img.shape[-1] % 32:
+        raise ValueError(f"img height and width must be multiples of 32, got {tuple(img.shape[-2:])}")
+    return img
+
+
+@torch.fx.wrap
+@register_notrace_function
+def grid_of(t) -> Tuple[int, int]:
+    return tuple(t.shape[-2:])
+
+
+@torch.fx.wrap
+@register_notrace_function
+def resize_pos_embed_to(pos_embed, grid, base_grid):
+    """(1, 1 + h0*w0, D) position embedding at the patch grid ``grid`` (bicubic when it differs from h0 x w0)."""
+    if tuple(grid) == tuple(base_grid):
+        return pos_embed
+    maps = pos_embed[:, 1:].reshape(1, *base_grid, -1).permute(0, 3, 1, 2)
+    maps = F.interpolate(maps, size=tuple(grid), mode="bicubic", align_corners=False)
+    return torch.cat([pos_embed[:, :1], maps.flatten(2).transpose(1, 2)], dim=1)
+
+
+@torch.fx.wrap
+@register_notrace_function
+def scan_index_of(sos, scan_ids, grid):
+    return sos.scan_index(scan_ids, grid)
+
+
+@torch.fx.wrap
+@register_notrace_function
+def interact_to_tokens(interaction, x, F_conv, sizes):
+    return torch.cat([x[:, :1], interaction.to_tokens(x[:, 1:], F_conv, sizes)], dim=1)
+
+
+@torch.fx.wrap
+@register_notrace_function
+def interact_to_conv(interaction, F_conv, x, sizes):
+    return interaction.to_conv(F_conv, x[:, 1:], sizes)
+
+
+@torch.fx.wrap
+@register_notrace_function
+def tokens_to_grid(tokens, grid):
+    """(B, 1 + h*w, D) tokens, class token first -> the patch tokens as a (B, D, h, w) grid."""
+    return tokens[:, 1:].transpose(1, 2).reshape(tokens.shape[0], -1, *grid)
+
+
+@torch.fx.wrap
+@register_notrace_function
+def levels_to_grids(F_tokens, sizes):
+    return [t.transpose(1, 2).reshape(F_tokens.shape[0], -1, h, w)
+            for t, (h, w) in zip(F_tokens.split([h * w for h, w in sizes], dim=1), sizes)]
+
+
+@torch.fx.wrap
+@register_notrace_function
+def resize_like(t, like):
+    return F.interpolate(t, size=like.shape[-2:], mode="bilinear", align_corners=False)
+
+
+class _LastForward(dict):
+    """The last forward's routing statistics. Not copied by deepcopy (timm copies models to prune them, and
+    router_aux_loss is a non-leaf tensor that deepcopy refuses)."""
+
+    def __deepcopy__(self, memo):
+        return _LastForward()
+
+
+def _pyramid_levels(indices):
+    if indices is None:
+        return [0, 1, 2, 3]
+    if isinstance(indices, int):
+        return list(range(4 - indices, 4))
+    return sorted({i % 4 for i in indices})
+
 
 
 class VisionTokenMixer(SelectiveTokenMixer):
@@ -80,6 +172,7 @@ class VisionTokenMixer(SelectiveTokenMixer):
         return sos.combine(u, torch.stack(outputs, dim=1), gates)
 
 
+@register_notrace_module  # per-sample scan orders, loops over the selected scans
 class VisionMixerBlock(nn.Module):
     """Pre-norm residual VisionTokenMixer then channel mixer (§2.3/§2.4), DropPath on both branches. Channel mixer:
     'qs' (the paper's), 'fb' (naive forward + backward S6 blocks, Table 4 "w/ f+b"), 'mlp' (Table 3) or 'none'."""
@@ -144,8 +237,10 @@ class VisionMambaMixer(nn.Module):
         conv_branch [True; False = '*_noconv'], n_interactions [D A13: 2, see
         _VARIANTS], conv_kernels [D A12: (3, 5)], spm_inplanes [D: 16], mrfp_ratio: MRFP hidden width / D
         [D: 0.25], global_pool: 'token' | 'avg' [D: 'token'],
-        dense_outputs: build the §3.6 pyramid (ConvT 2x2 + 4 BatchNorms; set automatically by features_only)
-            used by ``forward_intermediates`` [False, so classification parameter counts exclude it],
+        dense_outputs: build the §3.6 pyramid (ConvT 2x2 + 4 BatchNorms; set automatically by features_only
+            when there is a conv branch): ``forward_intermediates`` / ``feature_info`` are then its 4 levels
+            (strides 4-32); without it they are the blocks' patch-token grids (stride 16, as timm's ViTs) [False,
+            so classification parameter counts exclude the pyramid],
         sos_importance_weight: weight of the router's importance loss, stored as ``router_aux_loss`` after each
             forward for the training loop to add [D: 0]. ``last_router_probs`` / ``last_scan_ids`` hold the
             last routing (usage histogram logging).
@@ -179,10 +274,11 @@ class VisionMambaMixer(nn.Module):
         if conv_branch and (n_interactions < 1 or depth % n_interactions):
             raise ValueError(f"n_interactions ({n_interactions}) must be positive and divide depth ({depth})")
         self.num_classes, self.global_pool = num_classes, global_pool
-        self.num_features = self.embed_dim = embed_dim
+        self.num_features = self.head_hidden_size = self.embed_dim = embed_dim
         self.in_chans, self.patch_size, self.scan_mode = in_chans, patch_size, scan_mode
         self.grad_checkpointing = False
         self.sos_importance_weight = float(sos_importance_weight)
+        self._last_forward = _LastForward()
         grid = (img_size[0] // patch_size, img_size[1] // patch_size)
         self.grid_size = grid
         self.patch_embed = nn.Module()
@@ -199,6 +295,8 @@ class VisionMambaMixer(nn.Module):
             VisionMixerBlock(embed_dim, grid, token_mixer, d_state, expand, headdim, dpr[i], norm, channel_mixer,
                              channel_qs_param) for i in range(depth))
         self.conv_branch = conv_branch
+        # blocks i*per_interaction ... (i+1)*per_interaction - 1 follow interaction i (fixed when blocks are pruned)
+        self.blocks_per_interaction = depth // n_interactions if conv_branch else depth
         if conv_branch:
             self.n_interactions = n_interactions
             # c1 and the last tokens->conv update feed only the dense pyramid: without it they are not built, so
@@ -215,14 +313,23 @@ class VisionMambaMixer(nn.Module):
         if dense_outputs:
             self.pyramid_up = nn.ConvTranspose2d(embed_dim, embed_dim, 2, 2)
             self.pyramid_norms = nn.ModuleList(nn.BatchNorm2d(embed_dim) for _ in range(4))
-        self.feature_info = [dict(num_chs=embed_dim, reduction=r, module=f"pyramid_norms.{i}")
-                             for i, r in enumerate((4, 8, 16, 32))]
+        if dense_outputs:
+            self.feature_info = [dict(num_chs=embed_dim, reduction=r, module=f"pyramid_norms.{i}")
+                                 for i, r in enumerate((4, 8, 16, 32))]
+        else:
+            self.feature_info = [dict(num_chs=embed_dim, reduction=patch_size, module=f"blocks.{i}")
+                                 for i in range(depth)]
         self.norm = _make_norm(norm, embed_dim)
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
         self._init_weights()
         if device is not None or dtype is not None:  # timm's device/dtype arguments (built on CPU, then moved)
             self.to(device=device, dtype=dtype)
+
+    # routing statistics of the last forward (usage histogram, auxiliary loss); None before the first forward
+    last_router_probs = property(lambda self: self._last_forward.get("last_router_probs"))
+    last_scan_ids = property(lambda self: self._last_forward.get("last_scan_ids"))
+    router_aux_loss = property(lambda self: self._last_forward.get("router_aux_loss"))
 
     def _init_weights(self):
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
@@ -247,7 +354,7 @@ class VisionMambaMixer(nn.Module):
         embedding, tokens, Switch of Scans, conv stem), then the blocks, each interaction group's conv gate and
         token-conv interaction just before its first block; final norm, pyramid and head last. ``coarse``: one
         group per interaction group of blocks."""
-        per_group = len(self.blocks) // self.n_interactions if self.conv_branch else len(self.blocks)
+        per_group = self.blocks_per_interaction
 
         def ordinal(name: str):
             top, _, rest = name.partition(".")
@@ -272,53 +379,56 @@ class VisionMambaMixer(nn.Module):
         return self.head
 
     def reset_classifier(self, num_classes: int, global_pool=None):
-        self.num_classes = num_classes
+        """A new head (on the model's device and dtype, in its train/eval mode); ``global_pool`` 'token' | 'avg'."""
         if global_pool is not None:
+            if global_pool not in ("token", "avg"):
+                raise ValueError(f"global_pool must be 'token' or 'avg', got {global_pool!r}")
             self.global_pool = global_pool
-        self.head = nn.Linear(self.embed_dim, num_classes) if num_classes > 0 else nn.Identity()
-
-    def _pos_embed(self, grid):
-        if tuple(grid) == self.grid_size:
-            return self.pos_embed
-        maps = self.pos_embed[:, 1:].reshape(1, *self.grid_size, -1).permute(0, 3, 1, 2)
-        maps = F.interpolate(maps, size=tuple(grid), mode="bicubic", align_corners=False)
-        return torch.cat([self.pos_embed[:, :1], maps.flatten(2).transpose(1, 2)], dim=1)
+        self.num_classes = num_classes
+        self.head = new_head(self.cls_token, self.embed_dim, num_classes).train(self.training)
 
     def forward_features(self, img):
         return self.norm(self._forward_tokens(img)[0])
 
-    def _forward_tokens(self, img):
-        """(tokens before the final norm, c1, conv-level tokens, level sizes, patch grid)."""
-        if not isinstance(img, torch.Tensor) or img.dim() != 4 or img.shape[1] != self.in_chans:
-            shape = tuple(img.shape) if isinstance(img, torch.Tensor) else type(img).__name__
-            raise ValueError(f"img must have shape (batch, {self.in_chans}, H, W), got {shape}")
-        if img.shape[-2] % 32 or img.shape[-1] % 32:
-            raise ValueError(f"img height and width must be multiples of 32, got {tuple(img.shape[-2:])}")
+    def _forward_tokens(self, img, take_indices=(), stop: Optional[int] = None):
+        """(tokens before the final norm, c1, conv-level tokens, level sizes, patch grid, taps): ``taps`` are the
+        tokens after the blocks in ``take_indices``; ``stop``: run the first ``stop`` blocks only."""
+        img = check_img(img, self.in_chans)
+        stop = len(self.blocks) if stop is None else stop
         e = self.patch_embed.proj(img)
-        grid = tuple(e.shape[-2:])
-        pos = self._pos_embed(grid)
+        grid = grid_of(e)
+        pos = resize_pos_embed_to(self.pos_embed, grid, self.grid_size)
         e = e.flatten(2).transpose(1, 2) + pos[:, 1:]
         e, scan_ids, gates, probs = self.sos(e, grid)  # scan_mode 'fixed': C1-C4 for every image, probs None
-        self.last_router_probs = None if probs is None else probs.detach()  # usage histogram
-        self.last_scan_ids = scan_ids.detach()
-        self.router_aux_loss = (e.new_zeros(()) if probs is None
-                                else self.sos_importance_weight * self.sos.importance_loss(probs))
-        orders, inverses = self.sos.scan_index(scan_ids, grid)
+        if not (is_fx_symbolic_tracing() or torch.compiler.is_exporting()):  # graphs hold no side effects
+            self._last_forward = _LastForward(
+                last_router_probs=None if probs is None else probs.detach(), last_scan_ids=scan_ids.detach(),
+                router_aux_loss=(e.new_zeros(()) if probs is None
+                                 else self.sos_importance_weight * self.sos.importance_loss(probs)))
+        orders, inverses = scan_index_of(self.sos, scan_ids, grid)
         x = torch.cat([(self.cls_token + pos[:, :1]).expand(e.shape[0], -1, -1), e], dim=1)
+        taps = []
+
+        def run(first, last, x):
+            for i in range(first, min(last, stop)):
+                x = self._run_block(self.blocks[i], x, grid, orders, inverses, gates)
+                if i in take_indices:
+                    taps.append(x)
+            return x
+
         if not self.conv_branch:
-            for block in self.blocks:
-                x = self._run_block(block, x, grid, orders, inverses, gates)
-            return x, None, None, None, grid
+            return run(0, stop, x), None, None, None, grid, taps
         c1, F_tokens, sizes = self.spm(img)
-        per_group = len(self.blocks) // self.n_interactions
-        for i in range(self.n_interactions):
+        per_group = self.blocks_per_interaction
+        for i, interaction in enumerate(self.interactions):
+            if i * per_group >= stop:
+                break
             F_conv = self.mrfp[i](F_tokens, sizes)
-            x = torch.cat([x[:, :1], self.interactions[i].to_tokens(x[:, 1:], F_conv, sizes)], dim=1)
-            for block in self.blocks[i * per_group:(i + 1) * per_group]:
-                x = self._run_block(block, x, grid, orders, inverses, gates)
-            if self.interactions[i].with_to_conv:
-                F_tokens = self.interactions[i].to_conv(F_conv, x[:, 1:], sizes)
-        return x, c1, F_tokens, sizes, grid
+            x = interact_to_tokens(interaction, x, F_conv, sizes)
+            x = run(i * per_group, (i + 1) * per_group, x)
+            if interaction.with_to_conv and (self.dense_outputs or (i + 1) * per_group < stop):
+                F_tokens = interact_to_conv(interaction, F_conv, x, sizes)
+        return x, c1, F_tokens, sizes, grid, taps
 
     def _run_block(self, block, x, grid, orders, inverses, gates):
         if self.grad_checkpointing and not torch.jit.is_scripting():
@@ -327,48 +437,63 @@ class VisionMambaMixer(nn.Module):
 
     def forward_intermediates(self, x, indices=None, norm: bool = False, stop_early: bool = False,
                               output_fmt: str = "NCHW", intermediates_only: bool = False):
-        """The §3.6 pyramid (ViT-CoMer): f1 = BN(ConvT(F1) + c1 + up4 x) at 1/4, f2 = BN(F1 + up2 x),
-        f3 = BN(F2 + x), f4 = BN(F3 + maxpool2 x) [D down-sampling], x = final patch tokens as a grid.
-        ``indices``: int (last n) or sequence of levels 0..3. ``norm`` and ``stop_early`` are accepted for
-        timm's interface (the levels are always BatchNorm-ed; the whole depth is always run)."""
+        """timm's intermediate features. Built with ``dense_outputs`` (features_only): the §3.6 pyramid
+        (ViT-CoMer) f1 = BN(ConvT(F1) + c1 + up4 x) at 1/4, f2 = BN(F1 + up2 x), f3 = BN(F2 + x),
+        f4 = BN(F3 + maxpool2 x) [D down-sampling], x = final patch tokens as a grid; ``indices`` are levels 0..3
+        (``norm`` / ``stop_early`` accepted for the interface: the levels are always BatchNorm-ed and the whole
+        depth runs). Otherwise (a classifier): the patch tokens after the blocks ``indices`` as (B, D, H/16, W/16)
+        grids ('NCHW') or (B, H/16 * W/16, D) ('NLC'), through the final norm when ``norm``, as timm's ViTs."""
         if not self.dense_outputs:
-            raise ValueError("forward_intermediates needs a model built with dense_outputs=True (or features_only)")
+            return self._block_intermediates(x, indices, norm, stop_early, output_fmt, intermediates_only)
         if output_fmt != "NCHW":
             raise ValueError(f"output_fmt must be 'NCHW', got {output_fmt!r}")
-        if indices is None:
-            indices = [0, 1, 2, 3]
-        elif isinstance(indices, int):
-            indices = list(range(4 - indices, 4))
-        indices = [i % 4 for i in indices]
-        tokens, c1, F_tokens, sizes, grid = self._forward_tokens(x)
-        batch = tokens.shape[0]
-        x_grid = tokens[:, 1:].transpose(1, 2).reshape(batch, -1, *grid)
-        levels = [t.transpose(1, 2).reshape(batch, -1, h, w)
-                  for t, (h, w) in zip(F_tokens.split([h * w for h, w in sizes], dim=1), sizes)]
-        up = lambda t, size: F.interpolate(t, size=size, mode="bilinear", align_corners=False)  # noqa: E731
-        level = {0: lambda: self.pyramid_up(levels[0]) + c1 + up(x_grid, c1.shape[-2:]),
-                 1: lambda: levels[0] + up(x_grid, sizes[0]), 2: lambda: levels[1] + x_grid,
+        indices = _pyramid_levels(indices)
+        tokens, c1, F_tokens, sizes, grid, _ = self._forward_tokens(x)
+        x_grid = tokens_to_grid(tokens, grid)
+        levels = levels_to_grids(F_tokens, sizes)
+        level = {0: lambda: self.pyramid_up(levels[0]) + c1 + resize_like(x_grid, c1),
+                 1: lambda: levels[0] + resize_like(x_grid, levels[0]), 2: lambda: levels[1] + x_grid,
                  3: lambda: levels[2] + F.max_pool2d(x_grid, 2)}
         intermediates = [self.pyramid_norms[i](level[i]()) for i in indices]  # only the levels asked for
         if intermediates_only:
             return intermediates
         return self.norm(tokens), intermediates
 
+    def _block_intermediates(self, x, indices, norm, stop_early, output_fmt, intermediates_only):
+        if output_fmt not in ("NCHW", "NLC"):
+            raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
+        take_indices, max_index = feature_take_indices(len(self.blocks), indices)
+        stop = max_index + 1 if stop_early and not torch.jit.is_scripting() else None
+        tokens, _, _, _, grid, taps = self._forward_tokens(x, take_indices, stop)
+        taps = [self.norm(t) if norm else t for t in taps]
+        intermediates = [tokens_to_grid(t, grid) if output_fmt == "NCHW" else t[:, 1:] for t in taps]
+        if intermediates_only:
+            return intermediates
+        return self.norm(tokens), intermediates
+
     def prune_intermediate_layers(self, indices=None, prune_norm: bool = False, prune_head: bool = True):
-        """Drop what the pyramid levels ``indices`` do not use (timm's features_only calls this): the 1/4 level's
-        ConvT, c1 projection and BatchNorm unless level 0 is kept, the other levels' BatchNorms, and the head
-        and final norm, so every remaining parameter gets a gradient (DistributedDataParallel)."""
-        if indices is None:
-            indices = [0, 1, 2, 3]
-        elif isinstance(indices, int):
-            indices = list(range(4 - indices, 4))
-        indices = sorted({i % 4 for i in indices})
+        """Drop what ``forward_intermediates(indices)`` does not use (timm's features_only calls this), so every
+        remaining parameter gets a gradient (DistributedDataParallel). With the pyramid: the 1/4 level's ConvT,
+        c1 projection and BatchNorm unless level 0 is kept and the other levels' BatchNorms. A classifier: the
+        blocks after the last index, with the conv-branch interactions and gates that only fed them. Both: the
+        head (``prune_head``) and the final norm (``prune_norm``)."""
         if self.dense_outputs:
+            indices = _pyramid_levels(indices)
             for i in range(4):
                 if i not in indices:
                     self.pyramid_norms[i] = nn.Identity()
             if 0 not in indices:
                 self.pyramid_up = self.spm.proj_c1 = None
+        else:
+            indices, max_index = feature_take_indices(len(self.blocks), indices)
+            self.blocks = self.blocks[:max_index + 1]
+            if self.conv_branch:
+                groups = max_index // self.blocks_per_interaction + 1
+                self.mrfp, self.interactions = self.mrfp[:groups], self.interactions[:groups]
+                last = self.interactions[-1]
+                if last.with_to_conv:  # its tokens->conv update fed only the pruned groups
+                    last.with_to_conv = False
+                    del last.norm_c, last.proj_c
         if prune_norm:
             self.norm = nn.Identity()
         if prune_head:
@@ -428,9 +553,10 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: VisionMamba
 
 
 def _create(variant: str, pretrained: bool = False, **kwargs) -> VisionMambaMixer:
-    if kwargs.get("features_only"):
+    if kwargs.get("features_only") and kwargs.get("conv_branch", True):
         kwargs.setdefault("dense_outputs", True)
-    out_indices = kwargs.pop("out_indices", (0, 1, 2, 3))
+    # the 4 pyramid levels, or without the pyramid (the *_noconv ablations) the last 4 blocks
+    out_indices = kwargs.pop("out_indices", (0, 1, 2, 3) if kwargs.get("dense_outputs") else 4)
     return build_model_with_cfg(VisionMambaMixer, variant, pretrained, pretrained_filter_fn=checkpoint_filter_fn,
                                 feature_cfg=dict(out_indices=out_indices, feature_cls="getter"), **kwargs)
 

@@ -47,10 +47,8 @@ FAMILIES = [
            ((40, 32), r'multiples of patch_size 16.*\(40, 32\)')),
     Family(r'^svi(m2|qs)_scifar$', dict(_SVIM2_SMALL, img_size=8), ((8, 8), (6, 10)),
            ((0, 8), r'positive multiples of patch_size 1.*\(0, 8\)')),
-    # ViM2/ViQS build their feature pyramid from the conv branch: the *_noconv ablations have none
-    Family(r'^s?vi(m2|qs)_.*noconv', _VIM2_SMALL, ((64, 64), (64, 96)), _VIM2_BAD,
-           no_feature_maps=r'dense_outputs needs conv_branch=True'),
-    Family(r'^s?vi(m2|qs)_', _VIM2_SMALL, ((64, 64), (64, 96)), _VIM2_BAD, intermediates=dict(dense_outputs=True)),
+    # ViM2/ViQS features_only: the conv branch's 4-level pyramid; the *_noconv ablations (no conv branch): blocks
+    Family(r'^s?vi(m2|qs)_', _VIM2_SMALL, ((64, 64), (64, 96)), _VIM2_BAD),
     Family(r'^(deit|vit)_.*patch(8|16).*_ssm2d$', dict(embed_dim=32, depth=2, num_heads=2, **_SSM2D_SMALL),
            ((64, 64), (48, 80))),
     Family(r'^(deit|vit)_.*_ssm2d$', dict(embed_dim=32, depth=2, num_heads=2, **_SSM2D_SMALL)),
@@ -159,7 +157,7 @@ def test_features_only_shapes_and_strides(name):
         with pytest.raises(ValueError, match=family(name).no_feature_maps):
             _create(name, features_only=True)
         return
-    info = _built(name).feature_info
+    info = _create(name, features_only=True, out_indices=(0,)).feature_info.info  # every level the backbone has
     size = family(name).sizes[1]
     every = tuple(range(len(info)))  # every level, so no weight may go unused (DistributedDataParallel)
     for out_indices in (every, every[-1:]):
@@ -237,6 +235,12 @@ def test_reset_classifier(name):
         assert model(x).shape == (2, 7)
         model.reset_classifier(0)
         assert model(x).shape == (2, model.num_features)
+    # the new head lives on the model's device and dtype, in its train/eval mode
+    model.to(torch.float64).reset_classifier(3)
+    head = model.get_classifier()
+    assert head.weight.dtype == torch.float64 and not any(m.training for m in model.modules())
+    model.train().reset_classifier(2)
+    assert model.get_classifier().training
 
 
 @pytest.mark.parametrize('name', MODELS)
@@ -259,3 +263,23 @@ def test_no_weight_decay_covers_ssm_parameters(name):
     optimizer = create_optimizer_v2(model, 'adamw', lr=1e-3, weight_decay=0.05)
     decayed = {id(p) for g in optimizer.param_groups if g['weight_decay'] > 0 for p in g['params']}
     assert decayed and not any(id(params[n]) in decayed for n in ssm_names)
+
+
+# torch.fx (timm's FX feature extraction, torchvision's create_feature_extractor): the model files register their
+# shape-dependent steps with timm's notrace registry. Families whose files do not yet:
+_FX_PENDING = {r'^(essm|myo|mega)': 'input checks and shape-dependent code not yet registered with timm notrace (issue 13)'}
+
+
+@pytest.mark.parametrize('name', MODELS)
+def test_fx_trace_equals_eager(name):
+    from timm.models import create_feature_extractor, get_graph_node_names
+
+    for pattern, reason in _FX_PENDING.items():
+        if re.search(pattern, name):
+            pytest.xfail(reason)
+    model = _built(name).eval()
+    x = _input(model, family(name).sizes[1], batch=2)
+    _, eval_nodes = get_graph_node_names(model)
+    traced = create_feature_extractor(model, return_nodes=[eval_nodes[-1]]).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(next(iter(traced(x).values())), model(x), rtol=1e-4, atol=1e-5)

@@ -36,11 +36,12 @@ __all__ = ["MODELS", "ViM2", "ViQS", "SwinSSM2D", "ESSM2D", "MyoNet", "TimmNoDec
 # layouts offline), MMPretrain base classes and registries; configs: configs_mmpretrain/ssm2d/.
 
 import os  # noqa: E402
+import pickle  # noqa: E402
 from typing import Dict, List, Optional, Sequence, Tuple  # noqa: E402
 
 import torch  # noqa: E402
 from mmengine.evaluator import BaseMetric  # noqa: E402
-from mmengine.fileio import exists, get_text, join_path, list_dir_or_file  # noqa: E402
+from mmengine.fileio import exists, get, get_text, join_path, list_dir_or_file  # noqa: E402
 from mmpretrain.datasets import CIFAR100, BaseDataset, MultiLabelDataset  # noqa: E402
 from mmpretrain.models import TimmClassifier  # noqa: E402
 from mmpretrain.registry import DATASETS, METRICS  # noqa: E402
@@ -84,7 +85,20 @@ class LocalCIFAR100(CIFAR100):
             if not exists(path):
                 raise FileNotFoundError(f'CIFAR-100 file {path} not found: data_root must hold '
                                         f'{self.base_folder}/{{train,test,meta}} (the unpacked official archive)')
-        return super().load_data_list()
+        try:
+            return super().load_data_list()
+        except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError, AttributeError) as error:
+            # CIFAR10.load_data_list unpickles the files without naming them: find the one that does not read
+            for name in (self.split, self.meta['filename']):
+                path = join_path(root, self.base_folder, name)
+                try:
+                    entry = pickle.loads(get(path), encoding='latin1')
+                    if not isinstance(entry, dict):
+                        raise TypeError(f'a pickled {type(entry).__name__}')
+                except Exception as cause:  # noqa: BLE001 (any unreadable content: report the file)
+                    raise ValueError(f'CIFAR-100 file {path} is not an official CIFAR-100 python pickle (a dict): '
+                                     f'{type(cause).__name__}: {cause}') from error
+            raise
 
 
 @DATASETS.register_module()

@@ -373,6 +373,9 @@ class _TimmBackbone(BaseModule):
         if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[1] != self.in_chans or min(x.shape[-2:]) < 1:
             got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"x must have shape (B, {self.in_chans}, H, W) with H, W >= 1, got {got}")
+        if not x.is_floating_point():
+            raise ValueError(f"x must be a floating-point image batch (the data preprocessor's normalised output), "
+                             f"got {x.dtype}")
         height, width = x.shape[-2:]
         pad_h, pad_w = -height % self.pad_size_divisor, -width % self.pad_size_divisor
         if pad_h or pad_w:

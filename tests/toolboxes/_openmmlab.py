@@ -50,3 +50,64 @@ def build(path: Path):
     model = MODELS.build(cfg.model)
     model.init_weights()
     return cfg, model.eval()
+
+
+# ---- tiny multi-process / resume runs (test_distributed.py, test_resume.py) ---------------------------------------
+
+MMPRETRAIN_VIM2 = REPO / "configs_mmpretrain" / "vim2" / "vim2-t_8xb128_in1k.py"
+MMDET_VIM2 = REPO / "configs_mmdet" / "vim2" / "mask-rcnn_vim2-t_fpn_1x_coco.py"
+MMSEG_VIM2 = REPO / "configs_mmseg" / "vim2" / "upernet_vim2-t_4xb4-160k_ade20k-512x512.py"
+# ViM2's classes at a test size (the main job's backbone, narrower and shallower): same code paths, BatchNorms in the
+# conv branch (SPM) and the multi-resolution gate, and in the 4-level pyramid of the dense backbones
+TINY_VIM2 = dict(embed_dim=32, depth=2, n_interactions=1, spm_inplanes=16, mrfp_ratio=0.5)
+TINY_WIDTH = TINY_VIM2["embed_dim"]
+
+
+def tiny_vim2_options(prefix: str) -> list:
+    """``<prefix>.<kwarg>=<value>`` for TINY_VIM2 (prefix ``model`` for the classifier, ``model.backbone`` else)."""
+    return [f"{prefix}.{key}={value}" for key, value in TINY_VIM2.items()]
+
+
+def tiny_mask_rcnn_options() -> list:
+    """Mask R-CNN's neck and heads at TINY_WIDTH channels (as the main job's MASK_RCNN_WIDTH, narrower)."""
+    w = TINY_WIDTH
+    return [f"model.neck.in_channels=[{w},{w},{w},{w}]", f"model.neck.out_channels={w}",
+            f"model.rpn_head.in_channels={w}", f"model.rpn_head.feat_channels={w}",
+            f"model.roi_head.bbox_roi_extractor.out_channels={w}", f"model.roi_head.bbox_head.in_channels={w}",
+            "model.roi_head.bbox_head.fc_out_channels=64", f"model.roi_head.mask_roi_extractor.out_channels={w}",
+            f"model.roi_head.mask_head.in_channels={w}", f"model.roi_head.mask_head.conv_out_channels={w}"]
+
+
+def tiny_upernet_options() -> list:
+    w = TINY_WIDTH
+    return [f"model.decode_head.in_channels=[{w},{w},{w},{w}]", "model.decode_head.channels=32",
+            f"model.auxiliary_head.in_channels={w}", "model.auxiliary_head.channels=16"]
+
+
+def deterministic_mmpretrain_config(folder: Path, image_size: int = 32) -> Path:
+    """A config that derives from the ViM2-T ImageNet config and only replaces its training pipeline by one without
+    random transforms (resize the short edge, centre crop: the test pipeline's steps), so that an image becomes the
+    same tensor in every process and after a resume (mmengine does not save the RNG state; RandAugment, random
+    crops, flips and erasing draw from it). With ``mmpretrain_tiny_options(image_size=image_size)``."""
+    path = Path(folder) / "vim2_deterministic_pipeline.py"
+    path.write_text(
+        f"_base_ = [{str(MMPRETRAIN_VIM2)!r}]\n"
+        "train_dataloader = dict(dataset=dict(pipeline=[\n"
+        "    dict(type='LoadImageFromFile'),\n"
+        f"    dict(type='ResizeEdge', scale={image_size}, edge='short', backend='pillow', interpolation='bicubic'),\n"
+        f"    dict(type='CenterCrop', crop_size={image_size}),\n"
+        "    dict(type='PackInputs')]))\n")
+    return path
+
+
+def checkpoint_state(path: Path) -> dict:
+    """The ``state_dict`` of an mmengine checkpoint (weights and buffers), as float64 tensors."""
+    import torch
+
+    state = torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
+    return {key: value.double() for key, value in state.items() if value.is_floating_point()}
+
+
+def max_abs_difference(a: dict, b: dict) -> float:
+    assert sorted(a) == sorted(b), sorted(set(a) ^ set(b))
+    return max(float((a[key] - b[key]).abs().max()) for key in a)

@@ -8,7 +8,8 @@ builds), not in how a classifier is trained. A train.py imports it after putting
 The hparams contract (keys this module reads; the recipe READMEs repeat it):
 
     model            the nn.Module (``!new:`` / ``!apply:timm.create_model``), called as
-                     ``model(x)``, or ``model(x, padding_mask=mask)`` on padded token batches (see mask_padding),
+                     ``model(x)`` (x: (B, L, C) float, (B, L) token ids, or (B, C, H, W) with ``as_image``),
+                     or ``model(x, padding_mask=mask)`` on padded token batches (see mask_padding),
                      ``model(x, x2, padding_mask=..., padding_mask2=...)`` for pair tasks (items with an ``x2``)
     modules          {model: <model>}
     opt_class        !name:torch.optim.AdamW (hyperparameters that every group shares)
@@ -26,6 +27,8 @@ The hparams contract (keys this module reads; the recipe READMEs repeat it):
     epoch_counter, checkpointer, train_logger   SpeechBrain's own
     limit_train_batches   optional float in (0, 1]: each epoch draws this fraction of the training set at
                      random (the released Path-X config: 0.5)
+    max_grad_norm    SpeechBrain's run option (default 5.0), here applied to the gradients of *all* parameter
+                     groups (SpeechBrain clips the first group only); .inf: no clipping (eSSM), 1.0: Mega
 """
 import json
 import os
@@ -50,6 +53,8 @@ class SequenceClassifierBrain(sb.Brain):
 
     def _input(self, padded):
         x, lengths = padded
+        if x.dim() == 4:  # (B, C, H, W) images (``as_image``): never padded
+            return x, None
         mask = padding_mask_from_lengths(lengths, x.shape[1])
         return x, (mask if bool(mask.any()) else None)
 
@@ -91,12 +96,21 @@ class SequenceClassifierBrain(sb.Brain):
         self.lr_scheduler = make_scheduler(self.optimizer) if make_scheduler is not None else None
         if self.checkpointer is not None:
             self.checkpointer.add_recoverable("optimizer", self.optimizer)
-            if self.lr_scheduler is not None:
+            if hasattr(self.lr_scheduler, "step_update"):  # timm: state_dict() but no SpeechBrain hooks
                 self.checkpointer.add_recoverable(
                     "lr_scheduler", self.lr_scheduler,
                     custom_save_hook=lambda obj, path: torch.save(obj.state_dict(), path),
                     custom_load_hook=lambda obj, path, *args, **kwargs: obj.load_state_dict(
                         torch.load(path, weights_only=False)))
+            elif self.lr_scheduler is not None:
+                self.checkpointer.add_recoverable("lr_scheduler", self.lr_scheduler)
+
+    def optimizers_step(self):
+        """SpeechBrain clips ``param_groups[0]`` only; with several groups (two learning rates) clip them all."""
+        if not self.scaler.is_enabled():  # under AMP SpeechBrain unscales first; its own clip then applies
+            params = [p for group in self.optimizer.param_groups for p in group["params"]]
+            torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
+        super().optimizers_step()
 
     def on_fit_batch_end(self, batch, outputs, loss, should_step):
         if should_step and self.lr_scheduler is not None and self.hparams.lr_scheduler_interval == "step":
@@ -169,11 +183,11 @@ def run(hparams, run_opts, datasets, collate_fn, extra_results=None):
     return brain
 
 
-def main(dataio_prep, result_keys=()):
+def main(dataio_prep, result_keys=(), argv=None):
     """A recipe's command line: ``train.py hparams.yaml [--key=value ...]`` -> experiment folder, datasets from
     ``dataio_prep(hparams)``, :func:`run` (the batches padded by SpeechBrain's ``PaddedBatch``); ``result_keys``:
-    hparams copied into test_stats.json."""
-    hparams_file, run_opts, overrides = sb.parse_arguments(sys.argv[1:])
+    hparams copied into test_stats.json; ``argv``: the arguments (default ``sys.argv[1:]``)."""
+    hparams_file, run_opts, overrides = sb.parse_arguments(sys.argv[1:] if argv is None else argv)
     sb.utils.distributed.ddp_init_group(run_opts)
     with open(hparams_file) as fin:
         hparams = load_hyperpyyaml(fin, overrides)

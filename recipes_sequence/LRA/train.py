@@ -56,7 +56,7 @@ def dataio_prep(hparams):
     if task == "image":
         (images, labels), test = (load_cifar10(root, split, grayscale=True) for split in ("train", "test"))
         train_idx, valid_idx = train_valid_split(len(labels), hparams["valid_fraction"], hparams["split_seed"])
-        common = dict(order="row", mean=hparams["mean"], std=hparams["std"])
+        common = dict(order="row", mean=hparams["mean"], std=hparams["std"], as_image=hparams.get("as_image", False))
         return {"train": SequentialImages(images[train_idx], labels[train_idx], augment=hparams["augment"],
                                           prefix="train_", **common),
                 "valid": SequentialImages(images[valid_idx], labels[valid_idx], prefix="valid_", **common),

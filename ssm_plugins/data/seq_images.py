@@ -67,7 +67,7 @@ def read_idx(path: os.PathLike) -> np.ndarray:
     data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
     if data.size != int(np.prod(dims)):
         raise ValueError(f"{path}: header says shape {dims} ({int(np.prod(dims))} values), file has {data.size}")
-    return data.reshape(dims)
+    return data.reshape(dims).copy()  # writable (torch.from_numpy of a read-only buffer warns)
 
 
 def write_idx(path: os.PathLike, array: np.ndarray) -> None:
@@ -189,11 +189,13 @@ class SequentialImages(torch.utils.data.Dataset):
         pad_to: zero-pad each image symmetrically to ``pad_to`` x ``pad_to`` before ordering (zMNIST: 32).
         augment: RandomCrop(size, padding 4, symmetric) + RandomHorizontalFlip (LRA-Image / sCIFAR, spec §2.1).
         seed: the seed of ``order='permuted'``.
+        as_image: items hold the normalised (C, H, W) image instead (row order only; models that take images,
+            e.g. Mega-ISO).
     """
 
     def __init__(self, images: np.ndarray, labels: np.ndarray, order="row", mean: Sequence[float] = (0.,),
                  std: Sequence[float] = (1.,), pad_to: Optional[int] = None, augment: bool = False,
-                 seed: Optional[int] = None, prefix: str = ""):
+                 seed: Optional[int] = None, prefix: str = "", as_image: bool = False):
         if images.ndim != 4 or len(images) != len(labels):
             raise ValueError(f"images must be (N, H, W, C) with one label each, got {images.shape}, {labels.shape}")
         channels = images.shape[-1]
@@ -220,6 +222,10 @@ class SequentialImages(torch.utils.data.Dataset):
             self.augment = v2.Compose([v2.RandomCrop(height, padding=4, padding_mode="symmetric"),
                                        v2.RandomHorizontalFlip()])
         self.prefix = prefix
+        if as_image and (not isinstance(order, str) or order != "row"):
+            raise ValueError(f"as_image needs order='row', got {order!r}")
+        self.as_image = as_image
+        self.shape = (channels, height, width)
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -230,9 +236,9 @@ class SequentialImages(torch.utils.data.Dataset):
             image = torch.nn.functional.pad(image, (self.pad,) * 4)
         if self.augment is not None:
             image = self.augment(image)
-        x = image.flatten(1).float().div_(255.0)  # (C, H*W) row-major
-        x = ((x - self.mean) / self.std)[:, self.order]
-        return {"id": f"{self.prefix}{index}", "x": x.t().contiguous(), "label": self.labels[index]}
+        x = (image.flatten(1).float().div_(255.0) - self.mean) / self.std  # (C, H*W) row-major
+        x = x.reshape(self.shape) if self.as_image else x[:, self.order].t().contiguous()
+        return {"id": f"{self.prefix}{index}", "x": x, "label": self.labels[index]}
 
 
 # ---- tiny generated files in the official formats -------------------------------------------------------------

@@ -1,0 +1,212 @@
+"""The sequence-classification recipes (issue 11): LRA/ and sequential_images/ train.py with their hparams files.
+
+On tiny files the project generates in the official formats (``ssm_plugins.data.lra`` / ``seq_images``):
+one short end-to-end run per recipe family that must learn above chance (ListOps, sMNIST), and every eSSM / Mega
+hparams file builds its model and runs one training, valid and test batch (SpeechBrain's ``--debug`` mode). The
+readers, tokenisers and pixel orders are checked against the formats' definitions.
+"""
+import gzip
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from ssm_plugins.data import lra
+from ssm_plugins.data.seq_images import (load_cifar10, load_mnist, pixel_order, read_idx, seq_images,
+                                         write_idx, SequentialImages)
+
+ROOT = Path(__file__).resolve().parents[2] / "recipes_sequence"
+TINY = ["--d_model=16", "--depth=1", "--d_state=16", "--n_heads=4", "--num_workers=0"]
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
+
+def _train_module(recipe):
+    spec = importlib.util.spec_from_file_location(f"train_{recipe}", ROOT / recipe / "train.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(recipe, hparams, data, out, *overrides, result_keys=()):
+    """train.py's command line in this process; returns test_stats.json."""
+    module = _train_module(recipe)
+    module.main(module.dataio_prep, result_keys=result_keys,
+                argv=[str(ROOT / recipe / "hparams" / hparams), f"--data_folder={data}",
+                      f"--output_folder={out}", *overrides])
+    return json.loads((Path(out) / "test_stats.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def lra_root(tmp_path_factory):
+    return lra.lra(tmp_path_factory.mktemp("data") / "lra")
+
+
+@pytest.fixture(scope="module")
+def images_root(tmp_path_factory):
+    return seq_images(tmp_path_factory.mktemp("data") / "seq_images")
+
+
+# ---- formats ----------------------------------------------------------------------------------------------------
+
+
+def test_listops_tokens_and_labels_follow_the_lra_format(lra_root):
+    source = "( ( ( [MAX 2 ) ( ( ( [MIN 7 ) 3 ) ] ) ) ] )"
+    ids = lra.tokenize_listops(source)
+    assert [lra.LISTOPS_VOCAB[i] for i in ids] == ["[MAX", "2", "[MIN", "7", "3", "]", "]"]
+    assert len(lra.LISTOPS_VOCAB) == 17 and lra.LISTOPS_VOCAB[0] == "<pad>"
+    header, first = (lra_root / "lra_release/listops-1000/basic_train.tsv").read_text().splitlines()[:2]
+    assert header == "Source\tTarget"
+    # the generated labels are the values of the expressions: evaluate the first one independently
+    tokens = first.split("\t")[0].replace("(", " ").replace(")", " ").split()
+    ops = {"[MIN": min, "[MAX": max, "[MED": lambda v: int(np.median(v)), "[SM": lambda v: sum(v) % 10}
+
+    def evaluate(pos):
+        op, values, pos = tokens[pos], [], pos + 1
+        while tokens[pos] != "]":
+            if tokens[pos] in ops:
+                value, pos = evaluate(pos)
+            else:
+                value, pos = int(tokens[pos]), pos + 1
+            values.append(value)
+        return ops[op](values), pos + 1
+
+    assert evaluate(0)[0] == int(first.split("\t")[1])
+    examples = lra.read_listops(lra_root, "valid")
+    assert len(examples) == 100 and all(0 <= label < 10 for _, label in examples)
+    assert len(lra.read_listops(lra_root, "train", max_length=5)[0][0]) <= 5
+
+
+def test_byte_level_text_and_aan_pairs(lra_root):
+    ids = lra.encode_bytes("Ab\u00e9", max_length=10)
+    assert ids.tolist() == [ord("A") + 1, ord("b") + 1, 0xC3 + 1, 0xA9 + 1]  # UTF-8 bytes + 1, 0 = padding
+    assert int(ids.max()) < lra.BYTE_VOCAB_SIZE
+    train = lra.read_imdb(lra_root, "train")
+    assert len(train) == 160 and {label for _, label in train} == {0, 1}
+    pairs = lra.read_aan(lra_root, "test")
+    assert len(pairs) == 40 and {p[2] for p in pairs} == {0, 1}
+    fields = (lra_root / "lra_release/tsv_data/new_aan_pairs.test.tsv").read_text().splitlines()[0].split("\t")
+    assert len(fields) == 5 and fields[0] in ("0.0", "1.0")
+
+
+def test_pathfinder_metadata_and_images(lra_root):
+    paths, labels = lra.read_pathfinder(lra_root, "pathfinder")
+    assert len(paths) == 200 and set(labels.tolist()) == {0, 1} and all(p.is_file() for p in paths)
+    item = lra.PathfinderImages(paths[:1], labels[:1])[0]
+    assert item["x"].shape == (1024, 1) and -1.0 <= float(item["x"].min()) and float(item["x"].max()) <= 1.0
+    assert lra.PathfinderImages(*lra.read_pathfinder(lra_root, "pathx"))[0]["x"].shape == (16384, 1)
+    splits = lra.split_indices(200, (0.8, 0.1, 0.1), seed=42)
+    assert sorted(np.concatenate(list(splits.values())).tolist()) == list(range(200))
+    with pytest.raises(FileNotFoundError, match="data_folder"):
+        lra.read_pathfinder(lra_root / "aclImdb", "pathfinder")
+
+
+def test_idx_round_trip_gz_and_bad_magic(tmp_path, images_root):
+    array = np.arange(24, dtype=np.uint8).reshape(2, 3, 4)
+    for name in ("a-idx3-ubyte", "a-idx3-ubyte.gz"):
+        write_idx(tmp_path / name, array)
+        np.testing.assert_array_equal(read_idx(tmp_path / name), array)
+    raw = gzip.decompress((images_root / "mnist/train-labels-idx1-ubyte.gz").read_bytes())
+    assert raw[:4] == b"\x00\x00\x08\x01"  # the official labels file header
+    (tmp_path / "bad").write_bytes(b"\x00\x00\x09\x01" + b"\x00" * 8)
+    with pytest.raises(ValueError, match="not a uint8 IDX"):
+        read_idx(tmp_path / "bad")
+    images, labels = load_mnist(images_root / "mnist", "train")
+    assert images.shape == (300, 28, 28, 1) and images.dtype == np.uint8 and labels.shape == (300,)
+    with pytest.raises(FileNotFoundError, match="data_folder"):
+        load_mnist(tmp_path, "test")
+
+
+def test_cifar10_pickles_and_grayscale(images_root):
+    images, labels = load_cifar10(images_root / "cifar10", "train")
+    assert images.shape == (300, 32, 32, 3) and set(labels.tolist()) == set(range(10))
+    gray, _ = load_cifar10(images_root / "cifar10", "train", grayscale=True)
+    expected = np.round(images[0].astype(np.float64) @ [0.2989, 0.5870, 0.1140])
+    np.testing.assert_allclose(gray[0, ..., 0], expected, atol=1)
+
+
+def test_pixel_orders():
+    grid = torch.arange(16).reshape(4, 4)
+    assert pixel_order(4, 4, "row").tolist() == list(range(16))
+    assert grid.flatten()[pixel_order(4, 4, "snake")].tolist()[:8] == [0, 1, 2, 3, 7, 6, 5, 4]
+    morton = grid.flatten()[pixel_order(4, 4, "morton")].tolist()
+    assert morton[:8] == [0, 1, 4, 5, 2, 3, 6, 7]  # 2x2 blocks first: each run of 4 leaves is a quadtree node
+    assert sorted(pixel_order(28, 28, "morton").tolist()) == list(range(784))
+    perm = pixel_order(28, 28, "permuted", seed=3)
+    assert torch.equal(perm, pixel_order(28, 28, "permuted", seed=3)) and sorted(perm.tolist()) == list(range(784))
+    with pytest.raises(ValueError, match="needs a seed"):
+        pixel_order(4, 4, "permuted")
+    with pytest.raises(ValueError, match="order must be one of"):
+        pixel_order(4, 4, "spiral")
+    images = np.arange(2 * 28 * 28, dtype=np.uint8).reshape(2, 28, 28, 1) % 251
+    padded = SequentialImages(images, np.array([0, 1]), order="morton", pad_to=32)[1]["x"]
+    assert padded.shape == (1024, 1) and float(padded[0]) == 0.0  # the zero border comes first in Z order
+
+
+# ---- end-to-end runs ------------------------------------------------------------------------------------------
+
+
+def test_listops_recipe_learns_above_chance(lra_root, tmp_path):
+    """ListOps (10 classes, the most frequent 13 %) in 8 epochs of a small eSSM on 400 generated expressions."""
+    stats = _run("LRA", "essm_listops.yaml", lra_root, tmp_path / "run",
+                 "--d_model=32", "--depth=2", "--d_state=32", "--n_heads=4", "--num_workers=0",
+                 "--number_of_epochs=8", "--batch_size=20", "--lr=0.005", "--lr_ssm=0.002", result_keys=("task",))
+    _, labels = zip(*lra.read_listops(lra_root, "test"))
+    majority = np.bincount(labels).max() / len(labels)
+    assert stats["task"] == "listops" and 1 <= stats["epochs"] <= 8  # the epoch of the best valid checkpoint
+    assert stats["test"]["accuracy"] > majority + 0.1, (stats, majority)
+    assert (tmp_path / "run" / "train_log.txt").read_text().count("valid accuracy") == 8
+
+
+def test_smnist_recipe_learns_above_chance(images_root, tmp_path):
+    """sMNIST (784-step pixel sequences, 10 balanced classes) in a short run of a small eSSM; psMNIST order."""
+    stats = _run("sequential_images", "essm_smnist.yaml", images_root / "mnist", tmp_path / "run",
+                 "--d_model=32", "--depth=2", "--d_state=32", "--n_heads=8", "--num_workers=0",
+                 "--number_of_epochs=6", "--batch_size=10", "--lr=0.01", "--lr_ssm=0.004", result_keys=("order",))
+    assert stats["order"] == "row" and stats["test"]["accuracy"] > 0.3, stats
+
+
+HPARAMS = sorted([("LRA", p.name) for p in (ROOT / "LRA" / "hparams").glob("essm_*.yaml")]
+                 + [pytest.param("LRA", "mega_iso_image.yaml", marks=pytest.mark.slow)]  # full size: 10 s
+                 + [("sequential_images", p.name)
+                    for p in (ROOT / "sequential_images" / "hparams").glob("essm_*.yaml")],
+                 key=lambda p: p.values if hasattr(p, "values") else p)
+DATA = {"essm_image.yaml": "cifar10", "mega_iso_image.yaml": "cifar10", "essm_text.yaml": ".",
+        "essm_smnist.yaml": "mnist", "essm_psmnist.yaml": "mnist", "essm_scifar.yaml": "cifar10"}
+
+
+@pytest.mark.parametrize("recipe,hparams", HPARAMS)
+def test_every_hparams_file_runs_one_batch(recipe, hparams, lra_root, images_root, tmp_path):
+    root = images_root if recipe == "sequential_images" else lra_root
+    data = root / DATA.get(hparams, "lra_release")
+    overrides = ["--num_workers=0"] if hparams.startswith("mega") else list(TINY)
+    stats = _run(recipe, hparams, data, tmp_path / "run", *overrides, "--batch_size=2",
+                 "--debug", "--debug_batches=1", "--debug_epochs=1")
+    assert 0.0 <= stats["test"]["accuracy"] <= 1.0 and np.isfinite(stats["test"]["loss"])
+    if hparams == "essm_psmnist.yaml":  # the permutation is saved with the run
+        perm = torch.load(tmp_path / "run" / "save" / "permutation.pt")
+        assert torch.equal(perm, pixel_order(28, 28, "permuted", seed=0))
+
+
+def test_two_learning_rates_reach_the_optimizer(lra_root, tmp_path):
+    """The recipe's optimizer has the paper's groups: SSM core at LR_SSM without decay, C at LR_other."""
+    module = _train_module("LRA")
+    sys.path.insert(0, str(ROOT))
+    from sequence_brain import SequenceClassifierBrain
+    from hyperpyyaml import load_hyperpyyaml
+
+    with open(ROOT / "LRA/hparams/essm_text.yaml") as f:
+        hparams = load_hyperpyyaml(f, {"data_folder": str(lra_root), "output_folder": str(tmp_path),
+                                       "d_model": 16, "depth": 1, "d_state": 16, "n_heads": 16})
+    brain = SequenceClassifierBrain(modules=hparams["modules"], opt_class=hparams["opt_class"], hparams=hparams,
+                                    checkpointer=hparams["checkpointer"])
+    brain.init_optimizers()
+    groups = {g["name"]: g for g in brain.optimizer.param_groups}
+    assert groups["ssm"]["lr"] == 0.001 and groups["ssm"]["weight_decay"] == 0.0
+    assert groups["ssm_other_lr"]["lr"] == 0.004 and groups["ssm_other_lr"]["weight_decay"] == 0.0
+    assert groups["decay"]["lr"] == 0.004 and groups["decay"]["weight_decay"] == 0.07
+    assert module.TASKS == ("listops", "text", "retrieval", "image", "pathfinder", "pathx")

@@ -17,12 +17,13 @@ import ssm_plugins  # noqa: F401  (registers the models)
 from ssm_plugins.layers import ESSM, ESSMBlock
 from ssm_plugins.layers.essm import (BatchNormNLC, essm_layer_param_count, hippo_diagonal_init,
                                      hippo_legs_normal)
-from ssm_plugins.models.essm import PAPER_RECIPES, ESSMSequence, essm_param_groups
+from ssm_plugins.models.essm import PAPER_RECIPES, ESSMRetrieval, ESSMSequence, essm_param_groups
 from ssm_plugins.ops import reference
 from _contract import assert_checkpoint_round_trip
 
 MODELS = timm.list_models(module='essm')
-REQUIRED = {'essm_scifar', 'essm_scifar_tiny', 'essm_lra_image', 'essm_smnist', 'essm_psmnist', 'essm_2d_tiny'}
+REQUIRED = {'essm_scifar', 'essm_scifar_tiny', 'essm_lra_image', 'essm_smnist', 'essm_psmnist', 'essm_2d_tiny',
+            'essm_listops', 'essm_text', 'essm_retrieval', 'essm_pathfinder', 'essm_pathx'}  # every Table 10 row
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -90,6 +91,18 @@ CONFIGS = {
     'essm_smnist_official': (4, 128, 64, 128, 0.1, True, 1, 'half_glu1'),
     'essm_psmnist': (4, 128, 8, 128, 0.15, True, 1, 'half_glu1'),
     'essm_psmnist_official': (4, 128, 8, 128, 0.15, True, 1, 'full_glu'),
+    'essm_pathfinder': (6, 192, 8, 256, 0.05, True, 1, 'half_glu1'),
+    'essm_pathfinder_official': (6, 256, 32, 256, 0.05, True, 1, 'half_glu1'),
+    'essm_pathx': (6, 192, 8, 256, 0.0, True, 1, 'half_glu1'),
+}
+# token tasks: (depth, H, S, N, dropout, prenorm, vocab, classes, glu, bidirectional, conj_sym) (Table 10 / §2.3)
+TOKEN_CONFIGS = {
+    'essm_listops': (6, 256, 4, 256, 0.0, False, 17, 10, 'half_glu1', False, True),
+    'essm_listops_official': (8, 128, 64, 256, 0.0, True, 17, 10, 'half_glu1', True, True),
+    'essm_text': (6, 256, 256, 256, 0.1, True, 257, 2, 'half_glu1', True, True),
+    'essm_text_official': (6, 128, 128, 128, 0.1, True, 257, 2, 'half_glu2', True, False),
+    'essm_retrieval': (6, 128, 64, 128, 0.0, True, 257, 2, 'half_glu1', True, True),
+    'essm_retrieval_official': (6, 64, 64, 128, 0.0, True, 257, 2, 'half_glu1', True, True),
 }
 
 
@@ -109,9 +122,63 @@ def test_registered_config_and_exact_parameter_count(name):
     assert layer.bidirectional and layer.conj_sym and layer.drop.p == drop and model.blocks[0].drop.p == drop
     assert isinstance(model.blocks[0].norm, BatchNormNLC)
     count = sum(p.numel() for p in model.parameters())
-    assert count == _sequence_param_count(depth, H, S, N, prenorm, in_chans, glu)
+    assert count == _sequence_param_count(depth, H, S, N, prenorm, in_chans, glu, model.num_classes)
     recipe = PAPER_RECIPES[name]
     assert set(recipe['lr_other_params']) <= {'B', 'C'} and recipe['lr_ssm'] > 0
+
+
+@pytest.mark.parametrize('name', sorted(TOKEN_CONFIGS))
+def test_token_task_configs_and_exact_parameter_count(name):
+    """§4.3 with an Embedding(vocab, H) encoder; Retrieval adds the Eq. 37 head Linear(4H, H) + Linear(H, 2)
+    instead of the Linear(H, classes) decoder."""
+    depth, H, S, N, drop, prenorm, vocab, classes, glu, bidirectional, conj_sym = TOKEN_CONFIGS[name]
+    model = timm.create_model(name, device='meta')
+    backbone = model.backbone if isinstance(model, ESSMRetrieval) else model
+    layer = backbone.blocks[0].ssm
+    assert len(backbone.blocks) == depth and backbone.prenorm == prenorm and backbone.vocab_size == vocab
+    assert isinstance(backbone.encoder, nn.Embedding) and backbone.encoder.num_embeddings == vocab
+    assert (layer.d_model, layer.n_heads, layer.d_state, layer.glu) == (H, S, N, glu)
+    assert (layer.bidirectional, layer.conj_sym, layer.drop.p) == (bidirectional, conj_sym, drop)
+    body = depth * essm_layer_param_count(H, N, S, glu) + vocab * H + (2 * H if prenorm else 0)
+    head = (4 * H * H + H + H * classes + classes) if isinstance(model, ESSMRetrieval) else H * classes + classes
+    assert sum(p.numel() for p in model.parameters()) == body + head
+    assert model.num_classes == classes and PAPER_RECIPES[name]['lr_ssm'] > 0
+    if name == 'essm_listops':  # the paper-text preset (A9): LeakyReLU before the mixer, C from HiPPO
+        assert layer.pre_act == 'leakyrelu' and layer.C_init == 'hippo'
+
+
+def test_token_encoder_one_hot_view_equals_embedding():
+    torch.manual_seed(0)
+    model = timm.create_model('essm_listops', d_model=16, depth=2, d_state=16, n_heads=4).eval()
+    ids = torch.randint(0, 17, (2, 9))
+    one_hot = F.one_hot(ids, 17).float()  # (B, L, vocab)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), model(one_hot))
+    assert model.in_chans == 17
+    with pytest.raises(ValueError, match=r'token ids\) must lie in \[0, 17\)'):
+        model(torch.tensor([[3, 17]]))
+    with pytest.raises(ValueError, match=r'\(B, L\)'):
+        model(torch.zeros(2, 3, 4, dtype=torch.long))
+
+
+def test_retrieval_head_is_eq37_on_length_aware_pools():
+    """Eq. 37: shared encoder, mean pool over each document's valid steps, [u1, u2, u1*u2, u1-u2] -> MLP."""
+    torch.manual_seed(0)
+    model = timm.create_model('essm_retrieval', d_model=16, depth=2, d_state=16, n_heads=4).eval()
+    x1, x2 = torch.randint(1, 257, (2, 12)), torch.randint(1, 257, (2, 7))
+    with torch.no_grad():
+        u1 = model.backbone.forward_features(x1).mean(1)
+        u2 = model.backbone.forward_features(x2).mean(1)
+        z = model.pre_logits[1](model.pre_logits[0](torch.cat([u1, u2, u1 * u2, u1 - u2], -1)))
+        torch.testing.assert_close(model(x1, x2), model.head(z))
+        # padding x2 to 12 steps with a mask gives the unpadded result (the mask reaches the blocks and pools)
+        padded = torch.cat([x2, torch.zeros(2, 5, dtype=torch.long)], 1)
+        mask = torch.arange(12)[None].expand(2, -1) >= 7
+        torch.testing.assert_close(model(x1, padded, padding_mask2=mask), model(x1, x2), rtol=1e-4, atol=1e-5)
+        stacked = torch.stack([x1, padded], 1)  # the pair in dim 1: one tensor
+        torch.testing.assert_close(model(stacked), model(x1, padded))
+    assert model.in_chans == 2 * 257 and isinstance(model.pre_logits[1], nn.GELU)
+    assert model.pre_logits[0].in_features == 4 * 16 and model.head.out_features == 2
 
 
 def test_sc35_parameter_count_within_3_percent_of_paper():

@@ -93,6 +93,14 @@ def essm_param_groups(
             for k, params in groups.items() if params]
 
 
+def _new_head(in_features: int, num_classes: int, like: torch.Tensor, training: bool) -> nn.Module:
+    """Linear(in_features, num_classes) (Identity for 0 classes) on ``like``'s device and dtype, in the given
+    train/eval mode: what ``reset_classifier`` puts on an already moved / switched model."""
+    head = nn.Linear(in_features, num_classes, device=like.device, dtype=like.dtype) if num_classes > 0 \
+        else nn.Identity()
+    return head.train(training)
+
+
 def _block_kwargs(kwargs: Dict[str, Any]) -> Dict[str, Any]:
     return {k: kwargs[k] for k in _SSM_OPTIONS if k in kwargs}
 
@@ -200,8 +208,7 @@ class ESSMSequence(nn.Module):
             if global_pool not in ('avg', ''):
                 raise ValueError(f"global_pool must be 'avg' or '', got {global_pool!r}")
             self.global_pool = global_pool
-        dd = {'device': self.encoder.weight.device, 'dtype': self.encoder.weight.dtype}
-        self.head = nn.Linear(self.num_features, num_classes, **dd) if num_classes > 0 else nn.Identity()
+        self.head = _new_head(self.num_features, num_classes, self.encoder.weight, self.training)
 
     def _embed(self, x: torch.Tensor) -> Tuple[torch.Tensor, Optional[Tuple[int, int]]]:
         """Pixel sequence (row-major) or sequence -> encoded (B, L, H); also the image grid (or None)."""
@@ -368,9 +375,7 @@ class ESSMRetrieval(nn.Module):
         if global_pool not in (None, 'avg'):
             raise ValueError(f"global_pool must be 'avg', got {global_pool!r}")
         self.num_classes = num_classes
-        weight = self.pre_logits[0].weight
-        self.head = nn.Linear(self.num_features, num_classes, device=weight.device, dtype=weight.dtype) \
-            if num_classes > 0 else nn.Identity()
+        self.head = _new_head(self.num_features, num_classes, self.backbone.encoder.weight, self.training)
 
     def _split(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """The stacked pair -> the two documents (token ids (B, L) or one-hot (B, V, H, W) / (B, L, V))."""
@@ -588,6 +593,8 @@ class ESSMBackbone2D(nn.Module):
     def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
         self.num_classes = num_classes
         self.head.reset(num_classes, pool_type=global_pool)
+        weight = self.patch_embed.proj.weight
+        self.head.to(device=weight.device, dtype=weight.dtype).train(self.training)
 
     def _embed(self, x: torch.Tensor) -> torch.Tensor:
         if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[1] != self.in_chans or min(x.shape[2:]) < 1:

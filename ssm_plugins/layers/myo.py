@@ -170,8 +170,8 @@ class MyoSSM(nn.Module):
     def edge_weights(self, depth: int, arity: int) -> torch.Tensor:
         """b (P_c, depth-1): b_{n,ℓ} = -exp(λ_n Δ_n s_ℓ)/(k_max+1), Re λ clipped to <= -1e-4 (§2.6, A5).
 
-        Complex64 (complex128 for a float64 model), or real -|ρ|/(k_max+1) when ``real``. Every |b| < 1/(k_max+1): T is strictly diagonally
-        dominant for any parameter values.
+        Complex64 (complex128 for a float64 model), or real -|ρ|/(k_max+1) when ``real``. Every
+        |b| < 1/(k_max+1): T is strictly diagonally dominant for any parameter values.
         """
         # float32 (float64 for a double model) whatever the parameters' dtype: the solve never runs in bf16/fp16
         dtype = torch.float64 if self.log_step.dtype == torch.float64 else torch.float32

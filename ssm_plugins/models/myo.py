@@ -1,18 +1,27 @@
-""" Myosotis (Myo) image models
+""" Myosotis (Myo) sequence and image models
 
-A PyTorch impl of the image models of:
+A PyTorch impl of the models of:
   * `Myosotis: structured computation for attention like layer` (E. Egorov, H. Ackermann, M. Nagel, H. Cai),
     spec ``myosotis.md`` §3, §4.3, §7.
 
-  * ``myopix_zcifar`` (§7.3, the paper's zCIFAR model): the S5 architecture with Myo blocks. Pixels are the
-    leaves of a ceil quadtree (raster order; the grid pyramid equals Morton-ordered leaves, §2.3), virtual
-    nodes are persistent tokens (learned per-level inputs, initialised to 0, A7), 6 x ``MyoBlock`` with
-    H = 512, P = 384, J = 3, readout = mean over the top ``readout_levels`` levels (default all, A8) + linear.
+  * ``MyoSequence`` (§3 ``MyoClassifier``, §4): the S5 architecture with Myo blocks on a tree over the input:
+    encoder (Linear, or nn.Embedding for tokens) on the leaves, virtual nodes as persistent tokens (learned
+    per-level inputs, initialised to 0, A7), ``depth`` x ``MyoBlock``, readout = mean over the top
+    ``readout_levels`` levels (default all, A8; padding masked) + linear. Perfect trees pad as the paper does
+    (784 -> 1024, 2000 -> 2048, 28 x 28 -> 32 x 32), ``tree="ceil"`` needs no padding. The paper's tasks, with
+    S5's per-task configs (§4.3; training settings in ``PAPER_RECIPES``, optimizer groups ``myo_param_groups``):
+    ``myo_smnist`` / ``myo_scifar`` (snake order, 4-ary), ``myo_zmnist`` / ``myo_zcifar`` (Morton order =
+    quadtree), ``myo_listops`` (tokens, binary), ``myo_pathfinder`` / ``myo_pathx`` (row-major pixels, binary).
+  * ``myopix_zcifar`` (§7.3, the paper's zCIFAR model as a pixel model): ``MyoPix``, a MyoSequence on the ceil
+    quadtree of any image size (raster-ordered pixels; the grid pyramid equals Morton-ordered leaves, §2.3),
+    H = 512, P = 384, J = 3.
   * ``myonet_tiny / small / base`` (§7.3, [X], no paper numbers): 4-stage hierarchical backbones (stem 4x4/4 conv
     + LN, 2x2/2 conv + LN downsampling, blocks ``x += DropPath(MyoMixer2d(LN(x))); x += DropPath(MLP(LN(x)))``),
-    feature maps at reductions 4 / 8 / 16 / 32.
+    feature maps at reductions 4 / 8 / 16 / 32; ``forward_features`` NCHW (``output_fmt='NHWC'``: channels last).
 
 Any input size >= 1 px works (ceil quadtrees; the backbones pad the right / bottom border to the conv strides).
+The trees are built from Python ints (no tensor values read), so every model compiles with
+``torch.compile(fullgraph=True)``; the tree solve runs in float32 / complex64 under bf16 autocast or bf16 weights.
 No pretrained weights exist; load a local checkpoint with ``pretrained=True, pretrained_cfg_overlay=dict(file=path)``.
 """
 import contextlib
@@ -304,7 +313,8 @@ class MyoSequence(nn.Module):
         valid = None
         if padding_mask is not None:
             if not isinstance(padding_mask, torch.Tensor) or tuple(padding_mask.shape) != (batch, length):
-                got = tuple(padding_mask.shape) if isinstance(padding_mask, torch.Tensor) else type(padding_mask).__name__
+                got = (tuple(padding_mask.shape) if isinstance(padding_mask, torch.Tensor)
+                       else type(padding_mask).__name__)
                 raise ValueError(f'padding_mask must have shape (B, L) = {(batch, length)}, got {got}')
             valid = ~padding_mask.to(device=x.device, dtype=torch.bool)
         if leaves > length:
@@ -826,7 +836,8 @@ PAPER_RECIPES: Dict[str, Dict[str, Any]] = {
 
 @register_model
 def myopix_zcifar(pretrained: bool = False, **kwargs) -> MyoPix:
-    """The paper's zCIFAR model (Table 4: 93.4 %): S5 sCIFAR config (§4.3), ceil quadtree over the pixels (any size)."""
+    """The paper's zCIFAR model (Table 4: 93.4 %): S5 sCIFAR config (§4.3), ceil quadtree over the pixels (any
+    size)."""
     model_args = dict(img_size=32, num_classes=10, embed_dim=512, depth=6, state_size=384, blocks=3, dropout=0.1,
                       C_init='lecun_normal', glu='half_glu1')
     return _create(MyoPix, 'myopix_zcifar', pretrained, **dict(model_args, **kwargs))

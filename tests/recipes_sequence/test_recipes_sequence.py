@@ -210,3 +210,27 @@ def test_two_learning_rates_reach_the_optimizer(lra_root, tmp_path):
     assert groups["ssm_other_lr"]["lr"] == 0.004 and groups["ssm_other_lr"]["weight_decay"] == 0.0
     assert groups["decay"]["lr"] == 0.004 and groups["decay"]["weight_decay"] == 0.07
     assert module.TASKS == ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
+
+
+def test_cosine_schedule_is_the_official_warmup_cosine_clamped_at_zero(tmp_path):
+    """essm_retrieval.yaml's scheduler on the two LR groups: linear warmup from 0 over 1,000 steps, then HF's
+    ``get_cosine_schedule_with_warmup`` cosine to step 50,000, then 0 (spec A11: the HF curve would rise again)."""
+    from hyperpyyaml import load_hyperpyyaml
+
+    with open(ROOT / "LRA/hparams/essm_retrieval.yaml") as f:
+        hparams = load_hyperpyyaml(f, {"data_folder": str(tmp_path), "output_folder": str(tmp_path),
+                                       "d_model": 16, "depth": 1, "d_state": 16, "n_heads": 4})
+    model = hparams["model"]
+    optimizer = hparams["opt_class"](hparams["param_groups"](model))
+    base = [group["lr"] for group in optimizer.param_groups]
+    assert sorted(set(base)) == [0.001, 0.002]
+    scheduler = hparams["lr_scheduler"](optimizer)
+
+    def factor(step):
+        scheduler.step_update(step)
+        return [group["lr"] / b for group, b in zip(optimizer.param_groups, base)]
+
+    for step, expected in ((0, 0.0), (500, 0.5), (1000, 1.0), (25500, 0.5), (50000, 0.0), (70000, 0.0)):
+        np.testing.assert_allclose(factor(step), expected, atol=1e-9, err_msg=str(step))
+    hf = 0.5 * (1 + np.cos(np.pi * (12345 - 1000) / (50000 - 1000)))
+    np.testing.assert_allclose(factor(12345), hf, rtol=1e-9)

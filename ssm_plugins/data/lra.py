@@ -299,7 +299,8 @@ def _write_aan(folder: Path, rng: np.random.Generator, sizes: Dict[str, int]) ->
 
 
 def _path_image(rng: np.random.Generator, side: int, connected: bool) -> np.ndarray:
-    """Two dots; ``connected``: one dashed curve joins them, else each dot ends its own curve (distractors)."""
+    """Two dots and three dashed curves in both classes (so ink and dot counts tell nothing): ``connected``, one
+    curve joins the dots and two are distractors; else each dot ends its own curve, plus one distractor."""
     image = np.zeros((side, side), dtype=np.float32)
 
     def walk(start, steps):
@@ -310,17 +311,20 @@ def _path_image(rng: np.random.Generator, side: int, connected: bool) -> np.ndar
             points.append(pos.copy())
         return points
 
+    def start():
+        return rng.uniform(2, side - 3, size=2)
+
     steps = side // 2
-    a = rng.uniform(2, side - 3, size=2)
-    first = walk(a, steps)
-    curves = [first]
+    a = start()
+    curves = [walk(a, steps)]
     if connected:
-        ends = [a, first[-1]]
+        ends = [a, curves[0][-1]]
+        curves.append(walk(start(), steps))
     else:
-        b = rng.uniform(2, side - 3, size=2)
+        b = start()
         curves.append(walk(b, steps))
         ends = [a, b]
-    curves.append(walk(rng.uniform(2, side - 3, size=2), steps))  # a distractor in both classes
+    curves.append(walk(start(), steps))  # a distractor in both classes
     for curve in curves:
         for k, (y, x) in enumerate(curve):
             if k % 4 != 3:  # dashed, as the Pathfinder snakes
@@ -363,7 +367,7 @@ def lra(root: Optional[os.PathLike] = None, overwrite: bool = False) -> Path:
     """Tiny LRA-format files of every task, generated on first use into ``$SSM_PLUGINS_DATA/lra``:
     ``lra_release/{listops-1000, tsv_data, pathfinder32/..., pathfinder128/...}``, ``aclImdb/``, ``cifar10/``.
     ListOps expressions are real (evaluated labels); texts carry sentiment / topic words; Pathfinder images have
-    two dots joined (label 1) or not (label 0) by a dashed curve."""
+    two dots joined (label 1) or not (label 0) by a dashed curve, among three curves in both classes."""
     return generated(NAME, _write, root, overwrite)
 
 

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "device.h"
 #include "essm.h"
 
 namespace ssm_plugins {
@@ -29,8 +30,9 @@ __device__ inline int64_t lag_at(int64_t p, int64_t L, int64_t n_fft, bool bidir
 }
 
 template <typename T>
-__global__ void fwd_kernel(int64_t modes, int64_t L, int64_t n_fft, bool bidirectional, const T* g_re,
-                           const T* g_im, const T* z_re, const T* z_im, T* K) {
+__global__ void fwd_kernel(int64_t modes, int64_t L, int64_t n_fft, bool bidirectional, global_ptr<const T> g_re,
+                           global_ptr<const T> g_im, global_ptr<const T> z_re, global_ptr<const T> z_im,
+                           global_ptr<T> K) {
   const int64_t total = modes * n_fft;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -62,12 +64,13 @@ __device__ inline T block_sum(T v, T* scratch) {
 }
 
 template <typename T>
-__global__ void bwd_kernel(int64_t L, int64_t n_fft, bool bidirectional, const T* grad_K, const T* g_re,
-                           const T* g_im, const T* z_re, const T* z_im, T* grad_g_re, T* grad_g_im, T* grad_z_re,
-                           T* grad_z_im) {
+__global__ void bwd_kernel(int64_t L, int64_t n_fft, bool bidirectional, global_ptr<const T> grad_K,
+                           global_ptr<const T> g_re, global_ptr<const T> g_im, global_ptr<const T> z_re,
+                           global_ptr<const T> z_im, global_ptr<T> grad_g_re, global_ptr<T> grad_g_im,
+                           global_ptr<T> grad_z_re, global_ptr<T> grad_z_im) {
   __shared__ T scratch[kThreads / kWarp];
   const int64_t row = blockIdx.x;
-  const T* G = grad_K + row * n_fft;
+  const global_ptr<const T> G = grad_K + row * n_fft;
   const T a = g_re[row], b = g_im[row], zr = z_re[row], zi = z_im[row];
   T da = 0, db = 0, dzr = 0, dzi = 0;
   for (int64_t j = threadIdx.x; j < L; j += blockDim.x) {
@@ -95,17 +98,12 @@ __global__ void bwd_kernel(int64_t L, int64_t n_fft, bool bidirectional, const T
   }
 }
 
-void check_launch(const char* what) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
-}
-
 template <typename T>
 void fwd(int64_t modes, int64_t L, int64_t n_fft, bool bidirectional, const void* g_re, const void* g_im,
          const void* z_re, const void* z_im, void* K, cudaStream_t stream) {
   const int64_t total = modes * n_fft;
   const int64_t blocks = std::min<int64_t>((total + kThreads - 1) / kThreads, int64_t(1) << 20);
-  fwd_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+  launch_kernel(fwd_kernel<T>, static_cast<unsigned>(blocks), kThreads, 0, stream,
       modes, L, n_fft, bidirectional, static_cast<const T*>(g_re), static_cast<const T*>(g_im),
       static_cast<const T*>(z_re), static_cast<const T*>(z_im), static_cast<T*>(K));
 }
@@ -114,7 +112,7 @@ template <typename T>
 void bwd(int64_t modes, int64_t L, int64_t n_fft, bool bidirectional, const void* grad_K, const void* g_re,
          const void* g_im, const void* z_re, const void* z_im, void* grad_g_re, void* grad_g_im, void* grad_z_re,
          void* grad_z_im, cudaStream_t stream) {
-  bwd_kernel<T><<<static_cast<unsigned>(modes), kThreads, 0, stream>>>(
+  launch_kernel(bwd_kernel<T>, static_cast<unsigned>(modes), kThreads, 0, stream,
       L, n_fft, bidirectional, static_cast<const T*>(grad_K), static_cast<const T*>(g_re),
       static_cast<const T*>(g_im), static_cast<const T*>(z_re), static_cast<const T*>(z_im),
       static_cast<T*>(grad_g_re), static_cast<T*>(grad_g_im), static_cast<T*>(grad_z_re),

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "device.h"
 #include "myo.h"
 
 namespace ssm_plugins {
@@ -52,18 +53,18 @@ template <> __device__ inline __half store<__half>(float v) { return __float2hal
 template <> __device__ inline __nv_bfloat16 store<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
 
 template <typename S>
-__global__ void solve_kernel(int64_t batch, int64_t N, int64_t C, int64_t batch_b, int64_t Nb, const S* rhs,
-                             const typename Types<S>::Acc* b, const int64_t* parent, const int64_t* b_index,
-                             typename Types<S>::Real sign, typename Types<S>::Real b_scale, S* out,
-                             typename Types<S>::Acc* work, typename Types<S>::Real* inv_pivot, const S* x_saved,
-                             typename Types<S>::Acc* grad_b) {
+__global__ void solve_kernel(int64_t batch, int64_t N, int64_t C, int64_t batch_b, int64_t Nb, global_ptr<const S> rhs,
+                             global_ptr<const typename Types<S>::Acc> b, global_ptr<const int64_t> parent, global_ptr<const int64_t> b_index,
+                             typename Types<S>::Real sign, typename Types<S>::Real b_scale, global_ptr<S> out,
+                             global_ptr<typename Types<S>::Acc> work, global_ptr<typename Types<S>::Real> inv_pivot, global_ptr<const S> x_saved,
+                             global_ptr<typename Types<S>::Acc> grad_b) {
   using acc_t = typename Types<S>::Acc;
   using real_t = typename Types<S>::Real;
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx >= batch * C) return;
   const int64_t bi = idx / C, c = idx % C;
   const int64_t base = bi * N * C + c;  // element (bi, v, c) of a (batch, N, C) array is base + v * C
-  const acc_t* bb = b + (batch_b > 1 ? bi : 0) * Nb * C + c;
+  const global_ptr<const acc_t> bb = b + (batch_b > 1 ? bi : 0) * Nb * C + c;
   for (int64_t v = 0; v < N; ++v) {
     work[base + v * C] = load(rhs[base + v * C]);
     inv_pivot[base + v * C] = real_t(1);
@@ -90,7 +91,7 @@ __global__ void solve_kernel(int64_t batch, int64_t N, int64_t C, int64_t batch_
     out[base + v * C] = store<S>(xv);
   }
   if (grad_b == nullptr) return;
-  acc_t* gb = grad_b + bi * Nb * C + c;
+  const global_ptr<acc_t> gb = grad_b + bi * Nb * C + c;
   for (int64_t v = 0; v < N; ++v) {  // grad_b_v = -(ḡ_v conj(x_p) + s conj(ḡ_p) x_v)
     const int64_t p = parent[v];
     if (p < 0) continue;
@@ -111,7 +112,7 @@ void launch(int64_t batch, int64_t N, int64_t C, int64_t batch_b, int64_t Nb, co
   const real_t b_scale = adjoint ? sign : real_t(1);  // Tᴴ: B_v -> conj(C_v) = s b_v
   const int threads = 128;
   const int64_t blocks = (batch * C + threads - 1) / threads;
-  solve_kernel<S><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
+  launch_kernel(solve_kernel<S>, static_cast<unsigned>(blocks), threads, 0, stream,
       batch, N, C, batch_b, Nb, static_cast<const S*>(rhs), static_cast<const acc_t*>(b), parent, b_index, sign,
       b_scale, static_cast<S*>(out), static_cast<acc_t*>(work), static_cast<real_t*>(inv_pivot),
       static_cast<const S*>(x_saved), static_cast<acc_t*>(grad_b));
@@ -139,8 +140,7 @@ void myo_solve_launch(int dtype, int64_t batch, int64_t N, int64_t C, int64_t ba
 #undef MYO_LAUNCH
     default: throw std::invalid_argument("ssm_plugins: myo_solve: unsupported dtype code");
   }
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) throw std::runtime_error(std::string("myo_solve: ") + cudaGetErrorString(err));
+  check_launch("myo_solve");
 }
 
 }  // namespace cuda

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "device.h"
 #include "qs_mix.h"
 
 namespace ssm_plugins {
@@ -37,17 +38,17 @@ struct Shape {
 // Where column `col` = (b, h, p) reads its direction's parameters.
 template <typename acc_t>
 struct ColumnDirection {
-  const acc_t *dt, *A, *B, *C;
+  global_ptr<const acc_t> dt, A, B, C;
   acc_t bias;
   int64_t a_step, dt_s1, B_s1, B_s3, C_s1, C_s3;  // A[h, n] = A[n * a_step]: a_step 0 for scalar A
 
   __device__ ColumnDirection(const QsMixDirection& d, int64_t b, int64_t h, int64_t g, int64_t N) {
-    dt = static_cast<const acc_t*>(d.dt) + b * d.dt_s[0] + h * d.dt_s[2];
-    A = static_cast<const acc_t*>(d.A) + h * d.A_cols;
+    dt = global_ptr<const acc_t>(static_cast<const acc_t*>(d.dt)) + b * d.dt_s[0] + h * d.dt_s[2];
+    A = global_ptr<const acc_t>(static_cast<const acc_t*>(d.A)) + h * d.A_cols;
     a_step = d.A_cols == 1 ? 0 : 1;
-    B = static_cast<const acc_t*>(d.B) + b * d.B_s[0] + g * d.B_s[2];
-    C = static_cast<const acc_t*>(d.C) + b * d.C_s[0] + g * d.C_s[2];
-    bias = d.bias ? static_cast<const acc_t*>(d.bias)[h] : acc_t(0);
+    B = global_ptr<const acc_t>(static_cast<const acc_t*>(d.B)) + b * d.B_s[0] + g * d.B_s[2];
+    C = global_ptr<const acc_t>(static_cast<const acc_t*>(d.C)) + b * d.C_s[0] + g * d.C_s[2];
+    bias = d.bias ? global_ptr<const acc_t>(static_cast<const acc_t*>(d.bias))[h] : acc_t(0);
     dt_s1 = d.dt_s[1], B_s1 = d.B_s[1], B_s3 = d.B_s[3], C_s1 = d.C_s[1], C_s3 = d.C_s[3];
   }
   __device__ acc_t raw_delta(int64_t t) const { return dt[t * dt_s1] + bias; }
@@ -68,14 +69,14 @@ __device__ inline acc_t softplus_grad(acc_t v) {
 
 template <typename T>
 __global__ void fwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool hydra_shift,
-                           typename Acc<T>::type* y, int64_t y_s0, int64_t y_s1, int64_t y_s2, int64_t y_s3) {
+                           global_ptr<typename Acc<T>::type> y, int64_t y_s0, int64_t y_s1, int64_t y_s2, int64_t y_s3) {
   using acc_t = typename Acc<T>::type;
   const int64_t col = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (col >= s.batch * s.H * s.P) return;
   const int64_t p = col % s.P, h = (col / s.P) % s.H, b = col / (s.P * s.H), g = h / (s.H / s.G);
-  const T* x = static_cast<const T*>(tensors.x) + b * tensors.x_s[0] + h * tensors.x_s[2] + p * tensors.x_s[3];
-  const acc_t* gamma = static_cast<const acc_t*>(tensors.gamma) + b * tensors.gamma_s[0] + h * tensors.gamma_s[2];
-  acc_t* yc = y + b * y_s0 + h * y_s2 + p * y_s3;
+  const global_ptr<const T> x = global_ptr<const T>(static_cast<const T*>(tensors.x)) + b * tensors.x_s[0] + h * tensors.x_s[2] + p * tensors.x_s[3];
+  const global_ptr<const acc_t> gamma = global_ptr<const acc_t>(static_cast<const acc_t*>(tensors.gamma)) + b * tensors.gamma_s[0] + h * tensors.gamma_s[2];
+  const global_ptr<acc_t> yc = y + b * y_s0 + h * y_s2 + p * y_s3;
   acc_t state[kMaxState];
   for (int dir = 0; dir < 2; ++dir) {
     const ColumnDirection<acc_t> d(tensors.dir[dir], b, h, g, s.N);
@@ -137,13 +138,13 @@ __device__ inline bool segment_head(int64_t key, unsigned lane) {
 
 template <typename acc_t>
 struct BwdOut {
-  acc_t *dx, *ddt[2], *dA[2], *dB[2], *dC[2], *dgamma;
+  global_ptr<acc_t> dx, ddt[2], dA[2], dB[2], dC[2], dgamma;
 };
 
 template <typename T>
-__global__ void bwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool hydra_shift, const T* grad,
+__global__ void bwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool hydra_shift, global_ptr<const T> grad,
                            int64_t g_s0, int64_t g_s1, int64_t g_s2, int64_t g_s3, int64_t chunk, int64_t columns,
-                           typename Acc<T>::type* ckpt, typename Acc<T>::type* chunk_states,
+                           global_ptr<typename Acc<T>::type> ckpt, global_ptr<typename Acc<T>::type> chunk_states,
                            BwdOut<typename Acc<T>::type> out) {
   using acc_t = typename Acc<T>::type;
   // Threads past the last column replay the last column with a zero gradient: every lane of a warp must
@@ -158,11 +159,11 @@ __global__ void bwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool
   const unsigned same_head = same_key_bits(key_head, lane), same_group = same_key_bits(key_group, lane);
   const bool head_lead = segment_head(key_head, lane), group_lead = segment_head(key_group, lane);
 
-  const T* x = static_cast<const T*>(tensors.x) + b * tensors.x_s[0] + h * tensors.x_s[2] + p * tensors.x_s[3];
-  const T* gy = grad + b * g_s0 + h * g_s2 + p * g_s3;
-  const acc_t* gamma = static_cast<const acc_t*>(tensors.gamma) + b * tensors.gamma_s[0] + h * tensors.gamma_s[2];
+  const global_ptr<const T> x = global_ptr<const T>(static_cast<const T*>(tensors.x)) + b * tensors.x_s[0] + h * tensors.x_s[2] + p * tensors.x_s[3];
+  const global_ptr<const T> gy = grad + b * g_s0 + h * g_s2 + p * g_s3;
+  const global_ptr<const acc_t> gamma = global_ptr<const acc_t>(static_cast<const acc_t*>(tensors.gamma)) + b * tensors.gamma_s[0] + h * tensors.gamma_s[2];
   auto grad_at = [&](int64_t t) { return active ? to_acc(gy[t * g_s1]) : acc_t(0); };
-  acc_t* dx = out.dx + (b * s.L * s.H + h) * s.P + p;  // contiguous (batch, L, H, P); t stride H * P
+  const global_ptr<acc_t> dx = out.dx + (b * s.L * s.H + h) * s.P + p;  // contiguous (batch, L, H, P); t stride H * P
   const int64_t n_chunks = (s.L + chunk - 1) / chunk;
 
   acc_t lam[kMaxState], dA_acc[kMaxState];
@@ -173,7 +174,7 @@ __global__ void bwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool
       const acc_t v = d.raw_delta(t);
       return softplus_dt ? softplus(v) : v;
     };
-    auto step = [&](int64_t t, acc_t* state, int64_t stride) {  // state <- Ā_t state + B̄_t x_t
+    auto step = [&](int64_t t, auto state, int64_t stride) {  // state <- Ā_t state + B̄_t x_t
       const acc_t delta = delta_at(t), xv = to_acc(x[t * tensors.x_s[1]]), decay0 = exp(delta * d.Av(0));
       for (int64_t n = 0; n < s.N; ++n) {
         const acc_t decay = d.a_step ? exp(delta * d.Av(n)) : decay0;
@@ -196,13 +197,13 @@ __global__ void bwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool
         chunk_states[n * columns + idx] = ckpt[(c * s.N + n) * columns + idx];
       }
       for (int64_t i = i0; i + 1 < i1; ++i) {
-        acc_t* next = chunk_states + (i - i0 + 1) * s.N * columns + idx;
+        const global_ptr<acc_t> next = chunk_states + (i - i0 + 1) * s.N * columns + idx;
         for (int64_t n = 0; n < s.N; ++n) next[n * columns] = next[(n - s.N) * columns];
         step(order(i), next, columns);
       }
       for (int64_t i = i1 - 1; i >= i0; --i) {
         const int64_t t = order(i);
-        const acc_t* hprev = chunk_states + (i - i0) * s.N * columns + idx;  // state before step t
+        const global_ptr<const acc_t> hprev = chunk_states + (i - i0) * s.N * columns + idx;  // state before step t
         const acc_t v = d.raw_delta(t);
         const acc_t delta = softplus_dt ? softplus(v) : v;
         const acc_t xv = to_acc(x[t * tensors.x_s[1]]), gv = grad_at(t);
@@ -255,17 +256,12 @@ __global__ void bwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool
   }
 }
 
-void check_launch(const char* what) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
-}
-
 template <typename T>
 void launch_fwd(const Shape& s, const QsMixTensors& t, bool softplus_dt, bool hydra_shift, void* y,
                 const int64_t* y_s, cudaStream_t stream) {
   using acc_t = typename Acc<T>::type;
   const int64_t blocks = (s.batch * s.H * s.P + kThreads - 1) / kThreads;
-  fwd_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+  launch_kernel(fwd_kernel<T>, static_cast<unsigned>(blocks), kThreads, 0, stream,
       s, t, softplus_dt, hydra_shift, static_cast<acc_t*>(y), y_s[0], y_s[1], y_s[2], y_s[3]);
 }
 
@@ -282,7 +278,7 @@ void launch_bwd(const Shape& s, const QsMixTensors& t, bool softplus_dt, bool hy
     out.dB[dir] = static_cast<acc_t*>(dB[dir]);
     out.dC[dir] = static_cast<acc_t*>(dC[dir]);
   }
-  bwd_kernel<T><<<static_cast<unsigned>(columns / kThreads), kThreads, 0, stream>>>(
+  launch_kernel(bwd_kernel<T>, static_cast<unsigned>(columns / kThreads), kThreads, 0, stream,
       s, t, softplus_dt, hydra_shift, static_cast<const T*>(grad), g_s[0], g_s[1], g_s[2], g_s[3], chunk, columns,
       static_cast<acc_t*>(ckpt), static_cast<acc_t*>(chunk_states), out);
 }

@@ -1,8 +1,18 @@
-// Selective-scan CUDA kernels. One thread per (batch, channel) row runs the recurrence over L with the
-// state in registers/local memory and fp32 (fp64 for double) accumulation: simple and exact; the chunked
-// parallel scan is a later optimisation. The backward checkpoints the state every kBwdChunk steps in a
-// global scratch buffer and walks the row back one chunk at a time; the gradients shared across rows
-// (A, B, C, D, delta_bias) are atomicAdds. No torch headers here (see setup.py).
+// Selective-scan CUDA kernels, structured like mamba_ssm's: one thread block per (batch, channel) row; the
+// row is processed in chunks of kThreads * kItems time steps, each thread holding kItems consecutive steps in
+// registers. Per chunk, u / delta / z are loaded coalesced (the block reads the chunk's contiguous span and
+// redistributes it through shared memory); then for each state n the block runs a parallel scan of the
+// (decay, input) pairs of the recurrence h_t = exp(dt_t A_n) h_{t-1} + dt_t B_t u_t: a sequential scan of
+// each thread's items, a warp scan of the thread aggregates with shuffles, a scan of the warp aggregates in
+// shared memory, and the state carried from the previous chunk. The output accumulates C_t h_t in
+// registers over n and is stored coalesced through shared memory.
+// The backward walks the chunks from last to first; per chunk and state it recomputes the forward scan from
+// the chunk's stored starting state (a forward pre-pass of the same kernel writes them), then runs the
+// adjoint recurrence as a reverse block scan of the same shape. Gradients shared by the row's steps (A, D,
+// delta_bias) are reduced within the block (warp shuffles, then shared memory) before one atomicAdd per
+// block; dB and dC get one atomicAdd per (row, step, state), as in mamba_ssm (a block holds one channel).
+// Inputs float32 / float64 / float16 / bfloat16; state and accumulation in float32 (float64 for float64).
+// No torch headers here (see setup.py); runs under the host harness too (tests/cuda_harness).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -10,7 +20,9 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
+#include "device.h"
 #include "selective_scan.h"
 
 namespace ssm_plugins {
@@ -18,6 +30,7 @@ namespace cuda {
 namespace {
 
 constexpr int kMaxState = 256;
+constexpr unsigned kFullMask = 0xffffffffu;
 
 template <typename T> struct Acc { using type = float; };
 template <> struct Acc<double> { using type = double; };
@@ -29,191 +42,316 @@ template <typename T> __device__ inline T from_acc(typename Acc<T>::type v) { re
 template <> __device__ inline __half from_acc<__half>(float v) { return __float2half(v); }
 template <> __device__ inline __nv_bfloat16 from_acc<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
 
-template <typename T>
-__global__ void fwd_kernel(int64_t batch, int64_t dim, int64_t L, int64_t N, int64_t groups, const T* u,
-                           const T* delta, const T* z, const typename Acc<T>::type* A,
-                           const typename Acc<T>::type* B, const typename Acc<T>::type* C,
-                           const typename Acc<T>::type* D, const typename Acc<T>::type* delta_bias, bool softplus_dt,
-                           T* out, typename Acc<T>::type* last_state) {
-  using acc_t = typename Acc<T>::type;
-  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (row >= batch * dim) return;
-  const int64_t b = row / dim, d = row % dim, g = d / (dim / groups);
-  const int64_t off = row * L;
-  const acc_t* Ad = A + d * N;
-  const acc_t* Bg = B + (b * groups + g) * N * L;
-  const acc_t* Cg = C + (b * groups + g) * N * L;
-  const acc_t bias = delta_bias ? delta_bias[d] : acc_t(0);
-  const acc_t skip = D ? D[d] : acc_t(0);
-  acc_t h[kMaxState];
-  for (int64_t n = 0; n < N; ++n) h[n] = 0;
-  for (int64_t t = 0; t < L; ++t) {
-    acc_t dt = to_acc(delta[off + t]) + bias;
-    if (softplus_dt) dt = dt > acc_t(20) ? dt : log1p(exp(dt));
-    const acc_t x = to_acc(u[off + t]);
-    acc_t y = 0;
-    for (int64_t n = 0; n < N; ++n) {
-      h[n] = exp(dt * Ad[n]) * h[n] + dt * Bg[n * L + t] * x;
-      y += Cg[n * L + t] * h[n];
-    }
-    y += skip * x;
-    if (z) {
-      const acc_t zv = to_acc(z[off + t]);
-      y *= zv / (acc_t(1) + exp(-zv));
-    }
-    out[off + t] = from_acc<T>(y);
-  }
-  for (int64_t n = 0; n < N; ++n) last_state[row * N + n] = h[n];
-}
+template <typename acc_t> __device__ inline acc_t softplus_dev(acc_t x) { return x > acc_t(20) ? x : log1p(exp(x)); }
+template <typename acc_t> __device__ inline acc_t sigmoid_dev(acc_t x) { return acc_t(1) / (acc_t(1) + exp(-x)); }
 
-template <typename T>
-void launch(int64_t batch, int64_t dim, int64_t L, int64_t N, int64_t groups, const void* u, const void* delta,
-            const void* z, const void* A, const void* B, const void* C, const void* D, const void* delta_bias,
-            bool softplus_dt, void* out, void* last_state, cudaStream_t stream) {
-  using acc_t = typename Acc<T>::type;
-  const int threads = 128;
-  const int64_t rows = batch * dim;
-  const int64_t blocks = (rows + threads - 1) / threads;
-  fwd_kernel<T><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
-      batch, dim, L, N, groups, static_cast<const T*>(u), static_cast<const T*>(delta), static_cast<const T*>(z),
-      static_cast<const acc_t*>(A), static_cast<const acc_t*>(B), static_cast<const acc_t*>(C),
-      static_cast<const acc_t*>(D), static_cast<const acc_t*>(delta_bias), softplus_dt, static_cast<T*>(out),
-      static_cast<acc_t*>(last_state));
-}
-
+// One step of a linear recurrence x <- a x + b, as a pair; pairs compose associatively.
 template <typename acc_t>
-__device__ inline acc_t softplus_dev(acc_t x) {
-  return x > acc_t(20) ? x : log1p(exp(x));
+struct Pair {
+  acc_t a, b;
+};
+// `earlier` applied first, then `later`.
+template <typename acc_t>
+__device__ inline Pair<acc_t> combine(Pair<acc_t> earlier, Pair<acc_t> later) {
+  return {earlier.a * later.a, later.a * earlier.b + later.b};
 }
 
-template <typename acc_t>
-__device__ inline acc_t sigmoid_dev(acc_t x) {
-  return acc_t(1) / (acc_t(1) + exp(-x));
+// Block-wide exclusive scan of one pair per thread, in thread order (kReverse: from the last thread down),
+// starting from `carry`. Returns the composition of carry and every pair before this thread's; `total` gets
+// carry composed with all pairs. Every thread of the block must call it (two barriers inside).
+template <int kThreads, bool kReverse, typename acc_t, typename Scratch>
+__device__ inline Pair<acc_t> block_scan(Pair<acc_t> mine, Pair<acc_t> carry, Scratch warp_total, Pair<acc_t>& total) {
+  constexpr int kWarps = kThreads / 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int pos = kReverse ? 31 - lane : lane;  // position in scan order within the warp
+  Pair<acc_t> inc = mine;
+  for (int offset = 1; offset < 32; offset *= 2) {
+    Pair<acc_t> other;
+    other.a = kReverse ? __shfl_down_sync(kFullMask, inc.a, offset) : __shfl_up_sync(kFullMask, inc.a, offset);
+    other.b = kReverse ? __shfl_down_sync(kFullMask, inc.b, offset) : __shfl_up_sync(kFullMask, inc.b, offset);
+    if (pos >= offset) inc = combine(other, inc);
+  }
+  Pair<acc_t> exc;
+  exc.a = kReverse ? __shfl_down_sync(kFullMask, inc.a, 1) : __shfl_up_sync(kFullMask, inc.a, 1);
+  exc.b = kReverse ? __shfl_down_sync(kFullMask, inc.b, 1) : __shfl_up_sync(kFullMask, inc.b, 1);
+  if (pos == 0) exc = {acc_t(1), acc_t(0)};
+  if (pos == 31) warp_total[warp] = inc;
+  __syncthreads();
+  Pair<acc_t> prefix = carry;
+  total = carry;
+  for (int k = 0; k < kWarps; ++k) {  // warps in scan order
+    const int w = kReverse ? kWarps - 1 - k : k;
+    const Pair<acc_t> wt = warp_total[w];
+    if (w == warp) prefix = total;
+    total = combine(total, wt);
+  }
+  __syncthreads();  // warp_total is free again
+  return combine(prefix, exc);
+}
+
+// Sum over the block of one value per thread, added into *target (shared or global memory) once per warp.
+template <typename acc_t, typename Target>
+__device__ inline void warp_sum_into(acc_t v, Target target) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(kFullMask, v, offset);
+  if (threadIdx.x % 32 == 0) atomicAdd(target, v);
+}
+
+// The chunk [t0, t0 + kThreads * kItems) of a row, read coalesced and redistributed so that thread i holds
+// steps t0 + i * kItems + k; steps past `valid` read `fill`.
+template <int kThreads, int kItems, typename T, typename acc_t, typename Stage>
+__device__ inline void load_chunk(global_ptr<const T> src, int64_t valid, Stage stage, acc_t (&out)[kItems], acc_t fill) {
+  for (int i = threadIdx.x; i < kThreads * kItems; i += kThreads) stage[i] = i < valid ? to_acc(src[i]) : fill;
+  __syncthreads();
+  for (int k = 0; k < kItems; ++k) out[k] = stage[threadIdx.x * kItems + k];
+  __syncthreads();
+}
+
+template <int kThreads, int kItems, typename T, typename acc_t, typename Stage>
+__device__ inline void store_chunk(global_ptr<T> dst, int64_t valid, Stage stage, const acc_t (&in)[kItems]) {
+  for (int k = 0; k < kItems; ++k) stage[threadIdx.x * kItems + k] = in[k];
+  __syncthreads();
+  for (int i = threadIdx.x; i < valid; i += kThreads) dst[i] = from_acc<T>(stage[i]);
+  __syncthreads();
 }
 
 template <typename T>
-__global__ void bwd_kernel(int64_t batch, int64_t dim, int64_t L, int64_t N, int64_t groups, const T* u,
-                           const T* delta, const T* z, const typename Acc<T>::type* A,
-                           const typename Acc<T>::type* B, const typename Acc<T>::type* C,
-                           const typename Acc<T>::type* D, const typename Acc<T>::type* delta_bias, bool softplus_dt,
-                           const T* grad_out, const typename Acc<T>::type* grad_last, T* du, T* ddelta, T* dz,
-                           typename Acc<T>::type* dA, typename Acc<T>::type* dB, typename Acc<T>::type* dC,
-                           typename Acc<T>::type* dD, typename Acc<T>::type* dbias,
-                           typename Acc<T>::type* scratch) {
+struct Args {
   using acc_t = typename Acc<T>::type;
-  const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (row >= batch * dim) return;
-  const int64_t b = row / dim, d = row % dim, g = d / (dim / groups);
-  const int64_t off = row * L;
-  const int64_t n_chunks = (L + kBwdChunk - 1) / kBwdChunk;
-  const acc_t* Ad = A + d * N;
-  const int64_t bc = (b * groups + g) * N * L;
-  const acc_t* Bg = B + bc;
-  const acc_t* Cg = C + bc;
-  acc_t* dBg = dB + bc;
-  acc_t* dCg = dC + bc;
-  acc_t* ckpt = scratch + row * (n_chunks + kBwdChunk) * N;  // (n_chunks, N)
-  acc_t* hs = ckpt + n_chunks * N;                           // (kBwdChunk, N): h of the chunk's steps
-  const acc_t bias = delta_bias ? delta_bias[d] : acc_t(0);
-  const acc_t skip = D ? D[d] : acc_t(0);
-  auto dt_at = [&](int64_t t) {
-    const acc_t raw = to_acc(delta[off + t]) + bias;
-    return softplus_dt ? softplus_dev(raw) : raw;
-  };
-  auto gy_at = [&](int64_t t) {  // grad of y_t before the gate
-    const acc_t go = to_acc(grad_out[off + t]);
-    if (!z) return go;
-    const acc_t zv = to_acc(z[off + t]);
-    return go * zv * sigmoid_dev(zv);
-  };
-  acc_t h[kMaxState], gh[kMaxState], gA[kMaxState];
-  for (int64_t n = 0; n < N; ++n) h[n] = 0;
-  // Pass 1, forward: checkpoints, grad C, grad z.
-  for (int64_t t = 0; t < L; ++t) {
-    if (t % kBwdChunk == 0) {
-      for (int64_t n = 0; n < N; ++n) ckpt[(t / kBwdChunk) * N + n] = h[n];
+  int64_t batch, dim, L, N, groups;
+  global_ptr<const T> u, delta, z;
+  global_ptr<const acc_t> A, B, C, D, delta_bias;
+  bool softplus;
+};
+
+// The block's row: batch b, channel d (group g), its chunks, delta bias and skip weight.
+template <typename T>
+struct Row {
+  using acc_t = typename Acc<T>::type;
+  int64_t b, d, row, g, n_chunks;
+  acc_t bias, skip;
+  __device__ Row(const Args<T>& p, int64_t chunk)
+      : b(blockIdx.y), d(blockIdx.x), row(b * p.dim + d), g(d / (p.dim / p.groups)),
+        n_chunks((p.L + chunk - 1) / chunk), bias(p.delta_bias ? p.delta_bias[d] : acc_t(0)),
+        skip(p.D ? p.D[d] : acc_t(0)) {}
+};
+
+// Forward. out may be null (backward pre-pass); chunk_states, if given, receives the state entering each
+// chunk, (batch * dim, n_chunks, N); last_state (batch * dim, N) the final state.
+template <int kThreads, int kItems, typename T>
+__global__ void __launch_bounds__(kThreads) fwd_kernel(Args<T> p, global_ptr<T> out,
+                                                      global_ptr<typename Acc<T>::type> last_state,
+                                                      global_ptr<typename Acc<T>::type> chunk_states) {
+  using acc_t = typename Acc<T>::type;
+  constexpr int kChunk = kThreads * kItems;
+  __shared__ Pair<acc_t> warp_total[kThreads / 32];
+  __shared__ acc_t carry[kMaxState];
+  SSM_DYNAMIC_SHARED(acc_t, stage);
+  const Row<T> r(p, kChunk);
+  const int64_t b = r.b, d = r.d, row = r.row, g = r.g, n_chunks = r.n_chunks;
+  const acc_t bias = r.bias, skip = r.skip;
+  for (int n = threadIdx.x; n < p.N; n += kThreads) carry[n] = acc_t(0);
+  __syncthreads();
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    const int64_t t0 = c * kChunk, valid = p.L - t0 < kChunk ? p.L - t0 : kChunk;
+    const int64_t first = t0 + threadIdx.x * kItems;  // this thread's first step
+    acc_t u[kItems], dt[kItems], y[kItems];
+    load_chunk<kThreads, kItems, T>(p.u + row * p.L + t0, valid, stage, u, acc_t(0));
+    load_chunk<kThreads, kItems, T>(p.delta + row * p.L + t0, valid, stage, dt, acc_t(0));
+    for (int k = 0; k < kItems; ++k) {
+      const bool in = first + k < p.L;
+      dt[k] = in ? (p.softplus ? softplus_dev(dt[k] + bias) : dt[k] + bias) : acc_t(0);
+      y[k] = skip * u[k];
     }
-    const acc_t dt = dt_at(t), x = to_acc(u[off + t]), gyt = gy_at(t);
-    acc_t y = 0;
-    for (int64_t n = 0; n < N; ++n) {
-      h[n] = exp(dt * Ad[n]) * h[n] + dt * Bg[n * L + t] * x;
-      y += Cg[n * L + t] * h[n];
-      atomicAdd(&dCg[n * L + t], gyt * h[n]);
+    for (int64_t n = 0; n < p.N; ++n) {
+      if (chunk_states && threadIdx.x == 0) chunk_states[(row * n_chunks + c) * p.N + n] = carry[n];
+      const acc_t An = p.A[d * p.N + n];
+      const global_ptr<const acc_t> Bn = p.B + ((b * p.groups + g) * p.N + n) * p.L;
+      const global_ptr<const acc_t> Cn = p.C + ((b * p.groups + g) * p.N + n) * p.L;
+      Pair<acc_t> step[kItems];
+      Pair<acc_t> mine{acc_t(1), acc_t(0)};
+      for (int k = 0; k < kItems; ++k) {
+        const bool in = first + k < p.L;
+        step[k] = in ? Pair<acc_t>{exp(dt[k] * An), dt[k] * Bn[first + k] * u[k]} : Pair<acc_t>{acc_t(1), acc_t(0)};
+        mine = combine(mine, step[k]);
+      }
+      Pair<acc_t> total;
+      const Pair<acc_t> before = block_scan<kThreads, false>(mine, Pair<acc_t>{acc_t(1), carry[n]}, warp_total, total);
+      acc_t h = before.b;
+      for (int k = 0; k < kItems; ++k) {
+        h = step[k].a * h + step[k].b;
+        if (first + k < p.L) y[k] += Cn[first + k] * h;
+      }
+      if (threadIdx.x == 0) carry[n] = total.b;  // read again only after the next chunk's barriers
     }
-    if (z) {
-      const acc_t zv = to_acc(z[off + t]), sz = sigmoid_dev(zv);
-      const acc_t go = to_acc(grad_out[off + t]);
-      dz[off + t] = from_acc<T>(go * (y + skip * x) * sz * (acc_t(1) + zv * (acc_t(1) - sz)));
+    if (out) {
+      if (p.z) {
+        acc_t z[kItems];
+        load_chunk<kThreads, kItems, T>(p.z + row * p.L + t0, valid, stage, z, acc_t(0));
+        for (int k = 0; k < kItems; ++k) y[k] *= z[k] * sigmoid_dev(z[k]);
+      }
+      store_chunk<kThreads, kItems, T>(out + row * p.L + t0, valid, stage, y);
     }
   }
-  // Pass 2, reverse, one chunk at a time.
-  for (int64_t n = 0; n < N; ++n) {
-    gh[n] = grad_last ? grad_last[row * N + n] : acc_t(0);
-    gA[n] = 0;
+  __syncthreads();
+  for (int n = threadIdx.x; n < p.N; n += kThreads) last_state[row * p.N + n] = carry[n];
+}
+
+template <typename T>
+struct Grads {
+  using acc_t = typename Acc<T>::type;
+  global_ptr<const T> grad_out;
+  global_ptr<const acc_t> grad_last;
+  global_ptr<T> du, ddelta, dz;
+  global_ptr<acc_t> dA, dB, dC, dD, dbias;
+};
+
+template <int kThreads, int kItems, typename T>
+__global__ void __launch_bounds__(kThreads) bwd_kernel(Args<T> p, Grads<T> q,
+                                                      global_ptr<const typename Acc<T>::type> chunk_states) {
+  using acc_t = typename Acc<T>::type;
+  constexpr int kChunk = kThreads * kItems;
+  __shared__ Pair<acc_t> warp_total[kThreads / 32];
+  __shared__ acc_t mu_carry[kMaxState];  // adjoint flowing into the chunk from the steps after it
+  __shared__ acc_t dA_sum[kMaxState];
+  __shared__ acc_t row_sums[2];  // dD, dbias
+  SSM_DYNAMIC_SHARED(acc_t, stage);
+  const Row<T> r(p, kChunk);
+  const int64_t b = r.b, d = r.d, row = r.row, g = r.g, n_chunks = r.n_chunks;
+  const acc_t bias = r.bias, skip = r.skip;
+  for (int n = threadIdx.x; n < p.N; n += kThreads) {
+    mu_carry[n] = q.grad_last ? q.grad_last[row * p.N + n] : acc_t(0);
+    dA_sum[n] = acc_t(0);
   }
-  acc_t sum_gD = 0, sum_gbias = 0;
+  if (threadIdx.x < 2) row_sums[threadIdx.x] = acc_t(0);
+  __syncthreads();
+  acc_t dD_part = 0, dbias_part = 0;
   for (int64_t c = n_chunks - 1; c >= 0; --c) {
-    const int64_t t0 = c * kBwdChunk, t1 = min(t0 + kBwdChunk, L);
-    for (int64_t n = 0; n < N; ++n) h[n] = ckpt[c * N + n];
-    for (int64_t t = t0; t < t1; ++t) {
-      const acc_t dt = dt_at(t), x = to_acc(u[off + t]);
-      for (int64_t n = 0; n < N; ++n) {
-        h[n] = exp(dt * Ad[n]) * h[n] + dt * Bg[n * L + t] * x;
-        hs[(t - t0) * N + n] = h[n];
+    const int64_t t0 = c * kChunk, valid = p.L - t0 < kChunk ? p.L - t0 : kChunk;
+    const int64_t first = t0 + threadIdx.x * kItems;
+    acc_t u[kItems], raw[kItems], dt[kItems], z[kItems], go[kItems], gy[kItems], y[kItems], du[kItems], ddt[kItems];
+    load_chunk<kThreads, kItems, T>(p.u + row * p.L + t0, valid, stage, u, acc_t(0));
+    load_chunk<kThreads, kItems, T>(p.delta + row * p.L + t0, valid, stage, raw, acc_t(0));
+    load_chunk<kThreads, kItems, T>(q.grad_out + row * p.L + t0, valid, stage, go, acc_t(0));
+    if (p.z) load_chunk<kThreads, kItems, T>(p.z + row * p.L + t0, valid, stage, z, acc_t(0));
+    for (int k = 0; k < kItems; ++k) {
+      const bool in = first + k < p.L;
+      raw[k] += bias;
+      dt[k] = in ? (p.softplus ? softplus_dev(raw[k]) : raw[k]) : acc_t(0);
+      gy[k] = p.z ? go[k] * z[k] * sigmoid_dev(z[k]) : go[k];  // d loss / d y before the gate
+      if (!in) gy[k] = 0;
+      y[k] = skip * u[k];
+      du[k] = skip * gy[k];
+      ddt[k] = 0;
+    }
+    for (int64_t n = 0; n < p.N; ++n) {
+      const acc_t An = p.A[d * p.N + n];
+      const int64_t bc = ((b * p.groups + g) * p.N + n) * p.L;
+      const global_ptr<const acc_t> Bn = p.B + bc, Cn = p.C + bc;
+      acc_t a[kItems], Bv[kItems], Cv[kItems], h_prev[kItems];
+      Pair<acc_t> mine{acc_t(1), acc_t(0)};
+      for (int k = 0; k < kItems; ++k) {
+        const bool in = first + k < p.L;
+        Bv[k] = in ? Bn[first + k] : acc_t(0);
+        Cv[k] = in ? Cn[first + k] : acc_t(0);
+        a[k] = in ? exp(dt[k] * An) : acc_t(1);
+        mine = combine(mine, Pair<acc_t>{a[k], dt[k] * Bv[k] * u[k]});
+      }
+      // Forward recomputation of the chunk's states from its stored starting state.
+      Pair<acc_t> total;
+      const acc_t h0 = chunk_states[(row * n_chunks + c) * p.N + n];
+      acc_t h = block_scan<kThreads, false>(mine, Pair<acc_t>{acc_t(1), h0}, warp_total, total).b;
+      for (int k = 0; k < kItems; ++k) {
+        h_prev[k] = h;
+        h = a[k] * h + dt[k] * Bv[k] * u[k];
+        y[k] += Cv[k] * h;
+        if (first + k < p.L) atomicAdd(q.dC + bc + first + k, gy[k] * h);
+      }
+      // Adjoint: lam_t = gy_t C_t + mu_{t+1}, mu_t = a_t lam_t (the adjoint passed to h_{t-1}); a reverse scan
+      // of the pairs (a_t, a_t gy_t C_t) from the carry mu of the next chunk.
+      Pair<acc_t> rmine{acc_t(1), acc_t(0)};
+      for (int k = kItems - 1; k >= 0; --k) rmine = combine(rmine, Pair<acc_t>{a[k], a[k] * gy[k] * Cv[k]});
+      acc_t mu = block_scan<kThreads, true>(rmine, Pair<acc_t>{acc_t(1), mu_carry[n]}, warp_total, total).b;
+      acc_t dA_part = 0;
+      for (int k = kItems - 1; k >= 0; --k) {
+        const acc_t lam = gy[k] * Cv[k] + mu;
+        const acc_t d_log_a = lam * h_prev[k] * a[k];  // d loss / d (dt A_n)
+        dA_part += d_log_a * dt[k];
+        ddt[k] += d_log_a * An + lam * Bv[k] * u[k];
+        du[k] += lam * dt[k] * Bv[k];
+        if (first + k < p.L) atomicAdd(q.dB + bc + first + k, lam * dt[k] * u[k]);
+        mu = a[k] * lam;
+      }
+      if (threadIdx.x == 0) mu_carry[n] = total.b;
+      warp_sum_into(dA_part, &dA_sum[n]);
+    }
+    for (int k = 0; k < kItems; ++k) {
+      if (first + k >= p.L) continue;
+      if (p.softplus && raw[k] <= acc_t(20)) ddt[k] *= sigmoid_dev(raw[k]);
+      dbias_part += ddt[k];
+      dD_part += gy[k] * u[k];
+      if (p.z) {
+        const acc_t s = sigmoid_dev(z[k]);
+        z[k] = go[k] * y[k] * s * (acc_t(1) + z[k] * (acc_t(1) - s));  // dz
       }
     }
-    for (int64_t t = t1 - 1; t >= t0; --t) {
-      const acc_t raw = to_acc(delta[off + t]) + bias;
-      const acc_t dt = softplus_dt ? softplus_dev(raw) : raw, x = to_acc(u[off + t]), gyt = gy_at(t);
-      const acc_t* hprev = t > t0 ? hs + (t - 1 - t0) * N : ckpt + c * N;
-      acc_t s1 = 0, s2 = 0;
-      for (int64_t n = 0; n < N; ++n) {
-        const acc_t a = exp(dt * Ad[n]);
-        const acc_t gj = gh[n] + gyt * Cg[n * L + t];
-        const acc_t w = gj * a * hprev[n];
-        gA[n] += w * dt;
-        s2 += w * Ad[n];
-        s1 += gj * Bg[n * L + t];
-        atomicAdd(&dBg[n * L + t], gj * dt * x);
-        gh[n] = gj * a;
-      }
-      acc_t gdt = s1 * x + s2;
-      if (softplus_dt && raw <= acc_t(20)) gdt *= sigmoid_dev(raw);
-      du[off + t] = from_acc<T>(s1 * dt + gyt * skip);
-      ddelta[off + t] = from_acc<T>(gdt);
-      sum_gbias += gdt;
-      sum_gD += gyt * x;
-    }
+    store_chunk<kThreads, kItems, T>(q.du + row * p.L + t0, valid, stage, du);
+    store_chunk<kThreads, kItems, T>(q.ddelta + row * p.L + t0, valid, stage, ddt);
+    if (p.z) store_chunk<kThreads, kItems, T>(q.dz + row * p.L + t0, valid, stage, z);
   }
-  for (int64_t n = 0; n < N; ++n) atomicAdd(&dA[d * N + n], gA[n]);
-  if (dD) atomicAdd(&dD[d], sum_gD);
-  if (dbias) atomicAdd(&dbias[d], sum_gbias);
+  warp_sum_into(dD_part, &row_sums[0]);
+  warp_sum_into(dbias_part, &row_sums[1]);
+  __syncthreads();
+  for (int n = threadIdx.x; n < p.N; n += kThreads) atomicAdd(q.dA + d * p.N + n, dA_sum[n]);
+  if (threadIdx.x == 0 && q.dD) atomicAdd(q.dD + d, row_sums[0]);
+  if (threadIdx.x == 0 && q.dbias) atomicAdd(q.dbias + d, row_sums[1]);
+}
+
+// Threads and steps per thread by sequence length (mamba_ssm's choice: short rows get narrow blocks).
+template <typename F>
+void with_config(int64_t L, F&& f) {
+  if (L <= 256) {
+    f(std::integral_constant<int, 32>{}, std::integral_constant<int, 8>{});
+  } else if (L <= 1024) {
+    f(std::integral_constant<int, 64>{}, std::integral_constant<int, 16>{});
+  } else {
+    f(std::integral_constant<int, 128>{}, std::integral_constant<int, 16>{});
+  }
 }
 
 template <typename T>
-void launch_bwd(int64_t batch, int64_t dim, int64_t L, int64_t N, int64_t groups, const void* u, const void* delta,
-                const void* z, const void* A, const void* B, const void* C, const void* D, const void* delta_bias,
-                bool softplus_dt, const void* grad_out, const void* grad_last, void* du, void* ddelta, void* dz,
-                void* dA, void* dB, void* dC, void* dD, void* dbias, void* scratch, cudaStream_t stream) {
+Args<T> make_args(int64_t batch, int64_t dim, int64_t L, int64_t N, int64_t groups, const void* u, const void* delta,
+                  const void* z, const void* A, const void* B, const void* C, const void* D, const void* delta_bias,
+                  bool softplus) {
   using acc_t = typename Acc<T>::type;
-  const int threads = 64;
-  const int64_t rows = batch * dim;
-  const int64_t blocks = (rows + threads - 1) / threads;
-  bwd_kernel<T><<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
-      batch, dim, L, N, groups, static_cast<const T*>(u), static_cast<const T*>(delta), static_cast<const T*>(z),
-      static_cast<const acc_t*>(A), static_cast<const acc_t*>(B), static_cast<const acc_t*>(C),
-      static_cast<const acc_t*>(D), static_cast<const acc_t*>(delta_bias), softplus_dt,
-      static_cast<const T*>(grad_out), static_cast<const acc_t*>(grad_last), static_cast<T*>(du),
-      static_cast<T*>(ddelta), static_cast<T*>(dz), static_cast<acc_t*>(dA), static_cast<acc_t*>(dB),
-      static_cast<acc_t*>(dC), static_cast<acc_t*>(dD), static_cast<acc_t*>(dbias), static_cast<acc_t*>(scratch));
+  return Args<T>{batch, dim, L, N, groups, static_cast<const T*>(u), static_cast<const T*>(delta),
+                 static_cast<const T*>(z), static_cast<const acc_t*>(A), static_cast<const acc_t*>(B),
+                 static_cast<const acc_t*>(C), static_cast<const acc_t*>(D), static_cast<const acc_t*>(delta_bias),
+                 softplus};
 }
 
-void check_launch(const char* what) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+template <typename T>
+void launch_fwd(const Args<T>& p, void* out, void* last_state, void* chunk_states, cudaStream_t stream) {
+  using acc_t = typename Acc<T>::type;
+  with_config(p.L, [&](auto threads, auto items) {
+    const dim3 grid(static_cast<unsigned>(p.dim), static_cast<unsigned>(p.batch));
+    launch_kernel(fwd_kernel<decltype(threads)::value, decltype(items)::value, T>, grid, decltype(threads)::value,
+                  decltype(threads)::value * decltype(items)::value * sizeof(acc_t), stream, p,
+                  static_cast<T*>(out), static_cast<acc_t*>(last_state), static_cast<acc_t*>(chunk_states));
+  });
 }
 
 }  // namespace
+
+int64_t selective_scan_chunk(int64_t L) {
+  int64_t chunk = 0;
+  with_config(L, [&](auto threads, auto items) { chunk = decltype(threads)::value * decltype(items)::value; });
+  return chunk;
+}
+
+int64_t selective_scan_bwd_scratch(int64_t batch, int64_t dim, int64_t L, int64_t N) {
+  const int64_t chunk = selective_scan_chunk(L);
+  return batch * dim * ((L + chunk - 1) / chunk) * (N > 0 ? N : 1);
+}
 
 void selective_scan_fwd_launch(int dtype, int64_t batch, int64_t dim, int64_t L, int64_t N, int64_t groups,
                                const void* u, const void* delta, const void* z, const void* A, const void* B,
@@ -221,35 +359,66 @@ void selective_scan_fwd_launch(int dtype, int64_t batch, int64_t dim, int64_t L,
                                void* last_state, cudaStream_t stream) {
   if (N > kMaxState) throw std::invalid_argument("ssm_plugins: selective_scan CUDA kernel supports N <= 256");
   if (batch * dim == 0 || L == 0) return;
+  if (dim > 2147483647 || batch > 65535) throw std::invalid_argument("ssm_plugins: selective_scan: grid too large");
+#define SSM_FWD(CODE, T)                                                                                       \
+  case CODE:                                                                                                   \
+    launch_fwd<T>(make_args<T>(batch, dim, L, N, groups, u, delta, z, A, B, C, D, delta_bias, delta_softplus), \
+                  out, last_state, nullptr, stream);                                                           \
+    break;
   switch (dtype) {
-    case 0: launch<float>(batch, dim, L, N, groups, u, delta, z, A, B, C, D, delta_bias, delta_softplus, out, last_state, stream); break;
-    case 1: launch<double>(batch, dim, L, N, groups, u, delta, z, A, B, C, D, delta_bias, delta_softplus, out, last_state, stream); break;
-    case 2: launch<__half>(batch, dim, L, N, groups, u, delta, z, A, B, C, D, delta_bias, delta_softplus, out, last_state, stream); break;
-    case 3: launch<__nv_bfloat16>(batch, dim, L, N, groups, u, delta, z, A, B, C, D, delta_bias, delta_softplus, out, last_state, stream); break;
+    SSM_FWD(0, float)
+    SSM_FWD(1, double)
+    SSM_FWD(2, __half)
+    SSM_FWD(3, __nv_bfloat16)
     default: throw std::invalid_argument("ssm_plugins: selective_scan: unsupported dtype code");
   }
+#undef SSM_FWD
   check_launch("selective_scan_fwd");
 }
+
+namespace {
+template <typename T>
+void launch_bwd(const Args<T>& p, const void* grad_out, const void* grad_last, void* du, void* ddelta, void* dz,
+                void* dA, void* dB, void* dC, void* dD, void* dbias, void* scratch, void* last_state_scratch,
+                cudaStream_t stream) {
+  using acc_t = typename Acc<T>::type;
+  launch_fwd<T>(p, nullptr, last_state_scratch, scratch, stream);  // the state entering every chunk
+  check_launch("selective_scan_bwd (forward pre-pass)");
+  const Grads<T> q{static_cast<const T*>(grad_out), static_cast<const acc_t*>(grad_last), static_cast<T*>(du),
+                   static_cast<T*>(ddelta), static_cast<T*>(dz), static_cast<acc_t*>(dA), static_cast<acc_t*>(dB),
+                   static_cast<acc_t*>(dC), static_cast<acc_t*>(dD), static_cast<acc_t*>(dbias)};
+  with_config(p.L, [&](auto threads, auto items) {
+    const dim3 grid(static_cast<unsigned>(p.dim), static_cast<unsigned>(p.batch));
+    launch_kernel(bwd_kernel<decltype(threads)::value, decltype(items)::value, T>, grid, decltype(threads)::value,
+                  decltype(threads)::value * decltype(items)::value * sizeof(acc_t), stream, p,
+                  q, static_cast<const acc_t*>(scratch));
+  });
+}
+}  // namespace
 
 void selective_scan_bwd_launch(int dtype, int64_t batch, int64_t dim, int64_t L, int64_t N, int64_t groups,
                                const void* u, const void* delta, const void* z, const void* A, const void* B,
                                const void* C, const void* D, const void* delta_bias, bool delta_softplus,
                                const void* grad_out, const void* grad_last_state, void* du, void* ddelta, void* dz,
                                void* dA, void* dB, void* dC, void* dD, void* ddelta_bias, void* scratch,
-                               cudaStream_t stream) {
+                               void* last_state_scratch, cudaStream_t stream) {
   if (N > kMaxState) throw std::invalid_argument("ssm_plugins: selective_scan CUDA kernel supports N <= 256");
   if (batch * dim == 0 || L == 0) return;
-#define SSM_BWD_ARGS                                                                                          \
-  batch, dim, L, N, groups, u, delta, z, A, B, C, D, delta_bias, delta_softplus, grad_out, grad_last_state, du, \
-      ddelta, dz, dA, dB, dC, dD, ddelta_bias, scratch, stream
+  if (dim > 2147483647 || batch > 65535) throw std::invalid_argument("ssm_plugins: selective_scan: grid too large");
+#define SSM_BWD(CODE, T)                                                                                        \
+  case CODE:                                                                                                    \
+    launch_bwd<T>(make_args<T>(batch, dim, L, N, groups, u, delta, z, A, B, C, D, delta_bias, delta_softplus),  \
+                  grad_out, grad_last_state, du, ddelta, dz, dA, dB, dC, dD, ddelta_bias, scratch,              \
+                  last_state_scratch, stream);                                                                  \
+    break;
   switch (dtype) {
-    case 0: launch_bwd<float>(SSM_BWD_ARGS); break;
-    case 1: launch_bwd<double>(SSM_BWD_ARGS); break;
-    case 2: launch_bwd<__half>(SSM_BWD_ARGS); break;
-    case 3: launch_bwd<__nv_bfloat16>(SSM_BWD_ARGS); break;
+    SSM_BWD(0, float)
+    SSM_BWD(1, double)
+    SSM_BWD(2, __half)
+    SSM_BWD(3, __nv_bfloat16)
     default: throw std::invalid_argument("ssm_plugins: selective_scan: unsupported dtype code");
   }
-#undef SSM_BWD_ARGS
+#undef SSM_BWD
   check_launch("selective_scan_bwd");
 }
 

@@ -14,19 +14,24 @@ void selective_scan_fwd_launch(int dtype, int64_t batch, int64_t dim, int64_t L,
                                const void* C, const void* D, const void* delta_bias, bool delta_softplus, void* out,
                                void* last_state, cudaStream_t stream);
 
-// Backward. One thread per (batch, channel) row: a forward pass stores the state every kBwdChunk
-// steps in `scratch` ((batch * dim, ceil(L / kBwdChunk) + kBwdChunk, N) accumulation dtype), then the
-// reverse pass recomputes one chunk at a time. grad A, B, C, D and delta_bias are accumulated with
-// atomicAdd: dA (dim, N), dB and dC (batch, groups, N, L), dD and dbias (dim,) must be zeroed, in the
-// accumulation dtype. du, ddelta and dz are in the input dtype; z, grad_last_state and dz may be null.
-constexpr int64_t kBwdChunk = 64;
+// Time steps per chunk (a block's threads x steps per thread) for rows of length L.
+int64_t selective_scan_chunk(int64_t L);
 
+// Elements (accumulation dtype) of the backward's scratch: the state entering every chunk of every row,
+// (batch * dim, ceil(L / chunk), N).
+int64_t selective_scan_bwd_scratch(int64_t batch, int64_t dim, int64_t L, int64_t N);
+
+// Backward. One block per (batch, channel) row walks the chunks from last to first, recomputing each chunk's
+// states from `scratch` (filled by a forward pre-pass, which also writes last_state_scratch, (batch, dim, N)).
+// grad A, D and delta_bias are reduced per block, then added with atomicAdd; grad B and C are added per step:
+// dA (dim, N), dB and dC (batch, groups, N, L), dD and dbias (dim,) must be zeroed, in the accumulation
+// dtype. du, ddelta and dz are in the input dtype; z, grad_last_state, dz, dD and dbias may be null.
 void selective_scan_bwd_launch(int dtype, int64_t batch, int64_t dim, int64_t L, int64_t N, int64_t groups,
                                const void* u, const void* delta, const void* z, const void* A, const void* B,
                                const void* C, const void* D, const void* delta_bias, bool delta_softplus,
                                const void* grad_out, const void* grad_last_state, void* du, void* ddelta, void* dz,
                                void* dA, void* dB, void* dC, void* dD, void* ddelta_bias, void* scratch,
-                               cudaStream_t stream);
+                               void* last_state_scratch, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace ssm_plugins

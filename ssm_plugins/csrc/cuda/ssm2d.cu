@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "device.h"
 #include "ssm2d.h"
 
 namespace ssm_plugins {
@@ -47,7 +48,7 @@ struct Params {
 };
 
 template <typename V>
-__device__ inline Params<V> load_params(const V* A, const V* B, const V* C, int64_t S, int64_t N, int64_t s, int64_t n) {
+__device__ inline Params<V> load_params(global_ptr<const V> A, global_ptr<const V> B, global_ptr<const V> C, int64_t S, int64_t N, int64_t s, int64_t n) {
   const int64_t at = s * N + n, plane = S * N;
   return {A[at], A[plane + at], A[2 * plane + at], A[3 * plane + at], B[at], B[plane + at], C[at], C[plane + at]};
 }
@@ -68,8 +69,8 @@ __device__ inline void step(const Params<V>& p, int64_t i, int64_t j, V left_h, 
 }
 
 template <typename V>
-__global__ void fwd_kernel(int64_t S, int64_t N, int64_t H, int64_t W, const V* A, const V* B, const V* C, V* rows,
-                           typename RealOf<V>::type* K) {
+__global__ void fwd_kernel(int64_t S, int64_t N, int64_t H, int64_t W, global_ptr<const V> A, global_ptr<const V> B, global_ptr<const V> C, global_ptr<V> rows,
+                           global_ptr<typename RealOf<V>::type> K) {
   using acc_t = typename RealOf<V>::type;
   const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int64_t stride = S * N;
@@ -78,8 +79,8 @@ __global__ void fwd_kernel(int64_t S, int64_t N, int64_t H, int64_t W, const V* 
   const Params<V> p = load_params(A, B, C, S, N, s, n);
   const acc_t scale = acc_t(1) / sqrt(acc_t(N));
   const V zero = make_zero(static_cast<V*>(nullptr));
-  V* row_h = rows + t;
-  V* row_v = rows + W * stride + t;
+  const global_ptr<V> row_h = rows + t;
+  const global_ptr<V> row_v = rows + W * stride + t;
   for (int64_t i = 0; i < H; ++i) {
     V left_h = zero, left_v = zero;
     for (int64_t j = 0; j < W; ++j) {
@@ -100,8 +101,8 @@ __global__ void fwd_kernel(int64_t S, int64_t N, int64_t H, int64_t W, const V* 
 // the row below sits in the scratch row. Gradients use the conjugate convention, so for complex parameters
 // they are (dL/dRe, dL/dIm) pairs.
 template <typename V>
-__global__ void bwd_kernel(int64_t S, int64_t N, int64_t H, int64_t W, const typename RealOf<V>::type* grad,
-                           const V* A, const V* B, const V* C, V* states, V* lam_v_row, V* dA, V* dB, V* dC) {
+__global__ void bwd_kernel(int64_t S, int64_t N, int64_t H, int64_t W, global_ptr<const typename RealOf<V>::type> grad,
+                           global_ptr<const V> A, global_ptr<const V> B, global_ptr<const V> C, global_ptr<V> states, global_ptr<V> lam_v_row, global_ptr<V> dA, global_ptr<V> dB, global_ptr<V> dC) {
   using acc_t = typename RealOf<V>::type;
   const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int64_t stride = S * N;
@@ -110,8 +111,8 @@ __global__ void bwd_kernel(int64_t S, int64_t N, int64_t H, int64_t W, const typ
   const Params<V> p = load_params(A, B, C, S, N, s, n);
   const acc_t scale = acc_t(1) / sqrt(acc_t(N));
   const V zero = make_zero(static_cast<V*>(nullptr));
-  V* st_h = states + t;
-  V* st_v = states + H * W * stride + t;
+  const global_ptr<V> st_h = states + t;
+  const global_ptr<V> st_v = states + H * W * stride + t;
   auto cell = [&](int64_t i, int64_t j) { return (i * W + j) * stride; };
   for (int64_t i = 0; i < H; ++i) {
     for (int64_t j = 0; j < W; ++j) {
@@ -120,10 +121,10 @@ __global__ void bwd_kernel(int64_t S, int64_t N, int64_t H, int64_t W, const typ
       step(p, i, j, left_h, left_v, up_h, up_v, st_h[cell(i, j)], st_v[cell(i, j)]);
     }
   }
-  V* lam_v = lam_v_row + t;
+  const global_ptr<V> lam_v = lam_v_row + t;
   for (int64_t j = 0; j < W; ++j) lam_v[j * stride] = zero;
   V da1 = zero, da2 = zero, da3 = zero, da4 = zero, dc1 = zero, dc2 = zero, lh = zero, lv = zero;
-  const acc_t* G = grad + s * H * W;
+  const global_ptr<const acc_t> G = grad + s * H * W;
   for (int64_t i = H - 1; i >= 0; --i) {
     V lam_h_right = zero;
     for (int64_t j = W - 1; j >= 0; --j) {
@@ -166,15 +167,10 @@ constexpr int kThreads = 128;
 
 inline unsigned blocks_for(int64_t tasks) { return static_cast<unsigned>((tasks + kThreads - 1) / kThreads); }
 
-void check_launch(const char* what) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
-}
-
 template <typename V>
 void fwd(int64_t S, int64_t N, int64_t H, int64_t W, const void* A, const void* B, const void* C, void* rows, void* K,
          cudaStream_t stream) {
-  fwd_kernel<V><<<blocks_for(S * N), kThreads, 0, stream>>>(
+  launch_kernel(fwd_kernel<V>, blocks_for(S * N), kThreads, 0, stream,
       S, N, H, W, static_cast<const V*>(A), static_cast<const V*>(B), static_cast<const V*>(C), static_cast<V*>(rows),
       static_cast<typename RealOf<V>::type*>(K));
 }
@@ -182,7 +178,7 @@ void fwd(int64_t S, int64_t N, int64_t H, int64_t W, const void* A, const void* 
 template <typename V>
 void bwd(int64_t S, int64_t N, int64_t H, int64_t W, const void* grad, const void* A, const void* B, const void* C,
          void* states, void* lam, void* dA, void* dB, void* dC, cudaStream_t stream) {
-  bwd_kernel<V><<<blocks_for(S * N), kThreads, 0, stream>>>(
+  launch_kernel(bwd_kernel<V>, blocks_for(S * N), kThreads, 0, stream,
       S, N, H, W, static_cast<const typename RealOf<V>::type*>(grad), static_cast<const V*>(A),
       static_cast<const V*>(B), static_cast<const V*>(C), static_cast<V*>(states), static_cast<V*>(lam),
       static_cast<V*>(dA), static_cast<V*>(dB), static_cast<V*>(dC));

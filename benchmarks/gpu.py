@@ -1,0 +1,250 @@
+"""GPU benchmark: every op forward+backward against its reference (and mamba_ssm's selective_scan_fn when it is
+installed), and model training / inference throughput next to timm's DeiT-S and Swin-T, in one run.
+
+    .venv/bin/python -m benchmarks.gpu [--quick] [--batch 128] [--only ops|models] [--write-readme]
+
+Timing: CUDA events around each call after warm-up, torch.cuda.synchronize() before and after, median of the
+repeats. Settings pinned and printed: TF32 matmul and cuDNN on, cudnn.benchmark on, AMP bf16 autocast for the
+models (batch 128, 224x224, SGD step included in "train"). On a machine without a CUDA device it prints that
+there is no GPU and exits 0 (nothing is measured or faked).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import statistics
+import sys
+
+import torch
+
+from benchmarks._common import add_write_readme, readme_section, table
+
+OUR_MODELS = ("vim2_t", "vim2_s", "viqs_t", "viqs_s", "deit_small_patch16_224_ssm2d",
+              "swin_tiny_patch4_window7_224_ssm2d", "essm_2d_tiny", "myonet_tiny")
+PEERS = ("deit_small_patch16_224", "swin_tiny_patch4_window7_224")
+
+
+def pin_settings() -> dict:
+    """The numerics the figures depend on, set explicitly (and printed with the table)."""
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.deterministic = False
+    torch.set_float32_matmul_precision("high")
+    return {"tf32 matmul": torch.backends.cuda.matmul.allow_tf32, "tf32 cudnn": torch.backends.cudnn.allow_tf32,
+            "cudnn.benchmark": torch.backends.cudnn.benchmark, "float32 matmul precision": "high"}
+
+
+def cuda_seconds(fn, repeat: int = 10, warmup: int = 3) -> float:
+    """Median seconds of fn() on the GPU: CUDA events around each call, the device synchronised before and after."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
+@contextlib.contextmanager
+def backend(name: str):
+    """Run the ssm_plugins ops with the compiled kernels ("kernel") or the PyTorch references ("reference")."""
+    previous = os.environ.get("SSM_PLUGINS_BACKEND")
+    os.environ["SSM_PLUGINS_BACKEND"] = "reference" if name == "reference" else "auto"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("SSM_PLUGINS_BACKEND", None)
+        else:
+            os.environ["SSM_PLUGINS_BACKEND"] = previous
+
+
+def fwd_bwd(fn, leaves):
+    """A step: fn() -> tensor, then backward of its sum into `leaves` (gradients cleared first)."""
+    def step():
+        for t in leaves:
+            t.grad = None
+        out = fn()
+        out = out[0] if isinstance(out, tuple) else out
+        out.float().sum().backward()
+    return step
+
+
+def _leaf(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().cuda().requires_grad_(t.is_floating_point() or t.is_complex())
+
+
+# ---- op cases: (op, case, {baseline name: step}, our step) ------------------------------------------------
+
+def scan_cases(quick: bool):
+    from ssm_plugins.ops import selective_scan
+    shapes = [(2, 64, 256, 16)] if quick else [(8, 1536, 1024, 16), (2, 768, 4096, 16), (1, 1536, 16384, 16)]
+    try:
+        from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
+    except Exception:  # noqa: BLE001 - not installed (or built for another torch): no mamba_ssm row
+        selective_scan_fn = None
+    for batch, dim, length, n_state in shapes:
+        for dtype in (torch.float32, torch.bfloat16):
+            g = torch.Generator().manual_seed(0)
+            r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+            t = dict(u=r(batch, dim, length).to(dtype), delta=(0.5 * r(batch, dim, length) - 4.0).to(dtype),
+                     A=-torch.arange(1, n_state + 1.0).repeat(dim, 1), B=r(batch, n_state, length),
+                     C=r(batch, n_state, length), D=torch.ones(dim), z=r(batch, dim, length).to(dtype),
+                     delta_bias=0.5 * r(dim))
+            t = {k: _leaf(v) for k, v in t.items()}
+            call = lambda fn, t=t: fn(**t, delta_softplus=True)  # noqa: E731
+            baselines = {"reference (PyTorch)": fwd_bwd(lambda: call(selective_scan), t.values())}
+            if selective_scan_fn is not None:
+                baselines["mamba_ssm selective_scan_fn"] = fwd_bwd(lambda: call(selective_scan_fn), t.values())
+            yield ("selective_scan", f"b{batch} d{dim} L{length} N{n_state} {str(dtype)[6:]}", baselines,
+                   fwd_bwd(lambda: call(selective_scan), t.values()))
+
+
+def qs_mix_cases(quick: bool):
+    from ssm_plugins.ops import qs_mix
+    batch, length, heads, feat, n_state = (2, 128, 4, 16, 16) if quick else (16, 3136, 12, 64, 16)
+    for a_cols in (1, n_state):
+        g = torch.Generator().manual_seed(0)
+        r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+        a_shape = (heads,) if a_cols == 1 else (heads, n_state)
+        t = [r(batch, length, heads, feat).bfloat16()]
+        for _ in range(2):
+            t += [r(batch, length, heads) - 2.0, -torch.rand(*a_shape, generator=g) - 0.5,
+                  r(batch, length, 1, n_state), r(batch, length, 1, n_state)]
+        t += [r(batch, length, heads)]
+        t = [_leaf(v) for v in t]
+        step = fwd_bwd(lambda t=t: qs_mix(*t, dt_softplus=True), t)
+        yield ("qs_mix", f"b{batch} L{length} H{heads} P{feat} N{n_state} {'scalar' if a_cols == 1 else 'diag'} A "
+               "bf16", {"reference (PyTorch)": step}, step)
+
+
+def ssm2d_cases(quick: bool):
+    from ssm_plugins.ops import ssm2d_kernel
+    S, N, H, W = (8, 16, 14, 14) if quick else (4 * 192, 16, 56, 56)
+    g = torch.Generator().manual_seed(0)
+    params = [_leaf(torch.randn(*shape, generator=g) * std) for shape, std in
+              (((4, S, N), 0.2), ((2, S, N), 0.2), ((2, S, N), 1.0))]
+    step = fwd_bwd(lambda: ssm2d_kernel(*params, H, W, directions=4, fused=True), params)
+    yield "ssm2d_kernel", f"S{S} N{N} {H}x{W} fp32", {"reference (PyTorch)": step}, step
+
+
+def essm_cases(quick: bool):
+    from ssm_plugins.ops import essm_conv
+    batch, heads, modes, width, length = (2, 4, 16, 32, 256) if quick else (16, 8, 256, 512, 4096)
+    g = torch.Generator().manual_seed(0)
+    n, h = modes // heads, width // heads
+    params = [-0.5 * torch.ones(heads, n), math.pi * torch.randn(heads, n, generator=g),
+              math.log(1e-3) + math.log(100) * torch.rand(heads, n, generator=g),
+              torch.randn(heads, n, h, generator=g) / math.sqrt(h), torch.randn(heads, h, n, generator=g) / math.sqrt(n),
+              torch.ones(heads, h)]
+    u = torch.randn(batch, width, length, generator=g)
+    leaves = [_leaf(v) for v in [u, *params]]
+    step = fwd_bwd(lambda: essm_conv(*leaves, bidirectional=True), leaves)
+    yield "essm_conv", f"b{batch} S{heads} modes{modes} width{width} L{length} fp32 bidir", \
+        {"reference (PyTorch)": step}, step
+
+
+def myo_cases(quick: bool):
+    from ssm_plugins.ops.myo import myo_solve, myo_tree
+    leaves, batch, channels, arity = (1024, 2, 16, 2) if quick else (65536, 16, 128, 2)
+    tree = myo_tree(leaves, arity)
+    g = torch.Generator().manual_seed(0)
+    u = torch.randn(batch, tree.parent.numel(), channels, generator=g)
+    b = (2 * torch.rand(channels, len(tree.level_sizes) - 1, generator=g) - 1) / (arity + 1)
+    u, b = _leaf(u), _leaf(b)
+    step = fwd_bwd(lambda: myo_solve(u, b, arity), [u, b])
+    yield "myo_solve", f"b{batch} C{channels} L{leaves} k{arity} fp32", {"reference (PyTorch)": step}, step
+
+
+def op_rows(quick: bool) -> list[tuple]:
+    rows = []
+    for cases in (scan_cases, qs_mix_cases, ssm2d_cases, essm_cases, myo_cases):
+        for op, case, baselines, ours in cases(quick):
+            with backend("kernel"):
+                t_ours = cuda_seconds(ours)
+            for name, step in baselines.items():
+                with backend("reference" if name.startswith("reference") else "kernel"):
+                    t_base = cuda_seconds(step, repeat=3 if name.startswith("reference") else 10, warmup=1)
+                rows.append((op, case + " fwd+bwd", name, t_base, t_ours, t_base / t_ours))
+            torch.cuda.empty_cache()
+    return rows
+
+
+# ---- model throughput -------------------------------------------------------------------------------------
+
+def model_rows(batch: int, quick: bool) -> list[tuple]:
+    import timm
+    import ssm_plugins  # noqa: F401  (registers our models with timm)
+    registered = set(timm.list_models())
+    names = [n for n in PEERS + OUR_MODELS if n in registered]
+    speed = {}
+    for name in names[:3] if quick else names:
+        model = timm.create_model(name).cuda()
+        x = torch.randn(batch, 3, 224, 224, device="cuda")
+        y = torch.randint(0, 1000, (batch,), device="cuda")
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+        def train_step():
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+
+        def infer_step():
+            with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+                model(x)
+
+        model.train()
+        train = batch / cuda_seconds(train_step, repeat=5, warmup=2)
+        model.eval()
+        infer = batch / cuda_seconds(infer_step, repeat=5, warmup=2)
+        speed[name] = (train, infer)
+        del model, opt
+        torch.cuda.empty_cache()
+    ref = {p: speed[p] for p in PEERS if p in speed}
+    rows = []
+    for name, (train, infer) in speed.items():
+        rel = [f"{train / ref[p][0]:.2f} / {infer / ref[p][1]:.2f}" for p in PEERS if p in ref]
+        rows.append((name, train, infer, *rel, *[""] * (len(PEERS) - len(rel))))
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes and three models: a smoke run")
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--only", choices=("ops", "models"), default=None)
+    add_write_readme(parser)
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("benchmarks.gpu: no CUDA device on this machine (torch.cuda.is_available() is False); "
+              "nothing measured.")
+        return 0
+    settings = pin_settings()
+    with readme_section("benchmarks.gpu", args.write_readme, argv):
+        props = torch.cuda.get_device_properties(0)
+        print(f"{props.name}, {props.total_memory / 2**30:.0f} GiB, torch {torch.__version__}, CUDA "
+              f"{torch.version.cuda}; " + ", ".join(f"{k} {v}" for k, v in settings.items()))
+        print()
+        if args.only in (None, "ops"):
+            print(table(["op", "case", "baseline", "baseline s", "ours s", "speed-up"], op_rows(args.quick)))
+            print()
+        if args.only in (None, "models"):
+            print(f"Training (fwd+bwd+SGD step) and inference images/s, batch {args.batch}, 224x224, AMP bf16; "
+                  "ratios train / inference against each peer")
+            print(table(["model", "train img/s", "infer img/s", *[f"vs {p}" for p in PEERS]],
+                        model_rows(args.batch, args.quick)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

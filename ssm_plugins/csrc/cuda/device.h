@@ -1,0 +1,68 @@
+// What the kernels need besides CUDA itself, written once for the two builds of every .cu file:
+//   nvcc          (ssm_plugins._C)  global_ptr<T> is T*, launch_kernel is <<<grid, block, smem, stream>>>;
+//   host compiler (tests/cuda_harness, the CPU execution harness of the CUDA sources)  global_ptr<T> is a
+//                 bounds-checked pointer and launch_kernel runs the grid on OS threads.
+// Kernels take their global-memory arguments as global_ptr<T>, launch through launch_kernel, and declare
+// dynamic shared memory with SSM_DYNAMIC_SHARED(T, name). No torch headers.
+#pragma once
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#if defined(__CUDACC__)
+#include <cuda_runtime.h>
+
+namespace ssm_plugins {
+namespace cuda {
+
+template <typename T>
+using global_ptr = T*;
+
+template <typename... KArgs, typename... Args>
+inline void launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
+                          Args&&... args) {
+  kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
+}
+
+}  // namespace cuda
+}  // namespace ssm_plugins
+
+#define SSM_DYNAMIC_SHARED(T, name)                       \
+  extern __shared__ __align__(16) unsigned char ssm_smem_[]; \
+  T* name = reinterpret_cast<T*>(ssm_smem_)
+
+#else
+#include <cuda_harness.h>
+
+namespace ssm_plugins {
+namespace cuda {
+
+template <typename T>
+using global_ptr = ::cuda_harness::checked_ptr<T>;
+
+
+template <typename... KArgs, typename... Args>
+inline void launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
+                          Args&&... args) {
+  ::cuda_harness::launch(kernel, grid, block, smem, stream, std::forward<Args>(args)...);
+}
+
+}  // namespace cuda
+}  // namespace ssm_plugins
+
+#define SSM_DYNAMIC_SHARED(T, name) ::cuda_harness::checked_ptr<T> name = ::cuda_harness::dynamic_shared<T>()
+
+#endif
+
+namespace ssm_plugins {
+namespace cuda {
+
+// Throws with the launch's (or the harness's) error, if any.
+inline void check_launch(const char* what) {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+}  // namespace cuda
+}  // namespace ssm_plugins

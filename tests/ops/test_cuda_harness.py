@@ -1,0 +1,264 @@
+"""Every CUDA kernel of ssm_plugins, executed on the CPU through the host-side CUDA harness (tests/cuda_harness):
+forward and backward of all five ops in every dtype they take, on odd shapes, against the compiled CPU kernels
+(themselves tested against the oracles in ssm_plugins.ops.reference); and two planted bugs (a barrier removed,
+an index off the end) that the harness must catch. The harness library builds once per source state (cached,
+~20-60 s cold on 2 busy cores, 0.1 s warm).
+
+Tolerances, as the largest error relative to the largest magnitude of the CPU kernel's result: float64 1e-12
+(rounding: the kernels sum in different orders), float32 5e-5, float16 4e-3 and bfloat16 3e-2 (both kernels
+accumulate in float32; the inputs' and outputs' roundings differ by an ulp of the 16-bit type).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from ssm_plugins.ops import _backend
+from ssm_plugins.ops.myo import myo_quadtree, myo_tree
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cuda_harness"))
+import harness  # noqa: E402
+
+pytestmark = [
+    pytest.mark.skipif(harness.unavailable_reason() is not None, reason=f"{harness.unavailable_reason()}"),
+    pytest.mark.skipif(not _backend.has_kernel("selective_scan_fwd", "cpu"), reason="needs ssm_plugins._C"),
+]
+OPS = torch.ops.ssm_plugins
+TOL = {torch.float64: 1e-12, torch.float32: 5e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2,
+       torch.complex128: 1e-12, torch.complex64: 5e-5}
+HALF = [torch.float16, torch.bfloat16]
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    return harness.load()
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = torch.view_as_real(a) if a.is_complex() else a, torch.view_as_real(b) if b.is_complex() else b
+    a, b = a.double(), b.double()
+    assert torch.isfinite(a).all(), "the harness result has NaN/Inf (an element no thread wrote?)"
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item() if b.numel() else 0.0
+
+
+def assert_same(got, want, dtype, what=""):
+    got = got if isinstance(got, (tuple, list)) else (got,)
+    want = want if isinstance(want, (tuple, list)) else (want,)
+    assert len(got) == len(want)
+    for i, (a, b) in enumerate(zip(got, want)):
+        if b is None:
+            assert a is None, (what, i)
+            continue
+        assert a.shape == b.shape and a.dtype == b.dtype, (what, i, a.shape, b.shape, a.dtype, b.dtype)
+        err = rel_err(a, b)
+        assert err <= TOL[dtype], f"{what} output {i}: relative error {err:.3g} > {TOL[dtype]:g}"
+
+
+def randn(*shape, dtype=torch.float64, gen=None, scale=1.0):
+    return (scale * torch.randn(*shape, generator=gen, dtype=torch.float64)).to(dtype)
+
+
+# ---- selective scan ---------------------------------------------------------------------------------------
+
+def scan_args(dtype, batch, dim, length, n_state, groups, options, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    acc = torch.float64 if dtype == torch.float64 else torch.float32
+    u = randn(batch, dim, length, dtype=dtype, gen=gen)
+    delta = randn(batch, dim, length, dtype=dtype, gen=gen, scale=0.5)
+    A = (-(0.5 + torch.rand(dim, n_state, generator=gen, dtype=torch.float64))).to(acc)
+    B = randn(batch, groups, n_state, length, dtype=acc, gen=gen)
+    C = randn(batch, groups, n_state, length, dtype=acc, gen=gen)
+    D = randn(dim, dtype=acc, gen=gen) if "D" in options else None
+    z = randn(batch, dim, length, dtype=dtype, gen=gen) if "z" in options else None
+    bias = randn(dim, dtype=acc, gen=gen, scale=0.3) if "bias" in options else None
+    return (u, delta, A, B, C, D, z, bias, "softplus" in options), gen
+
+
+SCAN_CASES = [  # (batch, dim, length, n_state, groups, options)
+    (2, 5, 37, 3, 1, ("D", "z", "bias", "softplus")),
+    (1, 6, 130, 4, 3, ("D", "softplus")),  # several backward chunks, grouped B/C
+    (3, 3, 1, 2, 3, ()),
+    (1, 2, 2100, 2, 1, ("D", "z", "bias", "softplus")),  # 128 threads x 16 steps: two chunks, state carried
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, *HALF])
+@pytest.mark.parametrize("case", range(len(SCAN_CASES)))
+def test_selective_scan(cuda, dtype, case):
+    args, gen = scan_args(dtype, *SCAN_CASES[case])
+    assert_same(cuda.selective_scan_fwd(*args), OPS.selective_scan_fwd(*args), dtype, "fwd")
+    out, last = OPS.selective_scan_fwd(*args)
+    grad_out = randn(*out.shape, dtype=dtype, gen=gen)
+    grad_last = randn(*last.shape, dtype=last.dtype, gen=gen) if case != 2 else None
+    assert_same(cuda.selective_scan_bwd(*args, grad_out, grad_last), OPS.selective_scan_bwd(*args, grad_out, grad_last),
+                dtype, "bwd")
+
+
+# ---- quasi-separable mixing -------------------------------------------------------------------------------
+
+def qs_args(dtype, batch, length, heads, feat, n_state, groups, scalar_a, strided_x, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    acc = torch.float64 if dtype == torch.float64 else torch.float32
+    a_cols = 1 if scalar_a else n_state
+    x = randn(batch, heads, length, feat, dtype=dtype, gen=gen)
+    x = x.transpose(1, 2) if strided_x else x.transpose(1, 2).contiguous()  # (batch, L, H, P), maybe strided
+    dirs = []
+    for _ in range(2):
+        dirs += [randn(batch, length, heads, dtype=acc, gen=gen, scale=0.5),
+                 (-torch.rand(heads, a_cols, generator=gen, dtype=torch.float64) - 0.1).to(acc),
+                 randn(batch, length, groups, n_state, dtype=acc, gen=gen),
+                 randn(batch, length, groups, n_state, dtype=acc, gen=gen)]
+    gamma = randn(batch, length, heads, dtype=acc, gen=gen)
+    bias = randn(heads, dtype=acc, gen=gen, scale=0.2)
+    return [x, *dirs, gamma, bias, None], gen
+
+
+QS_CASES = [  # (batch, length, heads, feat, n_state, groups, scalar_a, strided_x)
+    (2, 13, 4, 3, 5, 2, False, True),
+    (1, 21, 3, 5, 2, 1, True, False),
+    (3, 1, 2, 1, 3, 2, False, False),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, *HALF])
+@pytest.mark.parametrize("case", range(len(QS_CASES)))
+@pytest.mark.parametrize("hydra_shift", [False, True])
+def test_qs_mix(cuda, dtype, case, hydra_shift):
+    args, gen = qs_args(dtype, *QS_CASES[case])
+    flags = (case != 1, hydra_shift)  # dt_softplus on in cases 0 and 2
+    assert_same(cuda.qs_mix_fwd(*args, *flags), OPS.qs_mix_fwd(*args, *flags), dtype, "fwd")
+    grad_y = randn(*args[0].shape, dtype=dtype, gen=gen)
+    assert_same(cuda.qs_mix_bwd(grad_y, *args, *flags), OPS.qs_mix_bwd(grad_y, *args, *flags), dtype, "bwd")
+
+
+# ---- 2-D SSM kernel ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("is_complex", [False, True])
+@pytest.mark.parametrize("shape", [(3, 5, 7, 4), (1, 2, 1, 9)])  # (S, N, H, W)
+def test_ssm2d_kernel(cuda, dtype, is_complex, shape):
+    S, N, H, W = shape
+    gen = torch.Generator().manual_seed(1)
+    tail = (2,) if is_complex else ()
+    A = randn(4, S, N, *tail, dtype=dtype, gen=gen, scale=0.4)
+    B, C = randn(2, S, N, *tail, dtype=dtype, gen=gen), randn(2, S, N, *tail, dtype=dtype, gen=gen)
+    assert_same(cuda.ssm2d_kernel_fwd(A, B, C, H, W), OPS.ssm2d_kernel_fwd(A, B, C, H, W), dtype, "fwd")
+    grad = randn(S, H, W, dtype=dtype, gen=gen)
+    assert_same(cuda.ssm2d_kernel_bwd(grad, A, B, C, H, W), OPS.ssm2d_kernel_bwd(grad, A, B, C, H, W), dtype, "bwd")
+
+
+# ---- eSSM state kernel ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("bidirectional", [False, True])
+@pytest.mark.parametrize("shape", [((2, 3), 13, 29), ((1,), 300, 601)])  # (modes, L, n_fft)
+def test_essm_kernel(cuda, dtype, bidirectional, shape):
+    modes, length, n_fft = shape
+    gen = torch.Generator().manual_seed(2)
+    g_re, g_im, z_im = (randn(*modes, dtype=dtype, gen=gen) for _ in range(3))
+    z_re = -0.05 * torch.rand(*modes, generator=gen, dtype=torch.float64).to(dtype)
+    p = (g_re, g_im, z_re, z_im)
+    assert_same(cuda.essm_kernel(*p, length, n_fft, bidirectional), OPS.essm_kernel(*p, length, n_fft, bidirectional),
+                dtype, "fwd")
+    grad = randn(*modes, n_fft, dtype=dtype, gen=gen)
+    assert_same(cuda.essm_kernel_bwd(grad, *p, length, bidirectional),
+                OPS.essm_kernel_bwd(grad, *p, length, bidirectional), dtype, "bwd")
+
+
+# ---- Myo tree solve ---------------------------------------------------------------------------------------
+
+def myo_weights(shape, dtype, arity, gen):
+    """Edge weights in the stable regime |b| <= 1/(k+1) (as tests/ops/test_myo.py)."""
+    scale = 1.0 / (arity + 1)
+    if dtype.is_complex:
+        rho, phase = (torch.rand(shape, dtype=torch.float64, generator=gen) for _ in range(2))
+        return (-scale * rho * torch.exp(2j * torch.pi * phase)).to(dtype)
+    return (scale * (2 * torch.rand(shape, dtype=torch.float64, generator=gen) - 1)).to(dtype)
+
+
+ACC = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, *HALF, torch.complex64, torch.complex128])
+@pytest.mark.parametrize("form", ["pyramid", "per_node"])
+def test_myo_solve(cuda, dtype, form):
+    gen = torch.Generator().manual_seed(3)
+    tree = myo_tree(11, 3) if form == "pyramid" else myo_quadtree(3, 5)
+    n, depth = tree.parent.numel(), len(tree.level_sizes)
+    batch, channels = 2, 7
+    acc = ACC.get(dtype, dtype)
+    u = (torch.randn(batch, n, channels, generator=gen, dtype=torch.complex128 if dtype.is_complex else torch.float64)
+         .to(dtype))
+    if form == "pyramid":
+        b, b_index, skew = myo_weights((1, depth, channels), acc, tree.arity, gen), tree.level, False
+    else:
+        b, b_index, skew = myo_weights((batch, n, channels), acc, tree.arity, gen), None, True
+    args = (b, tree.parent, b_index, skew)
+    x = OPS.myo_solve_fwd(u, *args)
+    assert_same(cuda.myo_solve_fwd(u, *args), x, dtype, "fwd")
+    grad_x = torch.randn(x.shape, generator=gen, dtype=torch.complex128 if dtype.is_complex else torch.float64)
+    grad_x = grad_x.to(dtype)
+    assert_same(cuda.myo_solve_bwd(grad_x, x, *args), OPS.myo_solve_bwd(grad_x, x, *args), dtype, "bwd")
+
+
+# ---- the harness catches bugs -----------------------------------------------------------------------------
+
+def planted(name: str, old: str, new: str, count: int | None = None) -> harness.Harness:
+    """The harness with a copy of ssm_plugins/csrc/cuda/<name> where `old` is replaced by `new`."""
+    text = (harness.CUDA_SRC / name).read_text()
+    assert old in text and (count is None or text.count(old) == count), f"{old!r} not (or not {count}x) in {name}"
+    return harness.load(replace={name: text.replace(old, new)})
+
+
+def essm_bwd_case():
+    gen = torch.Generator().manual_seed(4)
+    p = tuple(randn(3, dtype=torch.float64, gen=gen) for _ in range(4))
+    p = (p[0], p[1], -0.05 * p[2].abs(), p[3])
+    grad = randn(3, 600, gen=gen)  # L = 300 lags: every warp of the 256-thread block holds some of the sums
+    return (grad, *p, 300, True), OPS.essm_kernel_bwd(grad, *p, 300, True)
+
+
+def test_harness_catches_a_missing_syncthreads(cuda):
+    """essm's backward reduces over the block through shared memory; without its barriers the reduction reads
+    partial sums that other warps have not written yet. The harness runs warps in turn between barriers, so
+    the race shows every time, and the unmodified kernel passes the same check."""
+    args, want = essm_bwd_case()
+    assert_same(cuda.essm_kernel_bwd(*args), want, torch.float64)
+    broken = planted("essm.cu", "  __syncthreads();", "  // barrier removed", count=2)
+    got = broken.essm_kernel_bwd(*args)
+    assert max(rel_err(a, b) for a, b in zip(got, want)) > 1e-3
+
+
+def test_harness_catches_an_out_of_bounds_index(cuda):
+    """The forward's grid-stride loop with `<=` runs one element too far and reads the parameters of a mode that
+    does not exist: the bounds-checked pointers turn that into cudaErrorIllegalAddress, which the launcher
+    raises (on a GPU it would read whatever lies there, silently)."""
+    gen = torch.Generator().manual_seed(5)
+    p = tuple(randn(2, 3, gen=gen) for _ in range(4))
+    cuda.essm_kernel(*p, 7, 14, False)  # the unmodified kernel is fine
+    broken = planted("essm.cu", "idx < total;", "idx <= total;", count=1)
+    with pytest.raises(harness.HarnessError, match=r"illegal address: 8-byte access at .*, element 6 of an "
+                                                   r"allocation of 6 elements"):
+        broken.essm_kernel(*p, 7, 14, False)
+
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_selective_scan_long_sequence_large_delta_stays_finite(cuda, dtype):
+    """L = 16384 (8 chunks of 2048 carried through the block scan) with delta up to ~12 after softplus: 16-bit
+    inputs with float32 state give finite values equal to the CPU kernel's wherever float32 is finite."""
+    args, gen = scan_args(dtype, 1, 2, 16384, 3, 1, ("D", "z", "softplus"))
+    args = list(args)
+    args[1] = (args[1].float() * 4 + 6).to(dtype)  # large steps: exp(dt A) underflows towards 0
+    out, last = cuda.selective_scan_fwd(*args)
+    want = OPS.selective_scan_fwd(*args)
+    assert torch.isfinite(want[0].float()).all() and torch.isfinite(out.float()).all()
+    assert_same((out, last), want, dtype, "fwd")
+    grad_out = randn(*out.shape, dtype=dtype, gen=gen)
+    got = cuda.selective_scan_bwd(*args, grad_out, None)
+    assert all(torch.isfinite(t.float()).all() for t in got if t is not None)
+    assert_same(got, OPS.selective_scan_bwd(*args, grad_out, None), dtype, "bwd")

@@ -183,7 +183,8 @@ class CPUSyncBatchNorm(_BatchNorm):
 def convert_cpu_sync_batchnorm(module: nn.Module, batchnorm: bool = False) -> Tuple[nn.Module, List[str]]:
     """Replace every ``torch.nn.SyncBatchNorm`` of ``module`` (e.g. from ``norm_cfg=dict(type='SyncBN')``) and, with
     ``batchnorm=True`` (mmengine's ``sync_bn='torch'``), every other BatchNorm by :class:`CPUSyncBatchNorm`, keeping
-    parameters, buffers and mode (it is the model's own BatchNorm again when saved: same state_dict). Returns (the module, the dotted names of the converted layers)."""
+    parameters, buffers and mode (same state_dict as the BatchNorm it replaces). Returns (the module, the dotted
+    names of the converted layers)."""
     converted: List[str] = []
 
     def convert(child: nn.Module, name: str) -> nn.Module:

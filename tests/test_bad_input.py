@@ -138,7 +138,8 @@ LAYERS = [
     pytest.param("ESSM-empty", lambda: layer("ESSM")(randn(2, 0, 8)), r"^x must have shape \(B, L, H\).*L >= 1",
                  marks=xfail("layers/essm.py ESSM.forward input check: reject L == 0 naming x (B, L, H); today the "
                              "op's message about its own argument u (batch, H, L) surfaces")),
-    ("MambaMixerBlock-rank", lambda: layer("MambaMixerBlock")(randn(6, 16)), r"^x must have shape \(batch, L, dim=16\)"),
+    ("MambaMixerBlock-rank", lambda: layer("MambaMixerBlock")(randn(6, 16)),
+     r"^x must have shape \(batch, L, dim=16\)"),
     ("MambaMixerBlock-tokens", lambda: layer("MambaMixerBlock")(randn(2, 5, 16)), r"L = 6 tokens = num_tokens"),
     pytest.param("MambaMixerBlock-empty", lambda: layer("MambaMixerBlock")(randn(2, 0, 16)),
                  r"^x must have shape \(batch, L, dim=16\)",

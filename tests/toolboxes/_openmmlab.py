@@ -1,5 +1,6 @@
 """Shared by the OpenMMLab config tests: where the configs are, and how to build one without weights."""
 from pathlib import Path
+from typing import Optional
 
 REPO = Path(__file__).resolve().parents[2]
 MMDET_CONFIGS = sorted((REPO / "configs_mmdet").glob("*/*.py"))
@@ -84,20 +85,38 @@ def tiny_upernet_options() -> list:
             f"model.auxiliary_head.in_channels={w}", "model.auxiliary_head.channels=16"]
 
 
-def deterministic_mmpretrain_config(folder: Path, image_size: int = 32) -> Path:
-    """A config that derives from the ViM2-T ImageNet config and only replaces its training pipeline by one without
-    random transforms (resize the short edge, centre crop: the test pipeline's steps), so that an image becomes the
-    same tensor in every process and after a resume (mmengine does not save the RNG state; RandAugment, random
-    crops, flips and erasing draw from it). With ``mmpretrain_tiny_options(image_size=image_size)``."""
-    path = Path(folder) / "vim2_deterministic_pipeline.py"
-    path.write_text(
-        f"_base_ = [{str(MMPRETRAIN_VIM2)!r}]\n"
-        "train_dataloader = dict(dataset=dict(pipeline=[\n"
-        "    dict(type='LoadImageFromFile'),\n"
-        f"    dict(type='ResizeEdge', scale={image_size}, edge='short', backend='pillow', interpolation='bicubic'),\n"
-        f"    dict(type='CenterCrop', crop_size={image_size}),\n"
-        "    dict(type='PackInputs')]))\n")
+def derived_config(folder: Path, base: Path, image_size: Optional[int] = None, iterations: bool = False) -> Path:
+    """A config file that derives from ``base`` (the paper config; ``mim train`` reads it as any config) and changes:
+
+    * ``image_size`` (MMPretrain configs): the training pipeline becomes one without random transforms (resize the
+      short edge, centre crop: the test pipeline's steps), so that an image becomes the same tensor in every process
+      and after a resume (mmengine saves no RNG state; RandAugment, random crops, flips and erasing draw from it);
+      use with ``mmpretrain_tiny_options(image_size=image_size)``.
+    * ``iterations``: the loop becomes mmengine's IterBasedTrainLoop (``--cfg-options train_cfg.max_iters=N``; no
+      validation) over an InfiniteSampler, with a checkpoint every 4 iterations. (The epoch loop's keys cannot be
+      removed with ``--cfg-options``, hence the file.)"""
+    lines = [f"_base_ = [{str(base)!r}]"]
+    if image_size is not None:
+        lines.append(
+            "train_dataloader = dict(dataset=dict(pipeline=[\n"
+            "    dict(type='LoadImageFromFile'),\n"
+            f"    dict(type='ResizeEdge', scale={image_size}, edge='short', backend='pillow',"
+            " interpolation='bicubic'),\n"
+            f"    dict(type='CenterCrop', crop_size={image_size}),\n"
+            "    dict(type='PackInputs')]))")
+    if iterations:
+        lines += ["train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters=8, val_interval=1000)",
+                  "train_dataloader = dict(sampler=dict(_delete_=True, type='InfiniteSampler', shuffle=True))",
+                  "default_hooks = dict(checkpoint=dict(by_epoch=False, interval=4))",
+                  "log_processor = dict(by_epoch=False)"]
+    path = Path(folder) / f"{base.stem}_derived.py"
+    path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def deterministic_mmpretrain_config(folder: Path, image_size: int = 32) -> Path:
+    """The ViM2-T ImageNet config with a training pipeline without random transforms (see ``derived_config``)."""
+    return derived_config(folder, MMPRETRAIN_VIM2, image_size=image_size)
 
 
 def checkpoint_state(path: Path) -> dict:

@@ -123,6 +123,69 @@ def test_mmpretrain_sync_bn_converts_every_batchnorm_of_the_model(mmpretrain_run
     assert not list((tmp / "one").glob("*/*.log"))[0].read_text().count("CPUDistributedRunner")
 
 
+def _sync_bn_worker(rank, world, port, queue):
+    """One of 2 gloo processes: CPUSyncBatchNorm on this process's half of a fixed batch."""
+    import torch
+    import torch.distributed as dist
+
+    from ssm_plugins.openmmlab import CPUSyncBatchNorm
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        torch.manual_seed(0)
+        x = (torch.randn(8, 3, 5, 4) * 3 + 1).chunk(world)[rank].requires_grad_()
+        bn = CPUSyncBatchNorm(3, momentum=0.3)
+        with torch.no_grad():
+            bn.weight.copy_(torch.tensor([0.5, 1.0, 2.0]))
+            bn.bias.copy_(torch.tensor([0.1, -0.2, 0.3]))
+        weights = torch.arange(x[0].numel(), dtype=torch.float32).view(x.shape[1:])
+        y = bn(x)
+        ((y * weights).sum() / 8).backward()  # this process's share of a loss over the global batch
+        for param in bn.parameters():  # DDP would sum these over the processes (it averages per-process means)
+            dist.all_reduce(param.grad)
+        queue.put((rank, y.detach(), x.grad, bn.weight.grad, bn.bias.grad, bn.running_mean, bn.running_var))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_cpu_sync_batchnorm_equals_batchnorm_over_the_global_batch():
+    """Forward, input and parameter gradients and running statistics of 2 processes x 4 samples = BatchNorm2d on the
+    8 samples (two-pass statistics, differentiable all-reduces)."""
+    import socket
+
+    import torch
+    import torch.multiprocessing as mp
+
+    torch.manual_seed(0)
+    x = (torch.randn(8, 3, 5, 4) * 3 + 1).requires_grad_()
+    bn = torch.nn.BatchNorm2d(3, momentum=0.3)
+    with torch.no_grad():
+        bn.weight.copy_(torch.tensor([0.5, 1.0, 2.0]))
+        bn.bias.copy_(torch.tensor([0.1, -0.2, 0.3]))
+    weights = torch.arange(x[0].numel(), dtype=torch.float32).view(x.shape[1:])
+    y = bn(x)
+    ((y * weights).sum() / 8).backward()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    context = mp.get_context("spawn")
+    queue = context.Queue()
+    processes = [context.Process(target=_sync_bn_worker, args=(rank, 2, port, queue)) for rank in range(2)]
+    for process in processes:
+        process.start()
+    results = dict((item[0], item[1:]) for item in (queue.get(timeout=300) for _ in processes))
+    for process in processes:
+        process.join(timeout=60)
+    assert all(process.exitcode == 0 for process in processes)
+    (y0, gx0, gw, gb, mean, var), (y1, gx1, *_) = results[0], results[1]
+    torch.testing.assert_close(torch.cat([y0, y1]), y.detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(torch.cat([gx0, gx1]), x.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(gw, bn.weight.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(gb, bn.bias.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(mean, bn.running_mean, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(var, bn.running_var, rtol=1e-5, atol=1e-6)
+
+
 # ---- MMDetection / MMSegmentation: train, evaluate, checkpoint; SyncBN -----------------------------------------------
 
 def _mmdet_options(root):  # 8 images, batch 2 per process: 2 iterations; CocoMetric on 10 val images
@@ -163,7 +226,7 @@ def test_mim_train_two_processes_trains_evaluates_and_syncs_batchnorm(toolbox, c
     assert _synchronised(tmp_path) == (PROCESSES, expected)
 
 
-# ---- SpeechBrain separation recipe under torchrun ---------------------------------------------------------------------
+# ---- SpeechBrain separation recipe under torchrun -------------------------------------------------------------------
 
 RECIPE = REPO / "recipes_speech" / "WSJ0Mix" / "separation"
 # the SpeechBrain tests' tiny shape: 16 channels, one dual-path layer

@@ -10,8 +10,8 @@ CIFAR-10's python pickles) and what is read here:
 * **Text** (IMDB, ``aclImdb/{train,test}/{pos,neg}/<id>_<rating>.txt``): byte-level as LRA (tfds
   ``ByteTextEncoder``: id = byte + 1, 0 is padding, 257 ids), cut at 4,000 bytes; label pos 1 / neg 0.
 * **Retrieval** (AAN, ``tsv_data/new_aan_pairs.{train,eval,test}.tsv``): no header, five tab-separated fields
-  ``label id1 id2 text1 text2`` (label ``0.0`` / ``1.0``), no quoting; each text byte-level, cut at 10,000
-  characters then 4,000 bytes as LRA's matching pipeline.
+  ``label id1 id2 text1 text2`` (label ``0.0`` / ``1.0``), no quoting; each text byte-level (read as stored), cut at 10,000
+  bytes then 4,000 as LRA's matching pipeline.
 * **Pathfinder / Path-X** (``pathfinder32/curv_contour_length_14/`` and ``pathfinder128/...``): ``metadata/<k>.npy``
   -- despite the suffix, text files, one image per line ``imgs/<k> sample_<i>.png <n> <label> ...`` (fields 0-1:
   the image path, field 3: the label) -- and the grayscale PNGs ``imgs/<k>/sample_<i>.png`` (32x32 / 128x128).
@@ -120,11 +120,11 @@ def read_aan(root: os.PathLike, split: str, max_length: int = MAX_LENGTH["retrie
     _check_split(split)
     path = _locate(Path(root), AAN_FILES[split], ("tsv_data", "lra_release/tsv_data"))
     examples = []
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with open(path, "rb") as f:  # bytes: the texts are encoded byte-level as they are stored
         for line_no, line in enumerate(f, start=1):
             if not line.strip():
                 continue
-            fields = line.rstrip("\n").split("\t")
+            fields = line.rstrip(b"\r\n").split(b"\t")
             if len(fields) != 5:
                 raise ValueError(f"{path}:{line_no}: expected 5 tab-separated fields (label id1 id2 text1 text2), "
                                  f"got {len(fields)}")

@@ -6,13 +6,18 @@ A PyTorch impl of the models of:
 
 Two model classes, both built from ``ssm_plugins.layers.ESSMBlock``:
 
-``ESSMSequence`` -- the paper's model (§1.12): Linear(in_chans -> H) encoder, ``depth`` residual eSSM blocks at a
-constant width, a final norm if prenorm, mean pool over time, Linear(H -> classes). Images (B, C, H, W) are
+``ESSMSequence`` -- the paper's model (§1.12): Linear(in_chans -> H) encoder (``nn.Embedding(vocab, H)`` for the
+token tasks, ``vocab_size``), ``depth`` residual eSSM blocks at a constant width, a final norm if prenorm, mean pool
+over time (over the valid steps given a padding mask), Linear(H -> classes). Images (B, C, H, W) are
 flattened row-major into a pixel sequence of length H*W (sCIFAR, LRA-Image, sMNIST: §8.4); (B, L, C) sequences
 are taken as they are. The eSSM kernel is generated at the runtime length, so any image size works.
-Registered with the paper's configurations (Table 10 rows; ``*_official`` where the released config differs in
-the architecture, §2.3): ``essm_scifar``, ``essm_lra_image``, ``essm_smnist(_official)``,
+Registered with the paper's configurations (every Table 10 row; ``*_official`` where the released config differs
+in the architecture, §2.3): ``essm_listops(_official)``, ``essm_text(_official)``, ``essm_retrieval(_official)``,
+``essm_lra_image``, ``essm_pathfinder(_official)``, ``essm_pathx``, ``essm_scifar``, ``essm_smnist(_official)``,
 ``essm_psmnist(_official)``, and ``essm_scifar_tiny`` [X] for quick tests.
+
+``ESSMRetrieval`` -- the Retrieval dual encoder (§1.12, Eq. 37): one shared token ``ESSMSequence`` for both
+documents, length-aware mean pools u1, u2, then [u1, u2, u1*u2, u1-u2] -> Linear(4H, H) -> GELU -> Linear(H, 2).
 
 ``ESSMBackbone2D`` -- an extension [X] (no dense-prediction design exists in the paper; §8.4): patch embedding
 -> 4 stages of eSSM blocks scanning the flattened patch grid bidirectionally -> patch merging between stages,

@@ -68,7 +68,7 @@ class SequenceClassifierBrain(sb.Brain):
                 logits = model(x, x2)
             else:
                 logits = model(x, x2, padding_mask=mask, padding_mask2=mask2,
-                               mask_blocks=self.hparams.mask_padding)
+                               mask_blocks=getattr(self.hparams, "mask_padding", True))
         elif mask is None:
             logits = model(x)
         elif getattr(self.hparams, "mask_padding", True):

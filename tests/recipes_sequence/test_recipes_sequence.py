@@ -234,3 +234,22 @@ def test_cosine_schedule_is_the_official_warmup_cosine_clamped_at_zero(tmp_path)
         np.testing.assert_allclose(factor(step), expected, atol=1e-9, err_msg=str(step))
     hf = 0.5 * (1 + np.cos(np.pi * (12345 - 1000) / (50000 - 1000)))
     np.testing.assert_allclose(factor(12345), hf, rtol=1e-9)
+
+
+@pytest.mark.parametrize("recipe,hparams", [p for p in HPARAMS if not hasattr(p, "values")])
+def test_hparams_match_the_paper_recipes_of_their_model(recipe, hparams, tmp_path):
+    """Batch, epochs, the two learning rates, the SSM parameters at LR_other and the weight decay of every eSSM
+    hparams file are the Table 10 / App. E.2 values kept with the model (``PAPER_RECIPES``)."""
+    from hyperpyyaml import load_hyperpyyaml
+    from ssm_plugins.models.essm import PAPER_RECIPES
+
+    with open(ROOT / recipe / "hparams" / hparams) as f:
+        values = load_hyperpyyaml(f, {"data_folder": str(tmp_path), "output_folder": str(tmp_path), "d_model": 16,
+                                      "depth": 1, "d_state": 16, "n_heads": 4})
+    paper = PAPER_RECIPES[values["model_name"]]
+    assert (values["batch_size"], values["number_of_epochs"]) == (paper["batch_size"], paper["epochs"])
+    assert (values["lr"], values["lr_ssm"], values["weight_decay"]) == (paper["lr"], paper["lr_ssm"],
+                                                                         paper["weight_decay"])
+    assert tuple(values["lr_other_params"]) == tuple(paper["lr_other_params"])
+    assert values.get("limit_train_batches", 1.0) == paper.get("limit_train_batches", 1.0)
+    assert values["max_grad_norm"] == float("inf")  # no clipping (essm.md §2.1)

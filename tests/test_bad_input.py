@@ -242,8 +242,12 @@ ADAPTERS = [
 
 # ---- recipe data readers ------------------------------------------------------------------------------------------
 
+CORRUPTED = []  # the file each data case spoiled: its error message must name it
+
+
 def _corrupt(path: Path, content: bytes = b"RIFF\x00\x00 not audio") -> Path:
     path.write_bytes(content)
+    CORRUPTED.append(path)
     return path
 
 
@@ -352,8 +356,8 @@ def _coco(tmp):
 
 DATA = [
     ("wsj0mix-missing-folder", _wsj_missing, r"^data_folder must hold wav8k/min/tr/mix .*absent"),
-    ("wsj0mix-corrupt-audio", _wsj_corrupt_mix, r"Error opening '.*/tr/mix/tr0000_.*\.wav': Format not recognised"),
-    ("separation-recipe-corrupt-source", _recipe_reads_corrupt_source, r"Failed to load audio from .*/tr/s1/tr0000_"),
+    ("wsj0mix-corrupt-audio", _wsj_corrupt_mix, r"Error opening '.*/tr/mix/[^/]+\.wav': Format not recognised"),
+    ("separation-recipe-corrupt-source", _recipe_reads_corrupt_source, r"Failed to load audio from .*/tr/s1/[^/]+\.wav"),
     ("speech-commands-missing-folder", _gsc_missing, r"^data_folder .*absent lacks the word folders"),
     ("speech-commands-corrupt-audio", _gsc_corrupt, r"Error opening '.*/keywords/yes/.*\.wav': Format not recognised"),
     ("cifar100-missing-folder", lambda tmp: _cifar(tmp, False), r"^CIFAR-100 file .*absent/cifar-100-python/train not"),
@@ -387,9 +391,12 @@ def test_bad_tensor_input_raises_naming_the_argument(case, call, match):
 @pytest.mark.parametrize("case, call, match", DATA, ids=[_id(r) for r in DATA])
 def test_bad_data_raises_naming_the_file(case, call, match, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    CORRUPTED.clear()
     with pytest.raises(Exception) as error:
         call(tmp_path)
     assert re.search(match, str(error.value)), f"{case}: {error.type.__name__}: {error.value}"
+    if CORRUPTED:  # the spoiled file itself, by its full path
+        assert str(CORRUPTED[-1]) in str(error.value), (CORRUPTED, str(error.value))
 
 
 # ---- accepted on purpose: any image size through padding -----------------------------------------------------------

@@ -15,7 +15,9 @@ Every class is an ``mmengine.model.BaseModule`` around the timm model of the sam
 
 ``ssm_plugins.mmdet`` / ``ssm_plugins.mmseg`` register these classes in their toolbox's ``MODELS``.
 Importing this module also lets ``torch.load``'s default ``weights_only=True`` read mmengine's own checkpoints
-(:func:`allow_mmengine_checkpoints`).
+(:func:`allow_mmengine_checkpoints`), and registers :class:`CPUDistributedRunner` (``runner_type``): multi-process
+training on machines without a GPU (``mim train ... --launcher pytorch --gpus N --cfg-options
+runner_type=CPUDistributedRunner env_cfg.dist_cfg.backend=gloo [sync_bn=torch]``), with :class:`CPUSyncBatchNorm`.
 """
 from __future__ import annotations
 

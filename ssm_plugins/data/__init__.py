@@ -8,6 +8,9 @@
   (COCO instances) and ``ssm_plugins.data.ade_digits.ade_digits()`` (ADE20K layout).
 - Speech: ``generate_mixtures`` (two-source mixtures in the wsj0-2mix layout, ``ssm_plugins.data.mixtures``) and
   ``ssm_plugins.data.keywords`` (a Speech Commands-layout keyword set).
+- Sequences (``recipes_sequence/``): ``ssm_plugins.data.lra`` (the LRA release files: ListOps / AAN TSVs, aclImdb,
+  Pathfinder / Path-X metadata + PNGs), ``ssm_plugins.data.seq_images`` (MNIST idx files, CIFAR-10 pickles) and
+  ``ssm_plugins.data.timeseries`` (ETT / Weather / Electricity / Traffic CSVs).
 Each generator module is also a CLI (``python -m ssm_plugins.data.<name> --out DIR``).
 """
 from ._scenes import DATA_ENV, DIGIT_NAMES, data_home

@@ -220,6 +220,17 @@ def sb_block(kind):
     return sbp.SBESSMBlock(num_layers=1, d_model=16, d_state=4).eval()
 
 
+def _cpu_runner(method, *args):
+    """A CPUDistributedRunner method on a stand-in for a runner of 2 CPU processes (the checks run before anything
+    distributed starts)."""
+    from types import SimpleNamespace
+
+    from ssm_plugins.openmmlab import CPUDistributedRunner
+
+    runner = SimpleNamespace(distributed=True, cfg={"sync_bn": "mmcv"}, world_size=2)
+    return getattr(CPUDistributedRunner, method)(runner, *args)
+
+
 def _backbone(x):
     with torch.no_grad():
         return backbone()(x)
@@ -232,6 +243,12 @@ ADAPTERS = [
      r"^x must be a floating-point image batch"),
     ("ViM2_backbone-arch", lambda: __import__("ssm_plugins.openmmlab", fromlist=["x"]).ViM2(arch="huge"),
      r"^arch must be one of"),
+    pytest.param("CPUDistributedRunner-backend", lambda: _cpu_runner("setup_env", {"dist_cfg": {"backend": "nccl"}}),
+                 r"^env_cfg.dist_cfg.backend must be 'gloo' for processes without a GPU .*got 'nccl'",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CPU processes only")),
+    pytest.param("CPUDistributedRunner-sync_bn", lambda: _cpu_runner("wrap_model", None, torch.nn.BatchNorm2d(2)),
+                 r"^sync_bn must be None or 'torch' for CPU processes .*got 'mmcv'",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CPU processes only")),
     ("SBMambaMixerBlock-rank", lambda: sb_block("mambamixer")(randn(6, 16)), r"^x must have shape \[B\*S, K, N\]"),
     ("SBMambaMixerBlock-empty", lambda: sb_block("mambamixer")(randn(2, 0, 16)), r"^x must have shape \[B\*S, K, N\]"),
     pytest.param("SBESSMBlock-dtype", lambda: sb_block("essm")(torch.ones(2, 5, 16, dtype=torch.long)), r"^x ",

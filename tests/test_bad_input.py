@@ -374,7 +374,8 @@ def _coco(tmp):
 DATA = [
     ("wsj0mix-missing-folder", _wsj_missing, r"^data_folder must hold wav8k/min/tr/mix .*absent"),
     ("wsj0mix-corrupt-audio", _wsj_corrupt_mix, r"Error opening '.*/tr/mix/[^/]+\.wav': Format not recognised"),
-    ("separation-recipe-corrupt-source", _recipe_reads_corrupt_source, r"Failed to load audio from .*/tr/s1/[^/]+\.wav"),
+    ("separation-recipe-corrupt-source", _recipe_reads_corrupt_source,
+     r"Failed to load audio from .*/tr/s1/[^/]+\.wav"),
     ("speech-commands-missing-folder", _gsc_missing, r"^data_folder .*absent lacks the word folders"),
     ("speech-commands-corrupt-audio", _gsc_corrupt, r"Error opening '.*/keywords/yes/.*\.wav': Format not recognised"),
     ("cifar100-missing-folder", lambda tmp: _cifar(tmp, False), r"^CIFAR-100 file .*absent/cifar-100-python/train not"),

@@ -34,7 +34,7 @@ from ssm_plugins.data.openmmlab_tiny import (cpu_distributed_options, logged_run
 pytest.importorskip("mmpretrain")
 pytest.importorskip("mmdet")
 pytest.importorskip("mmseg")
-pytestmark = pytest.mark.slow  # each mim run 15-60 s on 2 busy cores; the module about 3-4 minutes
+# slow: each mim run 15-60 s on 2 busy cores; the slow tests of the module about 3-5 minutes
 
 PROCESSES = 2
 GLOBAL_BATCH = 8
@@ -80,6 +80,53 @@ def _batchnorm_names(model, kind=None):
             and (kind is not None or not isinstance(module, nn.SyncBatchNorm))}
 
 
+# ---- the converter and the layer in one process (default suite) -----------------------------------------------------
+
+def test_convert_cpu_sync_batchnorm_keeps_parameters_buffers_names_and_mode():
+    import torch
+    import torch.nn as nn
+
+    from ssm_plugins.openmmlab import CPUSyncBatchNorm, convert_cpu_sync_batchnorm
+
+    def model():
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4), nn.Sequential(nn.SyncBatchNorm(4)),
+                            nn.Flatten(), nn.BatchNorm1d(4 * 9, affine=False))
+        net(torch.randn(2, 3, 3, 3))  # running statistics away from their initial values
+        return net.eval()
+
+    net = model()
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    converted, names = convert_cpu_sync_batchnorm(net)  # SyncBN layers only (norm_cfg=SyncBN)
+    assert names == ["2.0"] and isinstance(converted[2][0], CPUSyncBatchNorm)
+    assert type(converted[1]) is nn.BatchNorm2d
+    converted, names = convert_cpu_sync_batchnorm(model(), batchnorm=True)  # sync_bn='torch': every BatchNorm
+    assert names == ["1", "2.0", "4"] and all(isinstance(converted[i], CPUSyncBatchNorm) for i in (1, 4))
+    assert not converted[4].affine and not converted[1].training  # options and mode kept
+    state = converted.state_dict()
+    assert list(state) == list(before) and all(torch.equal(state[k], before[k]) for k in before)
+    net = model()
+    parameters = [id(p) for p in net.parameters()]
+    converted, _ = convert_cpu_sync_batchnorm(net, batchnorm=True)
+    assert [id(p) for p in converted.parameters()] == parameters  # the same tensors: an optimiser still holds them
+
+
+def test_cpu_sync_batchnorm_without_a_process_group_is_batchnorm():
+    import torch
+    import torch.nn as nn
+
+    from ssm_plugins.openmmlab import CPUSyncBatchNorm
+
+    x = torch.randn(6, 3, 4, 5)
+    reference, layer = nn.BatchNorm2d(3, momentum=0.2), CPUSyncBatchNorm(3, momentum=0.2)
+    for mode in (True, False):
+        reference.train(mode), layer.train(mode)
+        torch.testing.assert_close(layer(x), reference(x))
+    torch.testing.assert_close(layer.running_var, reference.running_var)
+    with pytest.raises(ValueError, match=r"^input must have shape \(N, C, \.\.\.\)"):
+        layer(torch.randn(3))
+
+
 # ---- MMPretrain: 2 processes = 1 process with the same global batch -------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -102,6 +149,7 @@ def mmpretrain_runs(tmp_path_factory):
     return tmp, config, options(0)
 
 
+@pytest.mark.slow
 def test_mmpretrain_two_processes_end_with_the_weights_of_one_process(mmpretrain_runs):
     tmp, _, _ = mmpretrain_runs
     one, two, unsynced = (checkpoint_state(tmp / name / "epoch_1.pth") for name in ("one", "two", "two_no_sync_bn"))
@@ -116,6 +164,7 @@ def test_mmpretrain_two_processes_end_with_the_weights_of_one_process(mmpretrain
     assert max_abs_difference(one, unsynced) > 1e-4
 
 
+@pytest.mark.slow
 def test_mmpretrain_sync_bn_converts_every_batchnorm_of_the_model(mmpretrain_runs):
     tmp, config, options = mmpretrain_runs
     expected = _batchnorm_names(_built_model("mmpretrain", config, options))
@@ -151,6 +200,7 @@ def _sync_bn_worker(rank, world, port, queue):
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_cpu_sync_batchnorm_equals_batchnorm_over_the_global_batch():
     """Forward, input and parameter gradients and running statistics of 2 processes x 4 samples = BatchNorm2d on the
     8 samples (two-pass statistics, differentiable all-reduces)."""
@@ -201,6 +251,7 @@ def _mmseg_options(root):
         tiny_upernet_options()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("toolbox, config, data, options, sync_bn, checkpoint, metric", [
     ("mmdet", MMDET_VIM2, "coco_digits", _mmdet_options, True, "epoch_1.pth", "coco/bbox_mAP_50"),
     ("mmseg", MMSEG_VIM2, "ade_digits", _mmseg_options, False, "iter_4.pth", "mIoU"),
@@ -258,6 +309,7 @@ def small_mixtures(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="recipes_speech/WSJ0Mix/separation/train.py main() does not call "
                    "sb.utils.distributed.ddp_init_group(run_opts) after sb.parse_arguments: under torchrun SpeechBrain "
                    "raises 'Please add sb.ddp_init_group() into your exp.py'")

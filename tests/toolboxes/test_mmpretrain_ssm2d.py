@@ -235,13 +235,17 @@ def test_multilabel_accuracy_against_a_hand_computation():
 
 
 def test_multilabel_classifier_uses_bce_and_a_sigmoid_per_label():
+    from mmengine.registry import DefaultScope
     from mmpretrain.registry import MODELS
     from mmpretrain.structures import DataSample
     import ssm_plugins.mmpretrain  # noqa: F401
 
     torch.manual_seed(0)
-    model = MODELS.build(dict(type="TimmMultiLabelClassifier", model_name="vit_cifar_patch4_32_ssm2d", num_classes=5,
-                              depth=1, embed_dim=16, num_heads=2, ssm_n_ssm=1, ssm_d_state=2)).eval()
+    # an earlier test may leave another toolbox's default scope set: build in MMPretrain's own
+    with DefaultScope.overwrite_default_scope("mmpretrain"):
+        model = MODELS.build(dict(type="TimmMultiLabelClassifier", model_name="vit_cifar_patch4_32_ssm2d",
+                                  num_classes=5, depth=1, embed_dim=16, num_heads=2, ssm_n_ssm=1,
+                                  ssm_d_state=2)).eval()
     images = torch.rand(3, 3, 32, 32) * 255
     samples = [DataSample().set_gt_label(lab) for lab in ([0, 3], [], [1, 2, 4])]
     data = model.data_preprocessor({"inputs": list(images), "data_samples": samples}, training=False)

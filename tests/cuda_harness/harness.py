@@ -63,8 +63,15 @@ def unavailable_reason() -> str | None:
 
 
 def cache_dir() -> Path:
+    """$SSM_CUDA_HARNESS_CACHE, else ~/.cache/ssm_plugins/cuda_harness, else (not writable) one under /tmp."""
     default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ssm_plugins" / "cuda_harness"
-    return Path(os.environ.get("SSM_CUDA_HARNESS_CACHE", default))
+    path = Path(os.environ.get("SSM_CUDA_HARNESS_CACHE", default))
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        path = Path(tempfile.gettempdir()) / f"ssm_plugins_cuda_harness_{os.getuid()}"
+        path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _digest(*parts: str | bytes) -> str:
@@ -95,8 +102,9 @@ def _compile(cxx: str, text: str, suffix: str, out: Path, key: str, extra: list[
     os.replace(work.with_suffix(".o"), out)
 
 
-def build(replace: dict[str, str] | None = None, verbose: bool = False) -> Path:
-    """The harness library for the current sources (with `replace`'s .cu texts swapped in); cached."""
+def build(replace: dict[str, str] | None = None, extra: tuple[str, ...] = (), verbose: bool = False) -> Path:
+    """The harness library for the current sources (with `replace`'s .cu texts swapped in, and the .cu files
+    `extra` of this folder added, e.g. selftest.cu); cached."""
     reason = unavailable_reason()
     if reason:
         raise HarnessError(f"cannot build the CUDA harness: {reason}")
@@ -110,15 +118,16 @@ def build(replace: dict[str, str] | None = None, verbose: bool = False) -> Path:
     base = _digest(version, " ".join(FLAGS), _headers_text())
     objs = cache_dir() / "objs"
     objs.mkdir(parents=True, exist_ok=True)
+    sources.update({name: (HERE / name).read_text() for name in extra})
     units = [(name, text, ".cu.cpp", ["-include", "cuda_harness.h"]) for name, text in sources.items()]
     units.append(("api.cpp", (HERE / "api.cpp").read_text(), ".cpp", []))
     paths = []
-    for name, text, suffix, extra in units:
+    for name, text, suffix, flags in units:
         key = _digest(base, name, text)
         out = objs / f"{Path(name).stem}-{key}.o"
         if not out.exists():
             start = time.perf_counter()
-            _compile(cxx, text, suffix, out, key, extra)
+            _compile(cxx, text, suffix, out, key, flags)
             if verbose:
                 print(f"cuda_harness: compiled {name} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
         paths.append(out)
@@ -350,9 +359,9 @@ class Harness:
 _loaded: dict[Path, Harness] = {}
 
 
-def load(replace: dict[str, str] | None = None) -> Harness:
+def load(replace: dict[str, str] | None = None, extra: tuple[str, ...] = ()) -> Harness:
     """build() then load it (one Harness per library path in this process)."""
-    path = build(replace)
+    path = build(replace, extra)
     if path not in _loaded:
         _loaded[path] = Harness(path)
     return _loaded[path]

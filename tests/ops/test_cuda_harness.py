@@ -30,6 +30,21 @@ OPS = torch.ops.ssm_plugins
 TOL = {torch.float64: 1e-12, torch.float32: 5e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2,
        torch.complex128: 1e-12, torch.complex64: 5e-5}
 HALF = [torch.float16, torch.bfloat16]
+FLOATS = [torch.float64, torch.float32, *HALF]
+
+
+def matrix(dtypes, n_cases, extra=(None,)):
+    """(dtype, case[, extra]) parameters: every dtype on case 0 and every case in float64 by default, the rest of
+    the product marked slow (the harness runs a block's threads as OS threads: seconds per call)."""
+    params = []
+    for dtype in dtypes:
+        for case in range(n_cases):
+            for x in extra:
+                core = (case == 0 or dtype == torch.float64) and (x is None or x == extra[0] or case == 0)
+                values = (dtype, case) if extra == (None,) else (dtype, case, x)
+                name = f"{str(dtype)[6:]}-case{case}" + ("" if x is None else f"-{x}")
+                params.append(pytest.param(*values, marks=() if core else pytest.mark.slow, id=name))
+    return params
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +100,7 @@ SCAN_CASES = [  # (batch, dim, length, n_state, groups, options)
 ]
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, *HALF])
-@pytest.mark.parametrize("case", range(len(SCAN_CASES)))
+@pytest.mark.parametrize("dtype, case", matrix(FLOATS, len(SCAN_CASES)))
 def test_selective_scan(cuda, dtype, case):
     args, gen = scan_args(dtype, *SCAN_CASES[case])
     assert_same(cuda.selective_scan_fwd(*args), OPS.selective_scan_fwd(*args), dtype, "fwd")
@@ -120,12 +134,11 @@ QS_CASES = [  # (batch, length, heads, feat, n_state, groups, scalar_a, strided_
     (2, 13, 4, 3, 5, 2, False, True),
     (1, 21, 3, 5, 2, 1, True, False),
     (3, 1, 2, 1, 3, 2, False, False),
+    (1, 6, 2, 3, 17, 1, False, True),  # N > 16: the kernels built for N <= 256 (state in local memory)
 ]
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, *HALF])
-@pytest.mark.parametrize("case", range(len(QS_CASES)))
-@pytest.mark.parametrize("hydra_shift", [False, True])
+@pytest.mark.parametrize("dtype, case, hydra_shift", matrix(FLOATS, len(QS_CASES), extra=(False, True)))
 def test_qs_mix(cuda, dtype, case, hydra_shift):
     args, gen = qs_args(dtype, *QS_CASES[case])
     flags = (case != 1, hydra_shift)  # dt_softplus on in cases 0 and 2
@@ -138,7 +151,7 @@ def test_qs_mix(cuda, dtype, case, hydra_shift):
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("is_complex", [False, True])
-@pytest.mark.parametrize("shape", [(3, 5, 7, 4), (1, 2, 1, 9)])  # (S, N, H, W)
+@pytest.mark.parametrize("shape", [(3, 5, 7, 4), (1, 2, 1, 9), (3, 16, 5, 6)])  # (S, N, H, W); N = 2, 16: warp sums
 def test_ssm2d_kernel(cuda, dtype, is_complex, shape):
     S, N, H, W = shape
     gen = torch.Generator().manual_seed(1)
@@ -262,3 +275,42 @@ def test_selective_scan_long_sequence_large_delta_stays_finite(cuda, dtype):
     got = cuda.selective_scan_bwd(*args, grad_out, None)
     assert all(torch.isfinite(t.float()).all() for t in got if t is not None)
     assert_same(got, OPS.selective_scan_bwd(*args, grad_out, None), dtype, "bwd")
+
+
+# ---- the harness's own semantics (tests/cuda_harness/selftest.cu) -----------------------------------------
+
+@pytest.fixture(scope="module")
+def selftest():
+    lib = harness.load(extra=("selftest.cu",)).lib
+    lib.selftest_message.restype = harness.ctypes.c_char_p
+
+    def run(which, threads, rows=1):
+        out = torch.full((rows, threads), -1, dtype=torch.int32)
+        lib.cuda_harness_clear()
+        lib.cuda_harness_register(out.data_ptr(), out.nbytes)
+        code = lib.selftest(which, harness.ctypes.c_void_p(out.data_ptr()), threads)
+        message = lib.selftest_message().decode() if code else ""
+        lib.cuda_harness_clear()
+        return code, message, out
+    return run
+
+
+def test_harness_warp_intrinsics_and_barriers_follow_cuda(selftest):
+    code, _, out = selftest(0, 64, rows=6)
+    assert code == 0
+    i = torch.arange(64)
+    lane, base = i % 32, i - i % 32
+    assert out[0].tolist() == ((base + 3) * 10).tolist()
+    assert out[1].tolist() == torch.where(lane >= 2, i - 2, i).tolist()
+    assert out[2].tolist() == torch.where(i % 16 + 5 < 16, i + 5, i).tolist()
+    assert out[3].tolist() == (i ^ 1).tolist()
+    ballot = sum(1 << k for k in range(32) if k % 3 == 0)
+    assert out[4].tolist() == [ballot - (1 << 32) if ballot >= 1 << 31 else ballot] * 64  # as int32
+    assert out[5].tolist() == [int(i.sum())] * 64  # every thread sees the whole block's sum after the barrier
+
+
+def test_harness_reports_a_shuffle_with_exited_lanes_and_a_shared_memory_overrun(selftest):
+    code, message, _ = selftest(1, 32)
+    assert code != 0 and "exited lanes" in message
+    code, message, _ = selftest(2, 32)
+    assert code == 700 and "illegal address: 4-byte access" in message and "element 32 of an allocation of 32" in message

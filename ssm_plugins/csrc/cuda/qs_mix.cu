@@ -1,6 +1,7 @@
 // Quasi-separable mixing CUDA kernels (math and layouts in ssm_plugins/csrc/qs_mix.cpp). One thread per
-// (batch, head, feature) column runs both strict scans over L with its N-state in local memory and
-// accumulates in fp32 (fp64 for double). The backward keeps one state per chunk of ~sqrt(L) steps in a
+// (batch, head, feature) column runs both strict scans over L with its N-state in registers (N <= 16; local
+// memory up to 256) and accumulates in fp32 (fp64 for double); neighbouring threads are neighbouring
+// features, so the loads of x coalesce. The backward keeps one state per chunk of ~sqrt(L) steps in a
 // global workspace, recomputes each chunk's states, and reduces the gradients shared by several columns
 // (dB, dC per group; ddt, dgamma per head; dA per head) with segmented warp sums and one atomicAdd per
 // segment. No torch headers here (see setup.py).
@@ -21,6 +22,12 @@ namespace cuda {
 namespace {
 
 constexpr int kMaxState = 256;
+
+// Loops over the state dimension. Kernels are built for kN = 16 and kN = kMaxState: with kN = 16 the loop has a
+// constant trip count and unrolls (guarded by the run-time N), so the per-column state arrays live in
+// registers; with kN = kMaxState it runs N times, not unrolled (the arrays stay in local memory).
+#define SSM_FOR_STATE(n) \
+  _Pragma("unroll") for (int n = 0; n < (kN <= 16 ? kN : static_cast<int>(s.N)); ++n) if (kN > 16 || n < s.N)
 constexpr int kThreads = 128;  // a multiple of the warp size: every warp is full (see bwd_kernel)
 constexpr unsigned kFullMask = 0xffffffffu;
 
@@ -67,7 +74,7 @@ __device__ inline acc_t softplus_grad(acc_t v) {
   return v > acc_t(20) ? acc_t(1) : acc_t(1) / (acc_t(1) + exp(-v));
 }
 
-template <typename T>
+template <typename T, int kN>
 __global__ void fwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool hydra_shift,
                            global_ptr<typename Acc<T>::type> y, int64_t y_s0, int64_t y_s1, int64_t y_s2, int64_t y_s3) {
   using acc_t = typename Acc<T>::type;
@@ -77,10 +84,10 @@ __global__ void fwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool
   const global_ptr<const T> x = global_ptr<const T>(static_cast<const T*>(tensors.x)) + b * tensors.x_s[0] + h * tensors.x_s[2] + p * tensors.x_s[3];
   const global_ptr<const acc_t> gamma = global_ptr<const acc_t>(static_cast<const acc_t*>(tensors.gamma)) + b * tensors.gamma_s[0] + h * tensors.gamma_s[2];
   const global_ptr<acc_t> yc = y + b * y_s0 + h * y_s2 + p * y_s3;
-  acc_t state[kMaxState];
+  acc_t state[kN];
   for (int dir = 0; dir < 2; ++dir) {
     const ColumnDirection<acc_t> d(tensors.dir[dir], b, h, g, s.N);
-    for (int64_t n = 0; n < s.N; ++n) state[n] = 0;
+    SSM_FOR_STATE(n) state[n] = 0;
     for (int64_t i = 0; i < s.L; ++i) {
       const int64_t t = dir ? s.L - 1 - i : i;
       const int64_t t_prev = dir ? t + 1 : t - 1;
@@ -89,7 +96,7 @@ __global__ void fwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool
       const acc_t xv = to_acc(x[t * tensors.x_s[1]]);
       const acc_t decay0 = exp(delta * d.Av(0));  // the only one for scalar A
       acc_t out = 0;
-      for (int64_t n = 0; n < s.N; ++n) {
+      SSM_FOR_STATE(n) {
         const acc_t decay = d.a_step ? exp(delta * d.Av(n)) : decay0;
         if (hydra_shift) {
           if (i > 0) out += d.Cv(t_prev, n) * state[n];
@@ -141,7 +148,7 @@ struct BwdOut {
   global_ptr<acc_t> dx, ddt[2], dA[2], dB[2], dC[2], dgamma;
 };
 
-template <typename T>
+template <typename T, int kN>
 __global__ void bwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool hydra_shift, global_ptr<const T> grad,
                            int64_t g_s0, int64_t g_s1, int64_t g_s2, int64_t g_s3, int64_t chunk, int64_t columns,
                            global_ptr<typename Acc<T>::type> ckpt, global_ptr<typename Acc<T>::type> chunk_states,
@@ -166,7 +173,7 @@ __global__ void bwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool
   const global_ptr<acc_t> dx = out.dx + (b * s.L * s.H + h) * s.P + p;  // contiguous (batch, L, H, P); t stride H * P
   const int64_t n_chunks = (s.L + chunk - 1) / chunk;
 
-  acc_t lam[kMaxState], dA_acc[kMaxState];
+  acc_t lam[kN], dA_acc[kN];
   for (int dir = 0; dir < 2; ++dir) {
     const ColumnDirection<acc_t> d(tensors.dir[dir], b, h, g, s.N);
     auto order = [&](int64_t i) { return dir ? s.L - 1 - i : i; };
@@ -176,29 +183,29 @@ __global__ void bwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool
     };
     auto step = [&](int64_t t, auto state, int64_t stride) {  // state <- Ā_t state + B̄_t x_t
       const acc_t delta = delta_at(t), xv = to_acc(x[t * tensors.x_s[1]]), decay0 = exp(delta * d.Av(0));
-      for (int64_t n = 0; n < s.N; ++n) {
+      SSM_FOR_STATE(n) {
         const acc_t decay = d.a_step ? exp(delta * d.Av(n)) : decay0;
         state[n * stride] = decay * state[n * stride] + delta * d.Bv(t, n) * xv;
       }
     };
     // Pass 1: the state entering each chunk (lam is free until pass 2).
-    for (int64_t n = 0; n < s.N; ++n) lam[n] = 0;
+    SSM_FOR_STATE(n) lam[n] = 0;
     for (int64_t i = 0; i < s.L; ++i) {
       if (i % chunk == 0) {
-        for (int64_t n = 0; n < s.N; ++n) ckpt[((i / chunk) * s.N + n) * columns + idx] = lam[n];
+        SSM_FOR_STATE(n) ckpt[((i / chunk) * s.N + n) * columns + idx] = lam[n];
       }
       step(order(i), lam, 1);
     }
     // Pass 2: chunks from last to first; lam is the adjoint of the state after the current step.
-    for (int64_t n = 0; n < s.N; ++n) lam[n] = 0, dA_acc[n] = 0;
+    SSM_FOR_STATE(n) lam[n] = 0, dA_acc[n] = 0;
     for (int64_t c = n_chunks - 1; c >= 0; --c) {
       const int64_t i0 = c * chunk, i1 = i0 + chunk < s.L ? i0 + chunk : s.L;
-      for (int64_t n = 0; n < s.N; ++n) {
+      SSM_FOR_STATE(n) {
         chunk_states[n * columns + idx] = ckpt[(c * s.N + n) * columns + idx];
       }
       for (int64_t i = i0; i + 1 < i1; ++i) {
         const global_ptr<acc_t> next = chunk_states + (i - i0 + 1) * s.N * columns + idx;
-        for (int64_t n = 0; n < s.N; ++n) next[n * columns] = next[(n - s.N) * columns];
+        SSM_FOR_STATE(n) next[n * columns] = next[(n - s.N) * columns];
         step(order(i), next, columns);
       }
       for (int64_t i = i1 - 1; i >= i0; --i) {
@@ -212,7 +219,7 @@ __global__ void bwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool
         const int64_t bc = ((b * s.L + t) * s.G + g) * s.N;
         acc_t ddelta = 0, dx_t = 0;
         const acc_t decay0 = exp(delta * d.Av(0));
-        for (int64_t n = 0; n < s.N; ++n) {
+        SSM_FOR_STATE(n) {
           const acc_t decay = d.a_step ? exp(delta * d.Av(n)) : decay0, Bn = d.Bv(t, n), Cn = d.Cv(t, n), hp = hprev[n * columns];
           acc_t dCn, mu;
           if (hydra_shift) {
@@ -249,7 +256,7 @@ __global__ void bwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool
         }
       }
     }
-    for (int64_t n = 0; n < s.N; ++n) {
+    SSM_FOR_STATE(n) {
       const acc_t sum = segment_sum(dA_acc[n], same_head);
       if (head_lead) atomicAdd(out.dA[dir] + h * tensors.dir[dir].A_cols + n * d.a_step, sum);
     }
@@ -261,8 +268,8 @@ void launch_fwd(const Shape& s, const QsMixTensors& t, bool softplus_dt, bool hy
                 const int64_t* y_s, cudaStream_t stream) {
   using acc_t = typename Acc<T>::type;
   const int64_t blocks = (s.batch * s.H * s.P + kThreads - 1) / kThreads;
-  launch_kernel(fwd_kernel<T>, static_cast<unsigned>(blocks), kThreads, 0, stream,
-      s, t, softplus_dt, hydra_shift, static_cast<acc_t*>(y), y_s[0], y_s[1], y_s[2], y_s[3]);
+  launch_kernel(s.N <= 16 ? fwd_kernel<T, 16> : fwd_kernel<T, kMaxState>, static_cast<unsigned>(blocks), kThreads, 0,
+                stream, s, t, softplus_dt, hydra_shift, static_cast<acc_t*>(y), y_s[0], y_s[1], y_s[2], y_s[3]);
 }
 
 template <typename T>
@@ -278,9 +285,9 @@ void launch_bwd(const Shape& s, const QsMixTensors& t, bool softplus_dt, bool hy
     out.dB[dir] = static_cast<acc_t*>(dB[dir]);
     out.dC[dir] = static_cast<acc_t*>(dC[dir]);
   }
-  launch_kernel(bwd_kernel<T>, static_cast<unsigned>(columns / kThreads), kThreads, 0, stream,
-      s, t, softplus_dt, hydra_shift, static_cast<const T*>(grad), g_s[0], g_s[1], g_s[2], g_s[3], chunk, columns,
-      static_cast<acc_t*>(ckpt), static_cast<acc_t*>(chunk_states), out);
+  launch_kernel(s.N <= 16 ? bwd_kernel<T, 16> : bwd_kernel<T, kMaxState>, static_cast<unsigned>(columns / kThreads),
+                kThreads, 0, stream, s, t, softplus_dt, hydra_shift, static_cast<const T*>(grad), g_s[0], g_s[1],
+                g_s[2], g_s[3], chunk, columns, static_cast<acc_t*>(ckpt), static_cast<acc_t*>(chunk_states), out);
 }
 
 void check_sizes(int64_t N) {

@@ -306,15 +306,19 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(Args<T> p, Grads<T> q,
   if (threadIdx.x == 0 && q.dbias) atomicAdd(q.dbias + d, row_sums[1]);
 }
 
-// Threads and steps per thread by sequence length (mamba_ssm's choice: short rows get narrow blocks).
-template <typename F>
+// Threads and steps per thread by sequence length (mamba_ssm's choice: short rows get narrow blocks). The
+// backward holds about three times the forward's per-step values in registers, so it takes half the steps
+// per thread above 256 (255 registers and spills at 16 steps on sm_90, ptxas -v); its forward pre-pass uses
+// the backward's chunks.
+template <bool kBackward, typename F>
 void with_config(int64_t L, F&& f) {
+  constexpr int kLong = kBackward ? 8 : 16;
   if (L <= 256) {
     f(std::integral_constant<int, 32>{}, std::integral_constant<int, 8>{});
   } else if (L <= 1024) {
-    f(std::integral_constant<int, 64>{}, std::integral_constant<int, 16>{});
+    f(std::integral_constant<int, 64>{}, std::integral_constant<int, kLong>{});
   } else {
-    f(std::integral_constant<int, 128>{}, std::integral_constant<int, 16>{});
+    f(std::integral_constant<int, 128>{}, std::integral_constant<int, kLong>{});
   }
 }
 
@@ -329,10 +333,10 @@ Args<T> make_args(int64_t batch, int64_t dim, int64_t L, int64_t N, int64_t grou
                  softplus};
 }
 
-template <typename T>
+template <bool kBackward, typename T>
 void launch_fwd(const Args<T>& p, void* out, void* last_state, void* chunk_states, cudaStream_t stream) {
   using acc_t = typename Acc<T>::type;
-  with_config(p.L, [&](auto threads, auto items) {
+  with_config<kBackward>(p.L, [&](auto threads, auto items) {
     const dim3 grid(static_cast<unsigned>(p.dim), static_cast<unsigned>(p.batch));
     launch_kernel(fwd_kernel<decltype(threads)::value, decltype(items)::value, T>, grid, decltype(threads)::value,
                   decltype(threads)::value * decltype(items)::value * sizeof(acc_t), stream, p,
@@ -342,14 +346,19 @@ void launch_fwd(const Args<T>& p, void* out, void* last_state, void* chunk_state
 
 }  // namespace
 
-int64_t selective_scan_chunk(int64_t L) {
+int64_t selective_scan_chunk(int64_t L, bool backward) {
   int64_t chunk = 0;
-  with_config(L, [&](auto threads, auto items) { chunk = decltype(threads)::value * decltype(items)::value; });
+  auto get = [&](auto threads, auto items) { chunk = decltype(threads)::value * decltype(items)::value; };
+  if (backward) {
+    with_config<true>(L, get);
+  } else {
+    with_config<false>(L, get);
+  }
   return chunk;
 }
 
 int64_t selective_scan_bwd_scratch(int64_t batch, int64_t dim, int64_t L, int64_t N) {
-  const int64_t chunk = selective_scan_chunk(L);
+  const int64_t chunk = selective_scan_chunk(L, true);
   return batch * dim * ((L + chunk - 1) / chunk) * (N > 0 ? N : 1);
 }
 
@@ -362,8 +371,9 @@ void selective_scan_fwd_launch(int dtype, int64_t batch, int64_t dim, int64_t L,
   if (dim > 2147483647 || batch > 65535) throw std::invalid_argument("ssm_plugins: selective_scan: grid too large");
 #define SSM_FWD(CODE, T)                                                                                       \
   case CODE:                                                                                                   \
-    launch_fwd<T>(make_args<T>(batch, dim, L, N, groups, u, delta, z, A, B, C, D, delta_bias, delta_softplus), \
-                  out, last_state, nullptr, stream);                                                           \
+    launch_fwd<false, T>(make_args<T>(batch, dim, L, N, groups, u, delta, z, A, B, C, D, delta_bias,           \
+                                      delta_softplus),                                                         \
+                         out, last_state, nullptr, stream);                                                    \
     break;
   switch (dtype) {
     SSM_FWD(0, float)
@@ -382,12 +392,12 @@ void launch_bwd(const Args<T>& p, const void* grad_out, const void* grad_last, v
                 void* dA, void* dB, void* dC, void* dD, void* dbias, void* scratch, void* last_state_scratch,
                 cudaStream_t stream) {
   using acc_t = typename Acc<T>::type;
-  launch_fwd<T>(p, nullptr, last_state_scratch, scratch, stream);  // the state entering every chunk
+  launch_fwd<true, T>(p, nullptr, last_state_scratch, scratch, stream);  // the state entering every chunk
   check_launch("selective_scan_bwd (forward pre-pass)");
   const Grads<T> q{static_cast<const T*>(grad_out), static_cast<const acc_t*>(grad_last), static_cast<T*>(du),
                    static_cast<T*>(ddelta), static_cast<T*>(dz), static_cast<acc_t*>(dA), static_cast<acc_t*>(dB),
                    static_cast<acc_t*>(dC), static_cast<acc_t*>(dD), static_cast<acc_t*>(dbias)};
-  with_config(p.L, [&](auto threads, auto items) {
+  with_config<true>(p.L, [&](auto threads, auto items) {
     const dim3 grid(static_cast<unsigned>(p.dim), static_cast<unsigned>(p.batch));
     launch_kernel(bwd_kernel<decltype(threads)::value, decltype(items)::value, T>, grid, decltype(threads)::value,
                   decltype(threads)::value * decltype(items)::value * sizeof(acc_t), stream, p,

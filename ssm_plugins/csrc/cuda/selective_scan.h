@@ -14,8 +14,8 @@ void selective_scan_fwd_launch(int dtype, int64_t batch, int64_t dim, int64_t L,
                                const void* C, const void* D, const void* delta_bias, bool delta_softplus, void* out,
                                void* last_state, cudaStream_t stream);
 
-// Time steps per chunk (a block's threads x steps per thread) for rows of length L.
-int64_t selective_scan_chunk(int64_t L);
+// Time steps per chunk (a block's threads x steps per thread) of the forward or backward for rows of length L.
+int64_t selective_scan_chunk(int64_t L, bool backward);
 
 // Elements (accumulation dtype) of the backward's scratch: the state entering every chunk of every row,
 // (batch * dim, ceil(L / chunk), N).

@@ -1,7 +1,8 @@
 // 2-D SSM kernel-generation CUDA kernels (spec 2d-ssm.md §1.4, §1.5, §1.10). One thread per (kernel set s,
 // state coordinate n) raster-scans the grid with the left neighbour in registers and the row above in a
-// global scratch row laid out [j][s * N + n], so a warp's loads and stores coalesce. The forward adds each
-// thread's e(i,j) / sqrt(N) * Re(C1 x^h + C2 x^v) into K with atomicAdd (sum over n). The backward
+// global scratch row laid out [j][s * N + n], so a warp's loads and stores coalesce. The forward sums each
+// thread's e(i,j) / sqrt(N) * Re(C1 x^h + C2 x^v) over n with warp shuffles (N a power of two <= 32; else
+// per-thread atomics) and adds it into K with atomicAdd. The backward
 // recomputes and stores all states, then runs the adjoint recurrence in reverse raster order. Real and
 // complex variants share the code through the Real / Complex value types. No torch headers here.
 #include <cuda_runtime.h>
@@ -68,31 +69,46 @@ __device__ inline void step(const Params<V>& p, int64_t i, int64_t j, V left_h, 
   xv = fv * (p.a3 * up_h + p.a4 * up_v);
 }
 
+// The N threads of one kernel set s are consecutive lanes. When N is a power of two up to the warp size they
+// sum their contributions to a cell with warp shuffles and the set's first lane adds the sum to K: one atomic
+// per (set, cell) instead of N. Threads past the last (s, n) then stay in the loop with zero contributions,
+// because every lane of a warp takes part in the shuffles.
 template <typename V>
-__global__ void fwd_kernel(int64_t S, int64_t N, int64_t H, int64_t W, global_ptr<const V> A, global_ptr<const V> B, global_ptr<const V> C, global_ptr<V> rows,
-                           global_ptr<typename RealOf<V>::type> K) {
+__global__ void fwd_kernel(int64_t S, int64_t N, int64_t H, int64_t W, global_ptr<const V> A, global_ptr<const V> B,
+                           global_ptr<const V> C, global_ptr<V> rows, global_ptr<typename RealOf<V>::type> K) {
   using acc_t = typename RealOf<V>::type;
   const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int64_t stride = S * N;
-  if (t >= stride) return;
+  const bool active = t < stride;
+  const bool reduce = N <= 32 && (N & (N - 1)) == 0;
+  if (!active && !reduce) return;
   const int64_t s = t / N, n = t % N;
-  const Params<V> p = load_params(A, B, C, S, N, s, n);
-  const acc_t scale = acc_t(1) / sqrt(acc_t(N));
   const V zero = make_zero(static_cast<V*>(nullptr));
+  const Params<V> p = active ? load_params(A, B, C, S, N, s, n) : Params<V>{zero, zero, zero, zero, zero, zero, zero, zero};
+  const acc_t scale = acc_t(1) / sqrt(acc_t(N));
   const global_ptr<V> row_h = rows + t;
   const global_ptr<V> row_v = rows + W * stride + t;
   for (int64_t i = 0; i < H; ++i) {
     V left_h = zero, left_v = zero;
     for (int64_t j = 0; j < W; ++j) {
-      const V up_h = i > 0 ? row_h[j * stride] : zero;
-      const V up_v = i > 0 ? row_v[j * stride] : zero;
-      V xh, xv;
-      step(p, i, j, left_h, left_v, up_h, up_v, xh, xv);
-      row_h[j * stride] = xh;
-      row_v[j * stride] = xv;
-      left_h = xh;
-      left_v = xv;
-      atomicAdd(&K[(s * H + i) * W + j], edge_factor(i, j) * scale * real_of(p.c1 * xh + p.c2 * xv));
+      acc_t value = 0;
+      if (active) {
+        const V up_h = i > 0 ? row_h[j * stride] : zero;
+        const V up_v = i > 0 ? row_v[j * stride] : zero;
+        V xh, xv;
+        step(p, i, j, left_h, left_v, up_h, up_v, xh, xv);
+        row_h[j * stride] = xh;
+        row_v[j * stride] = xv;
+        left_h = xh;
+        left_v = xv;
+        value = edge_factor(i, j) * scale * real_of(p.c1 * xh + p.c2 * xv);
+      }
+      if (reduce) {
+        for (int offset = static_cast<int>(N) / 2; offset > 0; offset /= 2) {
+          value += __shfl_down_sync(0xffffffffu, value, offset, static_cast<int>(N));
+        }
+      }
+      if (active && (!reduce || n == 0)) atomicAdd(&K[(s * H + i) * W + j], value);
     }
   }
 }

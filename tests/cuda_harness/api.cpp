@@ -62,6 +62,8 @@ void cuda_harness_register(const void* p, std::size_t bytes) {
   cuda_harness::g_regions.push_back({a, a + bytes});
 }
 
+void cuda_harness_set_schedule(int schedule) { cuda_harness::g_schedule = schedule; }
+
 void cuda_harness_clear() {
   cuda_harness::g_regions.clear();
   cudaGetLastError();

@@ -4,10 +4,11 @@
 //
 // Execution model
 //   * blocks of a grid run one after another; the threads of a block are OS threads (std::thread);
-//   * a block's warps run one at a time between two __syncthreads() (barrier phases); the lanes of the running
-//     warp run concurrently (warp shuffles exchange values among them); the warp order alternates between
-//     phases: ascending warp index in even phases, descending in odd ones, so a missing __syncthreads()
-//     between a write in one warp and a read in another shows up as a wrong value deterministically;
+//   * by default a block's warps run one at a time between two __syncthreads() (barrier phases); the lanes of
+//     the running warp run concurrently (warp shuffles exchange values among them); the warp order alternates
+//     between phases: ascending warp index in even phases, descending in odd ones, so a missing
+//     __syncthreads() between a write in one warp and a read in another shows up as a wrong value
+//     deterministically; cuda_harness_set_schedule(1) lets all warps run concurrently instead;
 //   * a thread that returns drops out of later barriers (like an exited CUDA thread);
 //   * global memory is reached through ssm::global_ptr<T> (ssm_plugins/csrc/cuda/device.h), which in this
 //     build is cuda_harness::checked_ptr<T>: every dereference is checked against the allocations the caller
@@ -177,8 +178,14 @@ class checked_ptr {
 template <typename T> checked_ptr<T> operator+(std::int64_t i, const checked_ptr<T>& p) { return p + i; }
 
 // ---- one block: its threads, its barrier phases, its warps ----------------------------------------------
+// Schedule of a block's warps between barriers: 0 ordered (one warp at a time, alternating ascending and
+// descending order: a missing barrier between warps gives a wrong value every time), 1 concurrent (all warps
+// free-running OS threads: any interleaving the OS picks). Set with cuda_harness_set_schedule.
+inline std::atomic<int> g_schedule{0};
+
 struct Block {
   int threads = 0, warps = 0;
+  bool concurrent = g_schedule.load() == 1;
   std::mutex mutex;
   std::vector<std::condition_variable> wake;  // per warp
   std::vector<int> live, arrived, sync_arrived;  // per warp
@@ -203,6 +210,10 @@ struct Block {
   void start_phase() {
     for (int w = 0; w < warps; ++w) order[w] = phase % 2 == 0 ? w : warps - 1 - w;
     std::fill(arrived.begin(), arrived.end(), 0);
+    if (concurrent) {
+      for (auto& cv : wake) cv.notify_all();
+      return;
+    }
     pos = -1;
     next_warp();
   }
@@ -224,7 +235,16 @@ struct Block {
   }
   // The running warp has finished its phase when all its live lanes wait at the barrier (or exited).
   void maybe_advance(int w) {
-    if (w == running && arrived[w] >= live[w]) next_warp();
+    if (!concurrent) {
+      if (w == running && arrived[w] >= live[w]) next_warp();
+      return;
+    }
+    int waiting = 0, alive = 0;
+    for (int k = 0; k < warps; ++k) waiting += arrived[k], alive += live[k];
+    if (alive > 0 && waiting >= alive) {
+      ++phase;
+      start_phase();
+    }
   }
   void maybe_release_sync(int w) {
     if (sync_arrived[w] > 0 && sync_arrived[w] >= live[w]) {
@@ -251,7 +271,8 @@ void wait_or_abort(std::condition_variable& cv, std::unique_lock<std::mutex>& lo
 
 inline void wait_turn(std::unique_lock<std::mutex>& lock, std::uint64_t after_phase) {
   Block& b = *t_block;
-  wait_or_abort(b.wake[t_warp], lock, [&] { return b.phase >= after_phase && b.running == t_warp; },
+  wait_or_abort(b.wake[t_warp], lock,
+                [&] { return b.phase >= after_phase && (b.concurrent || b.running == t_warp); },
                 "__syncthreads()");
 }
 

@@ -195,6 +195,11 @@ class Harness:
             getattr(self.lib, name).restype = _i64
             getattr(self.lib, name).argtypes = [_i64] * (1 if name.endswith("chunk") else 3)
 
+    def set_schedule(self, name: str) -> None:
+        """How a block's warps interleave: "ordered" (default: one warp at a time between barriers, alternating
+        ascending and descending order) or "concurrent" (all warps free-running)."""
+        self.lib.cuda_harness_set_schedule({"ordered": 0, "concurrent": 1}[name])
+
     def _run(self, fn: str, tensors, *args) -> None:
         """Register the storages of `tensors`, call lib.fn(*args), unregister; raise on failure."""
         self.lib.cuda_harness_clear()

@@ -1,8 +1,8 @@
 """Every CUDA kernel of ssm_plugins, executed on the CPU through the host-side CUDA harness (tests/cuda_harness):
 forward and backward of all five ops in every dtype they take, on odd shapes, against the compiled CPU kernels
 (themselves tested against the oracles in ssm_plugins.ops.reference); and two planted bugs (a barrier removed,
-an index off the end) that the harness must catch. The harness library builds once per source state (cached,
-~20-60 s cold on 2 busy cores, 0.1 s warm).
+an index off the end) that the harness must catch. The harness library builds once per source state (cached:
+11-60 s cold on the 2 shared cores, by load; 0.1 s warm).
 
 Tolerances, as the largest error relative to the largest magnitude of the CPU kernel's result: float64 1e-12
 (rounding: the kernels sum in different orders), float32 5e-5, float16 4e-3 and bfloat16 3e-2 (both kernels
@@ -314,3 +314,25 @@ def test_harness_reports_a_shuffle_with_exited_lanes_and_a_shared_memory_overrun
     assert code != 0 and "exited lanes" in message
     code, message, _ = selftest(2, 32)
     assert code == 700 and "illegal address: 4-byte access" in message and "element 32 of an allocation of 32" in message
+
+
+@pytest.mark.parametrize("op", ["selective_scan", "essm", "qs_mix"])
+def test_kernels_are_right_with_all_warps_running_concurrently(cuda, op):
+    """The default schedule runs one warp at a time between barriers; the kernels must also be right when every
+    warp of the block is a free-running OS thread (the interleavings the OS picks)."""
+    cuda.set_schedule("concurrent")
+    try:
+        if op == "selective_scan":
+            args, gen = scan_args(torch.float32, *SCAN_CASES[3])  # 128-thread blocks, two chunks
+            assert_same(cuda.selective_scan_fwd(*args), OPS.selective_scan_fwd(*args), torch.float32)
+            g = randn(1, 2, 2100, dtype=torch.float32, gen=gen)
+            assert_same(cuda.selective_scan_bwd(*args, g, None), OPS.selective_scan_bwd(*args, g, None), torch.float32)
+        elif op == "essm":
+            args, want = essm_bwd_case()  # 256-thread blocks reducing through shared memory
+            assert_same(cuda.essm_kernel_bwd(*args), want, torch.float64)
+        else:
+            args, gen = qs_args(torch.float64, *QS_CASES[0])  # 128-thread blocks, segmented warp sums
+            g = randn(*args[0].shape, gen=gen)
+            assert_same(cuda.qs_mix_bwd(g, *args, True, False), OPS.qs_mix_bwd(g, *args, True, False), torch.float64)
+    finally:
+        cuda.set_schedule("ordered")

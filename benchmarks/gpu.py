@@ -3,6 +3,9 @@ installed), and model training / inference throughput next to timm's DeiT-S and 
 
     .venv/bin/python -m benchmarks.gpu [--quick] [--batch 128] [--only ops|models] [--write-readme]
 
+``--device cpu`` runs the same cases on the CPU (wall-clock timing): a check that the script's calls are
+right on a machine without a GPU (tests/ops/test_cuda_benchmark.py), not a benchmark.
+
 Timing: CUDA events around each call after warm-up, torch.cuda.synchronize() before and after, median of the
 repeats. Settings pinned and printed: TF32 matmul and cuDNN on, cudnn.benchmark on, AMP bf16 autocast for the
 models (batch 128, 224x224, SGD step included in "train"). On a machine without a CUDA device it prints that
@@ -16,6 +19,7 @@ import math
 import os
 import statistics
 import sys
+import time
 
 import torch
 
@@ -24,6 +28,7 @@ from benchmarks._common import add_write_readme, readme_section, table
 OUR_MODELS = ("vim2_t", "vim2_s", "viqs_t", "viqs_s", "deit_small_patch16_224_ssm2d",
               "swin_tiny_patch4_window7_224_ssm2d", "essm_2d_tiny", "myonet_tiny")
 PEERS = ("deit_small_patch16_224", "swin_tiny_patch4_window7_224")
+DEVICE = "cuda"  # --device
 
 
 def pin_settings() -> dict:
@@ -38,9 +43,17 @@ def pin_settings() -> dict:
 
 
 def cuda_seconds(fn, repeat: int = 10, warmup: int = 3) -> float:
-    """Median seconds of fn() on the GPU: CUDA events around each call, the device synchronised before and after."""
+    """Median seconds of fn() on the GPU: CUDA events around each call, the device synchronised before and after
+    (wall clock with --device cpu)."""
     for _ in range(warmup):
         fn()
+    if DEVICE != "cuda":
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
     torch.cuda.synchronize()
     times = []
     for _ in range(repeat):
@@ -79,7 +92,7 @@ def fwd_bwd(fn, leaves):
 
 
 def _leaf(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().cuda().requires_grad_(t.is_floating_point() or t.is_complex())
+    return t.detach().to(DEVICE).requires_grad_(t.is_floating_point() or t.is_complex())
 
 
 # ---- op cases: (op, case, {baseline name: step}, our step) ------------------------------------------------
@@ -174,7 +187,8 @@ def op_rows(quick: bool) -> list[tuple]:
                 with backend("reference" if name.startswith("reference") else "kernel"):
                     t_base = cuda_seconds(step, repeat=3 if name.startswith("reference") else 10, warmup=1)
                 rows.append((op, case + " fwd+bwd", name, t_base, t_ours, t_base / t_ours))
-            torch.cuda.empty_cache()
+            if DEVICE == "cuda":
+                torch.cuda.empty_cache()
     return rows
 
 
@@ -187,20 +201,20 @@ def model_rows(batch: int, quick: bool) -> list[tuple]:
     names = [n for n in PEERS + OUR_MODELS if n in registered]
     speed = {}
     for name in names[:3] if quick else names:
-        model = timm.create_model(name).cuda()
-        x = torch.randn(batch, 3, 224, 224, device="cuda")
-        y = torch.randint(0, 1000, (batch,), device="cuda")
+        model = timm.create_model(name).to(DEVICE)
+        x = torch.randn(batch, 3, 224, 224, device=DEVICE)
+        y = torch.randint(0, 1000, (batch,), device=DEVICE)
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 
         def train_step():
             opt.zero_grad(set_to_none=True)
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            with torch.autocast(DEVICE, dtype=torch.bfloat16):
                 loss = torch.nn.functional.cross_entropy(model(x), y)
             loss.backward()
             opt.step()
 
         def infer_step():
-            with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+            with torch.no_grad(), torch.autocast(DEVICE, dtype=torch.bfloat16):
                 model(x)
 
         model.train()
@@ -209,7 +223,8 @@ def model_rows(batch: int, quick: bool) -> list[tuple]:
         infer = batch / cuda_seconds(infer_step, repeat=5, warmup=2)
         speed[name] = (train, infer)
         del model, opt
-        torch.cuda.empty_cache()
+        if DEVICE == "cuda":
+            torch.cuda.empty_cache()
     ref = {p: speed[p] for p in PEERS if p in speed}
     rows = []
     for name, (train, infer) in speed.items():
@@ -223,8 +238,20 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes and three models: a smoke run")
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--only", choices=("ops", "models"), default=None)
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                        help="cpu: run the cases on the CPU to check the script (not a benchmark)")
     add_write_readme(parser)
     args = parser.parse_args(argv)
+    global DEVICE
+    DEVICE = args.device
+    if DEVICE == "cpu":
+        print("benchmarks.gpu --device cpu: the cases on the CPU, wall clock (a check of the script)")
+        if args.only in (None, "ops"):
+            print(table(["op", "case", "baseline", "baseline s", "ours s", "speed-up"], op_rows(args.quick)))
+        if args.only in (None, "models"):
+            print(table(["model", "train img/s", "infer img/s", *[f"vs {p}" for p in PEERS]],
+                        model_rows(args.batch, args.quick)))
+        return 0
     if not torch.cuda.is_available():
         print("benchmarks.gpu: no CUDA device on this machine (torch.cuda.is_available() is False); "
               "nothing measured.")

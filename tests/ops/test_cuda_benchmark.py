@@ -20,3 +20,18 @@ def test_quick_run_on_a_gpu(capsys):
     out = capsys.readouterr().out
     for op in ("selective_scan", "qs_mix", "ssm2d_kernel", "essm_conv", "myo_solve", "deit_small_patch16_224"):
         assert op in out
+
+
+def test_op_cases_run_on_the_cpu(capsys):
+    """Every op case of the GPU benchmark (quick sizes) runs through the public ops, compiled and reference, so
+    the first GPU run does not stop on a wrong call."""
+    assert gpu.main(["--device", "cpu", "--only", "ops", "--quick"]) == 0
+    out = capsys.readouterr().out
+    for op in ("selective_scan", "qs_mix", "ssm2d_kernel", "essm_conv", "myo_solve"):
+        assert f"| {op}" in out
+
+
+@pytest.mark.slow
+def test_model_rows_run_on_the_cpu(capsys):
+    assert gpu.main(["--device", "cpu", "--only", "models", "--quick", "--batch", "2"]) == 0
+    assert "deit_small_patch16_224" in capsys.readouterr().out

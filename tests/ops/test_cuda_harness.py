@@ -245,6 +245,19 @@ def test_harness_catches_a_missing_syncthreads(cuda):
     assert max(rel_err(a, b) for a, b in zip(got, want)) > 1e-3
 
 
+def test_harness_catches_a_missing_barrier_in_the_block_scan(cuda):
+    """The same for the rebuilt selective scan: without the barrier between the warps' writes of their
+    aggregates and the reads of them, a 128-thread block composes stale aggregates into the prefix and the
+    carried state."""
+    args, _ = scan_args(torch.float32, *SCAN_CASES[3])
+    want = OPS.selective_scan_fwd(*args)
+    assert_same(cuda.selective_scan_fwd(*args), want, torch.float32)
+    broken = planted("selective_scan.cu", "  if (pos == 31) warp_total[warp] = inc;\n  __syncthreads();\n",
+                     "  if (pos == 31) warp_total[warp] = inc;\n", count=1)
+    got = broken.selective_scan_fwd(*args)
+    assert rel_err(got[0], want[0]) > 1e-3
+
+
 def test_harness_catches_an_out_of_bounds_index(cuda):
     """The forward's grid-stride loop with `<=` runs one element too far and reads the parameters of a mode that
     does not exist: the bounds-checked pointers turn that into cudaErrorIllegalAddress, which the launcher

@@ -35,16 +35,17 @@ SUITE_FILE = "test_models.py"
 # Module names are the last component of each model file (timm's ``list_models(module=...)``).
 OUR_MODULES = ["vim2", "svim2", "ssm2d", "mega", "essm", "myo"]
 FILTERS = [
+    ("EXCLUDE_FILTERS", "+", ["essm_retrieval*", "myo_listops", "tsm2", "tsqs"],
+     "not image models: token-id pairs / token ids / time series (no image input_size), timm's tests feed images"),
     ("FEAT_INTER_FILTERS", "+", OUR_MODULES,
      "every model file implements forward_intermediates / prune_intermediate_layers (timm's FeatureGetterNet)"),
     ("NON_STD_FILTERS", "+",
-     ["vim2_*", "viqs_*", "svim2_*", "sviqs_*", "essm_scifar*", "essm_smnist*", "essm_pathx*", "essm_lra*",
-      "myopix_*", "mega_iso_*"],
-     "token-sequence models (B, L, C) features, like timm's ViTs (timm's own filter for them)"),
+     ["vim2_*", "viqs_*", "svim2_*", "sviqs_*", "essm_listops*", "essm_lra*", "essm_pathfinder*", "essm_pathx*",
+      "essm_psmnist*", "essm_scifar*", "essm_smnist*", "essm_text*", "myo_*", "myopix_*", "mega_iso_*"],
+     "token-sequence models with (B, L, C) features, like timm's ViTs (timm's own filter for them)"),
     ("EXCLUDE_FEAT_FILTERS", "-", ["vim2_*", "viqs_*"],
-     "ViM2/ViQS do have a 4-level feature pyramid (dense_outputs), so features_only applies to them"),
-    ("EXCLUDE_FEAT_FILTERS", "+", ["vim2_*_noconv", "viqs_*_noconv"],
-     "the *_noconv ablations have no conv branch, hence no feature pyramid by design"),
+     "ViM2/ViQS have a 4-level feature pyramid (dense_outputs; the *_noconv ablations: their blocks), so "
+     "features_only applies to them"),
 ]
 
 

@@ -1,0 +1,87 @@
+"""Mixed precision (issue 13): every registered model, forward + backward under ``torch.autocast('cpu', bfloat16)``.
+
+Per model (the reduced sizes of test_contract's FAMILIES, same classes and code paths): the logits and every
+parameter gradient are finite, and both stay within a stated relative error of the float32 run (same weights,
+same input, eval mode so dropout and drop path are off): ||y_bf16 - y_fp32|| / ||y_fp32|| <= OUT_BOUND and, over all parameters,
+||g_bf16 - g_fp32|| / ||g_fp32|| <= GRAD_BOUND. bfloat16 keeps 8 mantissa bits (relative rounding 2^-9 = 0.2 %
+per operation); the kernels keep float32 state, so the error is the matmuls' and norms'. Measured 2026-11-25 (CPU,
+reduced sizes, random init; ``python tests/models/test_autocast.py`` prints the per-model table): 0.2-2.7 % on the
+logits and 0.1-5.4 % on the gradients for every model except the ViQS token mixer without Switch of Scans or conv
+branch (viqs_t_nosos 8.8 % / 18 %, viqs_t_noconv 4.4 % / 11 %; with VisionTokenMixer in float32 it is 0.8 % /
+2.1 %, spread over its projections, not one op), hence the bounds.
+"""
+import re
+
+import pytest
+import torch
+
+from test_contract import MODELS, _input, family
+
+OUT_BOUND = 0.10
+GRAD_BOUND = 0.20
+
+# families whose bf16 path is still being fixed by their owners (issue 13): {regex: reason}, xfailed
+_PENDING = {}
+
+
+def _has_family(name):
+    try:
+        family(name)
+        return True
+    except LookupError:
+        return False
+
+
+IMAGE_MODELS = [n for n in MODELS if _has_family(n)]
+
+
+def _run(model, x, autocast: bool):
+    model.zero_grad(set_to_none=True)
+    with torch.autocast('cpu', dtype=torch.bfloat16, enabled=autocast):
+        out = model(x)
+    out.float().logsumexp(-1).sum().backward()
+    grads = {n: p.grad.detach().float().clone() for n, p in model.named_parameters() if p.grad is not None}
+    return out.detach().float(), grads
+
+
+def relative_errors(name):
+    """(output relative error, gradient relative error) of bf16 autocast vs float32."""
+    import timm
+
+    torch.manual_seed(0)
+    model = timm.create_model(name, **family(name).small).eval()  # deterministic: no dropout / drop path
+    x = _input(model, family(name).sizes[0], batch=4)
+    ref_out, ref_grads = _run(model, x, autocast=False)
+    out, grads = _run(model, x, autocast=True)
+    assert torch.isfinite(out).all(), f'{name}: non-finite bf16 output'
+    assert grads.keys() == ref_grads.keys()
+    for n, g in grads.items():
+        assert torch.isfinite(g).all(), f'{name}: non-finite bf16 gradient of {n}'
+    out_err = ((out - ref_out).norm() / ref_out.norm()).item()
+    diff = torch.cat([(grads[n] - ref_grads[n]).flatten() for n in ref_grads])
+    ref = torch.cat([ref_grads[n].flatten() for n in ref_grads])
+    return out_err, (diff.norm() / ref.norm()).item()
+
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
+
+@pytest.mark.parametrize('name', IMAGE_MODELS)
+def test_bf16_autocast_forward_backward(name):
+    for pattern, reason in _PENDING.items():
+        if re.search(pattern, name):
+            pytest.xfail(reason)
+    out_err, grad_err = relative_errors(name)
+    assert out_err <= OUT_BOUND, f'{name}: bf16 output relative error {out_err:.3g} > {OUT_BOUND}'
+    assert grad_err <= GRAD_BOUND, f'{name}: bf16 gradient relative error {grad_err:.3g} > {GRAD_BOUND}'
+
+
+if __name__ == '__main__':  # the measured table
+    torch.set_num_threads(1)
+    print('| model | output rel. error | gradient rel. error |\n|---|---|---|')
+    for model_name in IMAGE_MODELS:
+        try:
+            o, g = relative_errors(model_name)
+            print(f'| {model_name} | {o:.2e} | {g:.2e} |', flush=True)
+        except Exception as exc:  # noqa: BLE001  (the table records failures too)
+            print(f'| {model_name} | FAIL {type(exc).__name__}: {str(exc)[:80]} | |', flush=True)

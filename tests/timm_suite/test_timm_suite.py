@@ -1,0 +1,93 @@
+"""timm's own model test suite (tests/test_models.py of the pinned timm's sdist) against every model we register.
+
+``scripts/timm_test_suite.py`` fetches the sdist once (set-up, cached outside the repo) and adapts only the model
+selection. The default tests check that adaptation (no test body changed, every exclusion has a reason and hits
+one of our models); the slow test runs the whole suite in a subprocess. Without the cached sdist and without
+network access the tests skip, saying how to fetch it.
+"""
+import ast
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("timm_test_suite", ROOT / "scripts" / "timm_test_suite.py")
+suite = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(suite)
+
+
+@pytest.fixture(scope="module")
+def timm_tests():
+    try:
+        return suite.fetch()
+    except (subprocess.CalledProcessError, OSError) as exc:
+        pytest.skip(f"timm's sdist is not cached and could not be fetched ({exc}); "
+                    f"run `python scripts/timm_test_suite.py fetch` once with network access")
+
+
+def _statements(source):
+    """Every top-level statement (and every statement inside a top-level if) as its source text."""
+    tree = ast.parse(source)
+    out = []
+    for node in tree.body:
+        if isinstance(node, ast.If):
+            out.extend(ast.get_source_segment(source, n) for n in node.body + node.orelse)
+            out.append(ast.unparse(node.test))
+        else:
+            out.append(ast.get_source_segment(source, node))
+    return out
+
+
+def test_only_the_model_selection_changes(timm_tests):
+    original = (timm_tests / suite.SUITE_FILE).read_text()
+    adapted = suite.adapt(original)
+    before, after = _statements(original), _statements(adapted)
+    added = [s for s in after if s not in before]
+    assert [s for s in before if s not in after] == []  # nothing of timm's removed or edited
+    # what is added: the selection block (imports, two list functions) and one line per FILTERS entry
+    names = {t for t, *_ in suite.FILTERS}
+    for statement in added:
+        first = statement.lstrip().split("\n")[0]
+        assert (first.startswith(("import ssm_plugins", "_SSM_MODELS =", "def _ssm_only(", "def list_models(",
+                                  "def list_pretrained("))
+                or first.split(" = ")[0].strip() in names), statement
+    tests_before = {n.name: ast.dump(n) for n in ast.walk(ast.parse(original)) if isinstance(n, ast.FunctionDef)}
+    tests_after = {n.name: ast.dump(n) for n in ast.walk(ast.parse(adapted)) if isinstance(n, ast.FunctionDef)
+                   and n.name in tests_before}
+    assert tests_after == tests_before  # every test body and helper unchanged
+
+
+def test_every_filter_entry_has_a_reason_and_hits_our_models():
+    import fnmatch
+
+    import timm
+
+    import ssm_plugins  # noqa: F401
+
+    ours = [n for n in timm.list_models() if timm.models.model_entrypoint(n).__module__.startswith("ssm_plugins.")]
+    modules = {timm.models.model_entrypoint(n).__module__.rsplit(".", 1)[-1] for n in ours}
+    for target, op, entries, reason in suite.FILTERS:
+        assert op in "+-" and len(reason) > 20, (target, reason)
+        for entry in entries:
+            if target == "FEAT_INTER_FILTERS":
+                assert entry in modules, entry
+            else:
+                assert fnmatch.filter(ours, entry), f"{target} entry {entry!r} matches none of our models"
+
+
+@pytest.mark.slow
+def test_timm_model_suite_passes(timm_tests, tmp_path):
+    """The whole adapted suite (every applicable test of timm's test_models.py for all our models)."""
+    report = tmp_path / "junit.xml"
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "timm_test_suite.py"), "run", "-q",
+                             "-p", "no:warnings", "--tb=line", f"--junitxml={report}"],
+                            capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    minutes = (time.perf_counter() - start) / 60
+    summary = result.stdout[-6000:]
+    assert result.returncode == 0, f"timm's suite failed after {minutes:.1f} min:\n{summary}"

@@ -1,8 +1,8 @@
 // Selective-scan CUDA kernels, structured like mamba_ssm's: one thread block per (batch, channel) row; the
 // row is processed in chunks of kThreads * kItems time steps, each thread holding kItems consecutive steps in
-// registers. Per chunk, u / delta / z are loaded coalesced (the block reads the chunk's contiguous span and
-// redistributes it through shared memory); then for each state n the block runs a parallel scan of the
-// (decay, input) pairs of the recurrence h_t = exp(dt_t A_n) h_{t-1} + dt_t B_t u_t: a sequential scan of
+// registers. Per chunk, u / delta / z (and per state B_n, C_n) are loaded coalesced (each warp reads its span
+// of the chunk and redistributes it through shared memory); then for each state n the block runs a parallel
+// scan of the (decay, input) pairs of the recurrence h_t = exp(dt_t A_n) h_{t-1} + dt_t B_t u_t: a sequential scan of
 // each thread's items, a warp scan of the thread aggregates with shuffles, a scan of the warp aggregates in
 // shared memory, and the state carried from the previous chunk. The output accumulates C_t h_t in
 // registers over n and is stored coalesced through shared memory.
@@ -10,7 +10,8 @@
 // the chunk's stored starting state (a forward pre-pass of the same kernel writes them), then runs the
 // adjoint recurrence as a reverse block scan of the same shape. Gradients shared by the row's steps (A, D,
 // delta_bias) are reduced within the block (warp shuffles, then shared memory) before one atomicAdd per
-// block; dB and dC get one atomicAdd per (row, step, state), as in mamba_ssm (a block holds one channel).
+// block; dB and dC get one atomicAdd per (row, step, state), as in mamba_ssm (a block holds one channel),
+// issued coalesced through the shared-memory stage.
 // Inputs float32 / float64 / float16 / bfloat16; state and accumulation in float32 (float64 for float64).
 // No torch headers here (see setup.py); runs under the host harness too (tests/cuda_harness).
 #include <cuda_bf16.h>
@@ -96,22 +97,39 @@ __device__ inline void warp_sum_into(acc_t v, Target target) {
   if (threadIdx.x % 32 == 0) atomicAdd(target, v);
 }
 
-// The chunk [t0, t0 + kThreads * kItems) of a row, read coalesced and redistributed so that thread i holds
-// steps t0 + i * kItems + k; steps past `valid` read `fill`.
-template <int kThreads, int kItems, typename T, typename acc_t, typename Stage>
+// A chunk [t0, t0 + kThreads * kItems) of a row (src points at t0), read so that thread i holds steps
+// t0 + i * kItems + k; steps past `valid` read `fill`. Each warp reads its own 32 * kItems steps coalesced
+// (lane l reads steps l, l + 32, ...) and redistributes them through its part of the shared-memory stage,
+// with warp barriers only (no block barrier).
+template <int kItems, typename T, typename acc_t, typename Stage>
 __device__ inline void load_chunk(global_ptr<const T> src, int64_t valid, Stage stage, acc_t (&out)[kItems], acc_t fill) {
-  for (int i = threadIdx.x; i < kThreads * kItems; i += kThreads) stage[i] = i < valid ? to_acc(src[i]) : fill;
-  __syncthreads();
-  for (int k = 0; k < kItems; ++k) out[k] = stage[threadIdx.x * kItems + k];
-  __syncthreads();
+  const int lane = threadIdx.x % 32, base = (threadIdx.x / 32) * 32 * kItems;
+  for (int k = 0; k < kItems; ++k) {
+    const int i = base + k * 32 + lane;
+    stage[i] = i < valid ? to_acc(src[i]) : fill;
+  }
+  __syncwarp();
+  for (int k = 0; k < kItems; ++k) out[k] = stage[base + lane * kItems + k];
+  __syncwarp();
 }
 
-template <int kThreads, int kItems, typename T, typename acc_t, typename Stage>
+// The inverse of load_chunk: thread i's kItems values to steps t0 + i * kItems + k, written (kAdd: added with
+// atomicAdd) coalesced by each warp.
+template <int kItems, bool kAdd = false, typename T, typename acc_t, typename Stage>
 __device__ inline void store_chunk(global_ptr<T> dst, int64_t valid, Stage stage, const acc_t (&in)[kItems]) {
-  for (int k = 0; k < kItems; ++k) stage[threadIdx.x * kItems + k] = in[k];
-  __syncthreads();
-  for (int i = threadIdx.x; i < valid; i += kThreads) dst[i] = from_acc<T>(stage[i]);
-  __syncthreads();
+  const int lane = threadIdx.x % 32, base = (threadIdx.x / 32) * 32 * kItems;
+  for (int k = 0; k < kItems; ++k) stage[base + lane * kItems + k] = in[k];
+  __syncwarp();
+  for (int k = 0; k < kItems; ++k) {
+    const int i = base + k * 32 + lane;
+    if (i >= valid) continue;
+    if constexpr (kAdd) {
+      atomicAdd(dst + i, stage[i]);
+    } else {
+      dst[i] = from_acc<T>(stage[i]);
+    }
+  }
+  __syncwarp();
 }
 
 template <typename T>
@@ -155,8 +173,8 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Args<T> p, global_ptr<T> 
     const int64_t t0 = c * kChunk, valid = p.L - t0 < kChunk ? p.L - t0 : kChunk;
     const int64_t first = t0 + threadIdx.x * kItems;  // this thread's first step
     acc_t u[kItems], dt[kItems], y[kItems];
-    load_chunk<kThreads, kItems, T>(p.u + row * p.L + t0, valid, stage, u, acc_t(0));
-    load_chunk<kThreads, kItems, T>(p.delta + row * p.L + t0, valid, stage, dt, acc_t(0));
+    load_chunk<kItems, T>(p.u + row * p.L + t0, valid, stage, u, acc_t(0));
+    load_chunk<kItems, T>(p.delta + row * p.L + t0, valid, stage, dt, acc_t(0));
     for (int k = 0; k < kItems; ++k) {
       const bool in = first + k < p.L;
       dt[k] = in ? (p.softplus ? softplus_dev(dt[k] + bias) : dt[k] + bias) : acc_t(0);
@@ -165,13 +183,15 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Args<T> p, global_ptr<T> 
     for (int64_t n = 0; n < p.N; ++n) {
       if (chunk_states && threadIdx.x == 0) chunk_states[(row * n_chunks + c) * p.N + n] = carry[n];
       const acc_t An = p.A[d * p.N + n];
-      const global_ptr<const acc_t> Bn = p.B + ((b * p.groups + g) * p.N + n) * p.L;
-      const global_ptr<const acc_t> Cn = p.C + ((b * p.groups + g) * p.N + n) * p.L;
+      const int64_t bc = ((b * p.groups + g) * p.N + n) * p.L + t0;
+      acc_t Bv[kItems], Cv[kItems];
+      load_chunk<kItems, acc_t>(p.B + bc, valid, stage, Bv, acc_t(0));
+      load_chunk<kItems, acc_t>(p.C + bc, valid, stage, Cv, acc_t(0));
       Pair<acc_t> step[kItems];
       Pair<acc_t> mine{acc_t(1), acc_t(0)};
       for (int k = 0; k < kItems; ++k) {
         const bool in = first + k < p.L;
-        step[k] = in ? Pair<acc_t>{exp(dt[k] * An), dt[k] * Bn[first + k] * u[k]} : Pair<acc_t>{acc_t(1), acc_t(0)};
+        step[k] = in ? Pair<acc_t>{exp(dt[k] * An), dt[k] * Bv[k] * u[k]} : Pair<acc_t>{acc_t(1), acc_t(0)};
         mine = combine(mine, step[k]);
       }
       Pair<acc_t> total;
@@ -179,17 +199,17 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Args<T> p, global_ptr<T> 
       acc_t h = before.b;
       for (int k = 0; k < kItems; ++k) {
         h = step[k].a * h + step[k].b;
-        if (first + k < p.L) y[k] += Cn[first + k] * h;
+        y[k] += Cv[k] * h;  // Cv is 0 past the end
       }
       if (threadIdx.x == 0) carry[n] = total.b;  // read again only after the next chunk's barriers
     }
     if (out) {
       if (p.z) {
         acc_t z[kItems];
-        load_chunk<kThreads, kItems, T>(p.z + row * p.L + t0, valid, stage, z, acc_t(0));
+        load_chunk<kItems, T>(p.z + row * p.L + t0, valid, stage, z, acc_t(0));
         for (int k = 0; k < kItems; ++k) y[k] *= z[k] * sigmoid_dev(z[k]);
       }
-      store_chunk<kThreads, kItems, T>(out + row * p.L + t0, valid, stage, y);
+      store_chunk<kItems, false, T>(out + row * p.L + t0, valid, stage, y);
     }
   }
   __syncthreads();
@@ -229,10 +249,10 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(Args<T> p, Grads<T> q,
     const int64_t t0 = c * kChunk, valid = p.L - t0 < kChunk ? p.L - t0 : kChunk;
     const int64_t first = t0 + threadIdx.x * kItems;
     acc_t u[kItems], raw[kItems], dt[kItems], z[kItems], go[kItems], gy[kItems], y[kItems], du[kItems], ddt[kItems];
-    load_chunk<kThreads, kItems, T>(p.u + row * p.L + t0, valid, stage, u, acc_t(0));
-    load_chunk<kThreads, kItems, T>(p.delta + row * p.L + t0, valid, stage, raw, acc_t(0));
-    load_chunk<kThreads, kItems, T>(q.grad_out + row * p.L + t0, valid, stage, go, acc_t(0));
-    if (p.z) load_chunk<kThreads, kItems, T>(p.z + row * p.L + t0, valid, stage, z, acc_t(0));
+    load_chunk<kItems, T>(p.u + row * p.L + t0, valid, stage, u, acc_t(0));
+    load_chunk<kItems, T>(p.delta + row * p.L + t0, valid, stage, raw, acc_t(0));
+    load_chunk<kItems, T>(q.grad_out + row * p.L + t0, valid, stage, go, acc_t(0));
+    if (p.z) load_chunk<kItems, T>(p.z + row * p.L + t0, valid, stage, z, acc_t(0));
     for (int k = 0; k < kItems; ++k) {
       const bool in = first + k < p.L;
       raw[k] += bias;
@@ -246,13 +266,12 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(Args<T> p, Grads<T> q,
     for (int64_t n = 0; n < p.N; ++n) {
       const acc_t An = p.A[d * p.N + n];
       const int64_t bc = ((b * p.groups + g) * p.N + n) * p.L;
-      const global_ptr<const acc_t> Bn = p.B + bc, Cn = p.C + bc;
-      acc_t a[kItems], Bv[kItems], Cv[kItems], h_prev[kItems];
+      acc_t a[kItems], Bv[kItems], Cv[kItems], h_prev[kItems], dBv[kItems], dCv[kItems];
+      load_chunk<kItems, acc_t>(p.B + bc + t0, valid, stage, Bv, acc_t(0));
+      load_chunk<kItems, acc_t>(p.C + bc + t0, valid, stage, Cv, acc_t(0));
       Pair<acc_t> mine{acc_t(1), acc_t(0)};
       for (int k = 0; k < kItems; ++k) {
         const bool in = first + k < p.L;
-        Bv[k] = in ? Bn[first + k] : acc_t(0);
-        Cv[k] = in ? Cn[first + k] : acc_t(0);
         a[k] = in ? exp(dt[k] * An) : acc_t(1);
         mine = combine(mine, Pair<acc_t>{a[k], dt[k] * Bv[k] * u[k]});
       }
@@ -264,7 +283,7 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(Args<T> p, Grads<T> q,
         h_prev[k] = h;
         h = a[k] * h + dt[k] * Bv[k] * u[k];
         y[k] += Cv[k] * h;
-        if (first + k < p.L) atomicAdd(q.dC + bc + first + k, gy[k] * h);
+        dCv[k] = gy[k] * h;
       }
       // Adjoint: lam_t = gy_t C_t + mu_{t+1}, mu_t = a_t lam_t (the adjoint passed to h_{t-1}); a reverse scan
       // of the pairs (a_t, a_t gy_t C_t) from the carry mu of the next chunk.
@@ -278,11 +297,13 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(Args<T> p, Grads<T> q,
         dA_part += d_log_a * dt[k];
         ddt[k] += d_log_a * An + lam * Bv[k] * u[k];
         du[k] += lam * dt[k] * Bv[k];
-        if (first + k < p.L) atomicAdd(q.dB + bc + first + k, lam * dt[k] * u[k]);
+        dBv[k] = lam * dt[k] * u[k];
         mu = a[k] * lam;
       }
       if (threadIdx.x == 0) mu_carry[n] = total.b;
       warp_sum_into(dA_part, &dA_sum[n]);
+      store_chunk<kItems, true>(q.dB + bc + t0, valid, stage, dBv);  // one coalesced atomicAdd per step
+      store_chunk<kItems, true>(q.dC + bc + t0, valid, stage, dCv);
     }
     for (int k = 0; k < kItems; ++k) {
       if (first + k >= p.L) continue;
@@ -294,9 +315,9 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(Args<T> p, Grads<T> q,
         z[k] = go[k] * y[k] * s * (acc_t(1) + z[k] * (acc_t(1) - s));  // dz
       }
     }
-    store_chunk<kThreads, kItems, T>(q.du + row * p.L + t0, valid, stage, du);
-    store_chunk<kThreads, kItems, T>(q.ddelta + row * p.L + t0, valid, stage, ddt);
-    if (p.z) store_chunk<kThreads, kItems, T>(q.dz + row * p.L + t0, valid, stage, z);
+    store_chunk<kItems, false, T>(q.du + row * p.L + t0, valid, stage, du);
+    store_chunk<kItems, false, T>(q.ddelta + row * p.L + t0, valid, stage, ddt);
+    if (p.z) store_chunk<kItems, false, T>(q.dz + row * p.L + t0, valid, stage, z);
   }
   warp_sum_into(dD_part, &row_sums[0]);
   warp_sum_into(dbias_part, &row_sums[1]);

@@ -8,8 +8,9 @@
 ``torch.export`` keeps our custom ops (``torch.ops.ssm_plugins.*``, with their fake kernels) in the graph, so an
 ExportedProgram runs our C++/CUDA kernels wherever ``ssm_plugins`` is imported (AOTInductor included). ONNX has no
 such ops: ``export_onnx`` first rewrites each forward op into standard aten ops with ``decompositions()`` (the
-package's pure-PyTorch oracles, ``ssm_plugins.ops.reference``, which spell every op with aten ops: the scans'
-recurrences unrolled over the sequence, FFT convolutions as rfft/irfft, the eSSM kernel in real arithmetic), then
+package's pure-PyTorch oracles where they are graph-friendly: FFT convolutions as rfft/irfft, the 2-D SSM kernel,
+the Myo tree solve; the eSSM kernel in real arithmetic; the S6 / QS scans as a chunked closed form,
+``linear_recurrence``, L/32 steps instead of L), then
 lets torch's ONNX exporter translate those. The decompositions are used only during export; the exported graph
 runs in onnxruntime and matches PyTorch within the tolerances ``tests/test_export.py`` states.
 """
@@ -24,14 +25,86 @@ from .ops import reference
 __all__ = ["decompositions", "export_program", "export_onnx"]
 
 
+def linear_recurrence(log_a: torch.Tensor, b: torch.Tensor, chunk: int = 32) -> torch.Tensor:
+    """All states of h_t = exp(log_a_t) ⊙ h_{t-1} + b_t, h_0 = 0, along dim 2 of (batch, heads, L, state).
+
+    Chunked closed form (ONNX-friendly: L/chunk steps instead of L): inside a chunk with P = cumsum(log_a),
+    h_t = exp(P_t) h_start + Σ_{s<=t} exp(P_t - P_s) b_s; log_a <= 0 (decays), so every exponent is <= 0.
+    """
+    batch, heads, length = b.shape[:3]
+    h = b.new_zeros(batch, heads, *b.shape[3:])
+    states = []
+    for start in range(0, length, chunk):
+        la, bb = log_a[:, :, start:start + chunk], b[:, :, start:start + chunk]
+        size = bb.shape[2]
+        P = torch.cumsum(la, dim=2)  # (batch, heads, c, state)
+        causal = torch.ones(size, size, dtype=torch.bool, device=b.device).tril()
+        causal = causal.view(1, 1, size, size, *([1] * (b.dim() - 3)))
+        gaps = P.unsqueeze(3) - P.unsqueeze(2)  # [t, s] = P_t - P_s
+        weights = torch.exp(torch.where(causal, gaps, torch.full_like(gaps, float("-inf"))))
+        chunk_states = (weights * bb.unsqueeze(2)).sum(3) + torch.exp(P) * h.unsqueeze(2)
+        states.append(chunk_states)
+        h = chunk_states[:, :, -1]
+    return torch.cat(states, dim=2)
+
+
 def _selective_scan_fwd(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False):
-    return reference.selective_scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state=True)
+    """The S6 scan (same contract as ``ops.reference.selective_scan`` with the last state) via linear_recurrence."""
+    acc = torch.float64 if u.dtype == torch.float64 else torch.float32
+    batch, dim, length = u.shape
+    x, dt = u.to(acc), delta.to(acc)
+    if delta_bias is not None:
+        dt = dt + delta_bias.to(acc)[:, None]
+    if delta_softplus:
+        dt = torch.nn.functional.softplus(dt)
+    Bm = B.to(acc) if B.dim() == 4 else B.to(acc)[:, None]  # (batch, groups, N, L)
+    Cm = C.to(acc) if C.dim() == 4 else C.to(acc)[:, None]
+    groups, n_state = Bm.shape[1], A.shape[1]
+
+    def per_channel(m):  # (batch, groups, N, L) -> (batch, dim, L, N)
+        m = m.transpose(-1, -2)[:, :, None].expand(batch, groups, dim // groups, length, n_state)
+        return m.reshape(batch, dim, length, n_state)
+
+    log_a = dt[..., None] * A.to(acc)[:, None, :]  # (batch, dim, L, N)
+    h = linear_recurrence(log_a, (dt * x)[..., None] * per_channel(Bm))
+    y = (h * per_channel(Cm)).sum(-1)
+    if D is not None:
+        y = y + D.to(acc)[:, None] * x
+    if z is not None:
+        y = y * torch.nn.functional.silu(z.to(acc))
+    return y.to(u.dtype), h[:, :, -1]
+
+
+def _strict_scan(x, delta, A, B, C, hydra_shift):
+    """``ops.reference.qs_mix``'s strict scan via linear_recurrence: x (batch, L, H, P), delta (batch, L, H),
+    A (H, N) or (H, 1), B, C (batch, L, H, N). exact: y_t = C_t·h_t - (C_t·B_t) Δ_t x_t; hydra: y_t = C_{t-1}·h_{t-1}."""
+    batch, length, heads, feat = x.shape
+    n_state = B.shape[-1]
+    dt = delta.transpose(1, 2)  # (batch, H, L)
+    log_a = (dt[..., None] * A[None, :, None, :]).expand(batch, heads, length, n_state)
+    log_a = log_a[..., None].expand(-1, -1, -1, -1, feat).reshape(batch, heads, length, n_state * feat)
+    Bt, Ct, xt = B.transpose(1, 2), C.transpose(1, 2), x.transpose(1, 2)  # (batch, H, L, ·)
+    b = ((dt[..., None] * Bt)[..., None] * xt[..., None, :]).reshape(batch, heads, length, n_state * feat)
+    h = linear_recurrence(log_a, b).view(batch, heads, length, n_state, feat)
+    out = torch.einsum("bhln,bhlnp->bhlp", Ct, h)
+    if hydra_shift:
+        out = torch.cat([torch.zeros_like(out[:, :, :1]), out[:, :, :-1]], dim=2)
+    else:
+        out = out - ((Ct * Bt).sum(-1) * dt)[..., None] * xt
+    return out.transpose(1, 2)
 
 
 def _qs_mix_fwd(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias=None, dt_bias_rev=None,
                 dt_softplus=False, hydra_shift=False):
-    return reference.qs_mix(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias, dt_bias_rev, dt_softplus,
-                            "hydra" if hydra_shift else "exact")
+    """y = S_strict(x) + flip(S'_strict(flip x)) + γ ⊙ x, as ``ops.reference.qs_mix``."""
+    from .ops.reference.qs_mix import _prepare
+
+    xs, delta, A, B, C = _prepare(x, dt, A, B, C, dt_bias, dt_softplus)
+    _, delta_rev, A_rev, B_rev, C_rev = _prepare(x, dt_rev, A_rev, B_rev, C_rev, dt_bias_rev, dt_softplus)
+    flip = lambda t: t.flip(1)  # noqa: E731  (reverses the sequence axis)
+    lower = _strict_scan(xs, delta, A, B, C, hydra_shift)
+    upper = flip(_strict_scan(flip(xs), flip(delta_rev), A_rev, flip(B_rev), flip(C_rev), hydra_shift))
+    return (lower + upper + gamma.to(xs.dtype)[..., None] * xs).to(x.dtype)
 
 
 def _ssm2d_kernel_fwd(A, B, C, height, width):

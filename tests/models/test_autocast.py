@@ -15,7 +15,7 @@ import re
 import pytest
 import torch
 
-from test_contract import MODELS, _input, family
+from test_contract import IMAGE_MODELS, _input, family
 
 OUT_BOUND = 0.10
 GRAD_BOUND = 0.20
@@ -24,15 +24,6 @@ GRAD_BOUND = 0.20
 _PENDING = {}
 
 
-def _has_family(name):
-    try:
-        family(name)
-        return True
-    except LookupError:
-        return False
-
-
-IMAGE_MODELS = [n for n in MODELS if _has_family(n)]
 
 
 def _run(model, x, autocast: bool):

@@ -76,6 +76,18 @@ def family(name: str) -> Family:
     raise LookupError(f'{name} has no row in FAMILIES: add its reduced kwargs and input sizes')
 
 
+def has_family(name: str) -> bool:
+    try:
+        family(name)
+        return True
+    except LookupError:
+        return False
+
+
+# the models with a FAMILIES row (image inputs at reduced sizes): what the per-model deployment tests run over
+IMAGE_MODELS = [n for n in MODELS if has_family(n)]
+
+
 def _create(name, **kwargs):
     torch.manual_seed(0)
     return timm.create_model(name, **dict(family(name).small, **kwargs))

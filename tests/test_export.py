@@ -1,0 +1,176 @@
+"""Export (issue 13): ``torch.export`` with a dynamic batch and ONNX through ``ssm_plugins.export``.
+
+Default suite: every forward custom op's export decomposition equals the compiled kernel; torch.export of one small
+model per family runs at other batch sizes and equals eager; two small models through ONNX into onnxruntime.
+Slow: every registered image model (test_contract's reduced sizes), torch.export and ONNX + onnxruntime, with the
+measured max abs / rel error (``python tests/test_export.py`` prints the table).
+"""
+import re
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+
+import ssm_plugins  # noqa: F401
+from ssm_plugins import export as ex
+from ssm_plugins.ops import myo_tree
+
+sys.path.insert(0, str(Path(__file__).parent / "models"))
+from test_contract import IMAGE_MODELS, _input, family  # noqa: E402
+
+ABS_TOL, REL_TOL = 1e-4, 1e-4  # ONNX vs PyTorch, float32 (measured: <= 1e-5 relative for every exported model)
+
+# families that do not export yet, and why (issue 13; the fixes belong to their op / layer files)
+_ONNX_PENDING = {
+    r"^essm_": "ops/essm.py discretises with complex exp (torch.exp of a complex tensor): ONNX has no complex exp",
+    r"^myo": "myo_solve's op gets only the parent tensor: its decomposition (the reference's waves) reads the "
+             "tree's values, data-dependent under export (aten.equal); the op needs the static tree shape",
+}
+_EXPORT_PENDING = {}
+
+
+ONE_PER_FAMILY = ["vim2_t", "viqs_t_noconv", "svim2_scifar", "deit_tiny_patch16_224_ssm2d",
+                  "swin_cifar_patch2_window4_32_ssm2d", "mega_cifar_patch4_32", "essm_scifar_tiny", "essm_2d_tiny",
+                  "myopix_zcifar", "myonet_tiny"]
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
+
+def _pending(name, table):
+    for pattern, reason in table.items():
+        if re.search(pattern, name):
+            pytest.xfail(reason)
+
+
+def _model(name):
+    torch.manual_seed(0)
+    model = timm.create_model(name, **family(name).small).eval()
+    return model, _input(model, family(name).sizes[0], batch=2)
+
+
+# ---- the decompositions equal the kernels ----------------------------------------------------------------------
+
+def _op_cases():
+    g = torch.Generator().manual_seed(0)
+    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    b, d, L, n, H, P = 2, 6, 37, 4, 4, 3
+    scan = (r(b, d, L), r(b, d, L), -torch.rand(d, n, generator=g) * 2, r(b, 2, n, L), r(b, 2, n, L), r(d),
+            r(b, d, L), r(d), True)
+    qs = lambda A_rev, hydra: (r(b, L, H, P), r(b, L, H), -torch.rand(H, n, generator=g), r(b, L, 2, n),  # noqa
+                               r(b, L, 2, n), r(b, L, H), A_rev, r(b, L, 2, n), r(b, L, 2, n), r(b, L, H), r(H),
+                               None, True, hydra)
+    tree = myo_tree(10, 3)
+    nodes = tree.parent.numel()
+    return [
+        ("selective_scan_fwd", scan),
+        ("qs_mix_fwd", qs(-torch.rand(H, n, generator=g), False)),
+        ("qs_mix_fwd", qs(-torch.rand(H, 1, generator=g), True)),  # scalar A, hydra shift
+        ("ssm2d_kernel_fwd", (torch.rand(4, 3, n, generator=g) * 0.5, r(2, 3, n), r(2, 3, n), 5, 7)),
+        ("fft_conv2d", (r(2, 3, 5, 7), r(3, 5, 7), 2, 3)),
+        ("essm_kernel", (r(3, n), r(3, n), -torch.rand(3, n, generator=g), r(3, n), 9, 24, True)),
+        ("myo_solve_fwd", (r(2, nodes, 5), r(1, nodes, 5) * 0.3, tree.parent, None, False)),
+    ]
+
+
+@pytest.mark.parametrize("op, args", _op_cases(), ids=lambda v: v if isinstance(v, str) else "")
+def test_decomposition_equals_kernel(op, args):
+    packet = getattr(torch.ops.ssm_plugins, op)
+    expected = packet(*args)
+    got = ex.decompositions()[packet.default](*args)
+    for e, o in zip(expected if isinstance(expected, tuple) else (expected,), got if isinstance(got, tuple) else (got,)):
+        torch.testing.assert_close(o, e, rtol=1e-4, atol=1e-5)
+
+
+def test_linear_recurrence_across_chunks():
+    torch.manual_seed(0)
+    log_a, b = -torch.rand(2, 3, 70, 4), torch.randn(2, 3, 70, 4)
+    h, states = torch.zeros(2, 3, 4), []
+    for t in range(70):
+        h = torch.exp(log_a[:, :, t]) * h + b[:, :, t]
+        states.append(h)
+    torch.testing.assert_close(ex.linear_recurrence(log_a, b, chunk=16), torch.stack(states, 2), rtol=1e-5, atol=1e-5)
+
+
+def test_bad_arguments_name_themselves():
+    model, x = _model("vim2_t")
+    with pytest.raises(ValueError, match=r"example must be a \(batch, channels, H, W\) tensor, got \(3, 64, 64\)"):
+        ex.export_program(model, x[0])
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        ex.export_program(lambda t: t, x)
+
+
+# ---- torch.export -------------------------------------------------------------------------------------------------
+
+def _check_export(name):
+    _pending(name, _EXPORT_PENDING)
+    model, x = _model(name)
+    program = ex.export_program(model, x)
+    for batch in (1, 3):
+        xb = _input(model, family(name).sizes[0], batch=batch)
+        with torch.no_grad():
+            torch.testing.assert_close(program.module()(xb), model(xb), rtol=1e-5, atol=1e-6)
+    ops = {str(n.target) for n in program.graph.nodes if str(n.target).startswith("ssm_plugins.")}
+    return ops
+
+
+@pytest.mark.parametrize("name", ONE_PER_FAMILY)
+def test_export_program_dynamic_batch(name):
+    _check_export(name)
+
+
+# ---- ONNX ---------------------------------------------------------------------------------------------------------
+
+def onnx_errors(name, tmp_path):
+    """(max abs error, max abs error / max |logit|) of onnxruntime vs PyTorch at batch 3."""
+    import numpy as np
+    import onnxruntime
+
+    model, x = _model(name)
+    path = tmp_path / f"{name}.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ex.export_onnx(model, x, path)
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    xb = _input(model, family(name).sizes[0], batch=3)
+    with torch.no_grad():
+        expected = model(xb).numpy()
+    got = session.run(None, {"x": xb.numpy()})[0]
+    assert got.shape == expected.shape
+    err = float(np.abs(got - expected).max())
+    return err, err / float(np.abs(expected).max())
+
+
+def _check_onnx(name, tmp_path):
+    _pending(name, _ONNX_PENDING)
+    abs_err, rel_err = onnx_errors(name, tmp_path)
+    assert abs_err <= ABS_TOL or rel_err <= REL_TOL, (name, abs_err, rel_err)
+
+
+@pytest.mark.parametrize("name", ["deit_tiny_patch16_224_ssm2d", "svim2_scifar"])
+def test_onnx_matches_pytorch(name, tmp_path):
+    _check_onnx(name, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", IMAGE_MODELS)
+def test_every_model_exports(name, tmp_path):
+    _check_export(name)
+    _check_onnx(name, tmp_path)
+
+
+if __name__ == "__main__":  # the measured table
+    import tempfile
+    import time
+
+    torch.set_num_threads(1)
+    print("| model | ONNX max abs error | max rel error | export + ONNX s |\n|---|---|---|---|")
+    for model_name in sys.argv[1:] or IMAGE_MODELS:
+        start = time.perf_counter()
+        try:
+            a, rel = onnx_errors(model_name, Path(tempfile.mkdtemp()))
+            print(f"| {model_name} | {a:.1e} | {rel:.1e} | {time.perf_counter() - start:.0f} |", flush=True)
+        except Exception as exc:  # noqa: BLE001  (the table records failures too)
+            print(f"| {model_name} | FAIL {type(exc).__name__}: {str(exc)[:60]} | | |", flush=True)

@@ -11,7 +11,8 @@ such ops: ``export_onnx`` first rewrites each forward op into standard aten ops 
 package's pure-PyTorch oracles where they are graph-friendly: FFT convolutions as rfft/irfft, the 2-D SSM kernel,
 the Myo tree solve; the eSSM kernel in real arithmetic; the S6 / QS scans as a chunked closed form,
 ``linear_recurrence``, L/32 steps instead of L), then
-lets torch's ONNX exporter translate those. The decompositions are used only during export; the exported graph
+folds what depends on the weights only (e.g. the eSSM discretisation's complex arithmetic, which ONNX cannot
+hold), and lets torch's ONNX exporter translate the rest. The decompositions are used only during export; the exported graph
 runs in onnxruntime and matches PyTorch within the tolerances ``tests/test_export.py`` states.
 """
 from __future__ import annotations
@@ -178,7 +179,15 @@ def export_onnx(model: torch.nn.Module, example: torch.Tensor, path: Optional[st
                 dynamic_batch: bool = True, opset_version: int = 18, optimize: bool = True):
     """ONNX export through torch's dynamo exporter, our custom ops decomposed first (``decompositions()``).
     Returns the ``torch.onnx.ONNXProgram``; saved to ``path`` when given. Input name 'x', output 'logits'."""
+    from torch._inductor.constant_folding import constant_fold
+
     program = export_program(model, example, dynamic_batch, decompose=True)
+    # Fold what depends on the weights only (eSSM discretisation, 2-D SSM kernels: complex arithmetic, which ONNX
+    # cannot hold, and work an inference graph need not repeat), then export the folded graph again.
+    module = program.module()
+    constant_fold(module)
+    example = program.example_inputs[0][0]
+    program = torch.export.export(module, (example,), dynamic_shapes=_dynamic_batch(example, dynamic_batch))
     onnx_program = torch.onnx.export(program, input_names=["x"], output_names=["logits"], dynamo=True,
                                      opset_version=opset_version, optimize=optimize, verbose=False)
     if path is not None:

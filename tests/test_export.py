@@ -25,7 +25,7 @@ ABS_TOL, REL_TOL = 1e-4, 1e-4  # ONNX vs PyTorch, float32 (measured: <= 1e-5 rel
 
 # families that do not export yet, and why (issue 13; the fixes belong to their op / layer files)
 _ONNX_PENDING = {
-    r"^essm_": "ops/essm.py discretises with complex exp (torch.exp of a complex tensor): ONNX has no complex exp",
+    r"_s4nd$": "layers' S4ND kernel indexes a complex tensor (aten.index on complex): ONNX has no complex tensors",
     r"^myo": "myo_solve's op gets only the parent tensor: its decomposition (the reference's waves) reads the "
              "tree's values, data-dependent under export (aten.equal); the op needs the static tree shape",
 }

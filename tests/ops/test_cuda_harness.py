@@ -1,7 +1,7 @@
 """Every CUDA kernel of ssm_plugins, executed on the CPU through the host-side CUDA harness (tests/cuda_harness):
 forward and backward of all five ops in every dtype they take, on odd shapes, against the compiled CPU kernels
-(themselves tested against the oracles in ssm_plugins.ops.reference); and two planted bugs (a barrier removed,
-an index off the end) that the harness must catch. The harness library builds once per source state (cached:
+(themselves tested against the oracles in ssm_plugins.ops.reference); and planted bugs (barriers removed from
+eSSM and from the scan, an index off the end) that the harness must catch. The harness library builds once per source state (cached:
 11-60 s cold on the 2 shared cores, by load; 0.1 s warm).
 
 Tolerances, as the largest error relative to the largest magnitude of the CPU kernel's result: float64 1e-12

@@ -1,8 +1,8 @@
 """Every CUDA kernel of ssm_plugins, executed on the CPU through the host-side CUDA harness (tests/cuda_harness):
 forward and backward of all five ops in every dtype they take, on odd shapes, against the compiled CPU kernels
 (themselves tested against the oracles in ssm_plugins.ops.reference); and planted bugs (barriers removed from
-eSSM and from the scan, an index off the end) that the harness must catch. The harness library builds once per source state (cached:
-11-60 s cold on the 2 shared cores, by load; 0.1 s warm).
+eSSM and from the scan, an index off the end) that the harness must catch. The harness library builds once per
+source state (cached: 11-60 s cold on the 2 shared cores, by load; 0.1 s warm).
 
 Tolerances, as the largest error relative to the largest magnitude of the CPU kernel's result: float64 1e-12
 (rounding: the kernels sum in different orders), float32 5e-5, float16 4e-3 and bfloat16 3e-2 (both kernels

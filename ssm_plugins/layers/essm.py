@@ -291,10 +291,11 @@ class ESSM(nn.Module):
         padded steps, which are zeroed before the convolution so they do not leak into valid outputs (A19).
         """
         channel_dim = 2 if self.channels_last else 1
-        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[channel_dim] != self.d_model:
+        if (not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[channel_dim] != self.d_model
+                or x.shape[3 - channel_dim] < 1):
             what = "(B, L, H)" if self.channels_last else "(B, H, L)"
             got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f"x must have shape {what} with H={self.d_model}, got {got}")
+            raise ValueError(f"x must have shape {what} with H={self.d_model} and L >= 1, got {got}")
         u = x.transpose(1, 2) if self.channels_last else x
         if padding_mask is not None:
             if padding_mask.shape != (u.shape[0], u.shape[2]):

@@ -30,10 +30,12 @@ def grid_to_nchw(x: torch.Tensor, dim: int, input_fmt: str) -> torch.Tensor:
     """A (B, dim, H, W) view of a layer's token-grid input given in ``input_fmt`` ('NCHW' or 'NHWC'), or a
     ValueError naming the expected shape (shared by the 2-D layers: SSM2D, S4ND)."""
     channel_dim = 1 if input_fmt == "NCHW" else 3
-    if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[channel_dim] != dim:
+    grid_dims = (2, 3) if input_fmt == "NCHW" else (1, 2)
+    if (not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[channel_dim] != dim
+            or min(x.shape[d] for d in grid_dims) < 1):
         what = "(B, dim, H, W)" if input_fmt == "NCHW" else "(B, H, W, dim)"
         got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"x must have shape {what} with dim={dim} ({input_fmt}), got {got}")
+        raise ValueError(f"x must have shape {what} with dim={dim} ({input_fmt}) and H, W >= 1, got {got}")
     return x.permute(0, 3, 1, 2) if input_fmt == "NHWC" else x
 
 class SSM2D(nn.Module):

@@ -182,7 +182,8 @@ class ESSMSequence(nn.Module):
         # token tasks (ListOps, Text, Retrieval): nn.Embedding; continuous inputs: Linear(d_in, H) (§1.12)
         self.encoder = nn.Embedding(vocab_size, d_model, **dd) if vocab_size is not None \
             else nn.Linear(in_chans, d_model, **dd)
-        dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth, device='cpu')] if depth > 1 else [drop_path_rate]
+        dpr = ([x.item() for x in torch.linspace(0, drop_path_rate, depth, device='cpu')] if depth > 1
+               else [drop_path_rate])
         self.blocks = nn.Sequential(*[
             ESSMBlock(d_model, norm=norm, prenorm=prenorm, dropout=drop_rate, drop_path=dpr[i], d_state=d_state,
                       n_heads=n_heads, **dd, **ssm_kwargs)
@@ -605,6 +606,8 @@ class ESSMBackbone2D(nn.Module):
         if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[1] != self.in_chans or min(x.shape[2:]) < 1:
             got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f'x must have shape (B, {self.in_chans}, H, W), got {got}')
+        if not x.is_floating_point():
+            raise ValueError(f'x must be a floating-point image batch (normalised by the data pipeline), got {x.dtype}')
         return self.patch_embed(x)  # (B, H/p, W/p, C)
 
     def forward_intermediates(

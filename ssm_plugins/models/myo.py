@@ -139,6 +139,10 @@ class MyoSequence(nn.Module):
         embed_dim: H. depth: blocks. state_size: P (P/2 complex heads). blocks: J.
         dropout: S5 channel dropout in the blocks. drop_rate: dropout before the classifier.
         virtual_init: layer-1 inputs of virtual nodes: "embed" (learned per level, zero init), "zero", "mean" (A7).
+        pos_embed: a learned embedding of every leaf position of the designed input, added to the encoded leaves
+            [X] [D: False]. Without it the model is invariant to swapping sibling subtrees (level-shared weights, a
+            per-node encoder, mean readout: every tree automorphism is a symmetry, e.g. a mirrored image gives the
+            same logits); the paper does not say how its model breaks that symmetry (spec A2).
         readout_levels: average the top k levels (1 = root) [D: None = all levels, A8].
         norm, bn_momentum (PyTorch = 1 - flax), glu: MyoBlock options.
         C_init, dt_min, dt_max, conj_sym, level_step, real, coupling: MyoSSM options (§2.6).
@@ -154,6 +158,7 @@ class MyoSequence(nn.Module):
             vocab_size: Optional[int] = None,
             pad_token_id: int = 0,
             unflatten_sequences: bool = False,
+            pos_embed: bool = False,
             arity: int = 4,
             tree: str = 'perfect',
             order: str = 'raster',
@@ -224,6 +229,16 @@ class MyoSequence(nn.Module):
             if self.seq_len is None:
                 raise ValueError("virtual_init='embed' sizes its level embeddings from seq_len or img_size: pass one")
             self.level_embed = nn.Parameter(torch.zeros(self._designed_depth() - 1, embed_dim, **dd))
+        self.pos_embed = None
+        if pos_embed:
+            if self.seq_len is None:
+                raise ValueError('pos_embed=True sizes its leaf embeddings from seq_len or img_size: pass one')
+            self._pos_grid = self._designed_grid()
+            leaves = math.prod(self._pos_grid) if self._pos_grid else (
+                _perfect_size(self.seq_len, arity) if tree == 'perfect' else self.seq_len)
+            self.pos_embed = nn.Parameter(torch.empty(1, leaves, embed_dim, **dd))
+            if self.pos_embed.device.type != 'meta':
+                trunc_normal_(self.pos_embed, std=.02)
         ssm_kwargs = dict(C_init=C_init, dt_min=dt_min, dt_max=dt_max, conj_sym=conj_sym, level_step=level_step,
                           real=real, coupling=coupling)
         self.blocks = nn.ModuleList([
@@ -234,13 +249,20 @@ class MyoSequence(nn.Module):
         self.head_drop = nn.Dropout(drop_rate)
         self.head = _lecun_linear(nn.Linear(embed_dim, num_classes, **dd)) if num_classes > 0 else nn.Identity()
 
+    def _designed_grid(self) -> Optional[Tuple[int, int]]:
+        """Leaf grid of a Morton model's designed image (padded for perfect trees), else None."""
+        if self.order != 'morton' or self.img_size is None:
+            return None
+        rows, cols = self.img_size
+        if self.tree == 'perfect':
+            rows = cols = _perfect_size(max(rows, cols), 2)
+        return rows, cols
+
     def _designed_depth(self) -> int:
         """Levels of the tree of the designed input (seq_len / img_size)."""
-        if self.order == 'morton' and self.img_size is not None:
-            rows, cols = self.img_size
-            if self.tree == 'perfect':
-                rows = cols = _perfect_size(max(rows, cols), 2)
-            return len(myo_reference.quad_grid_sizes(rows, cols))
+        grid = self._designed_grid()
+        if grid is not None:
+            return len(myo_reference.quad_grid_sizes(*grid))
         leaves = _perfect_size(self.seq_len, self.arity) if self.tree == 'perfect' else self.seq_len
         return len(myo_reference.kary_level_sizes(leaves, self.arity))
 
@@ -251,11 +273,11 @@ class MyoSequence(nn.Module):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
-        return _myo_no_weight_decay(self) | ({'level_embed'} if self.level_embed is not None else set())
+        return _myo_no_weight_decay(self) | {n for n in ('level_embed', 'pos_embed') if getattr(self, n) is not None}
 
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
-        return dict(stem=r'^encoder|^level_embed', blocks=r'^blocks\.(\d+)')
+        return dict(stem=r'^encoder|^level_embed|^pos_embed', blocks=r'^blocks\.(\d+)')
 
     @torch.jit.ignore
     def set_grad_checkpointing(self, enable: bool = True) -> None:
@@ -357,6 +379,8 @@ class MyoSequence(nn.Module):
                 f'{self.level_embed.shape[0] + 1} levels (seq_len {self.seq_len}, img_size {self.img_size}); build '
                 f'the model for a longer input or with virtual_init="zero"/"mean"')
         leaves = self.encoder(raw)  # (B, L_tree, dim)
+        if self.pos_embed is not None:
+            leaves = leaves + self._leaf_positions(tree).to(leaves.dtype)
         if self.virtual_init == 'embed':
             virtual = torch.cat([self.level_embed[i].expand(n, -1) for i, n in enumerate(tree.level_sizes[1:])])
             virtual = virtual.to(leaves.dtype).expand(batch, -1, -1)
@@ -366,6 +390,23 @@ class MyoSequence(nn.Module):
             virtual = _span_means(leaves, tree)
         node_valid = None if leaf_valid is None else myo_ops._extend_leaf_mask(leaf_valid, tree)
         return torch.cat([leaves, virtual], dim=1), _Layout(tree, node_valid, length, grid, offset)
+
+    def _leaf_positions(self, tree: ops.MyoTree) -> torch.Tensor:
+        """The position embeddings of this input's leaves: a crop of the designed grid (quadtree) or the first
+        L_tree positions (1-D trees)."""
+        if (tree.kind == 'quad2d') != (self._pos_grid is not None):
+            raise ValueError('pos_embed of a Morton model needs image input (or unflatten_sequences=True); a 1-D '
+                             'model needs sequence or non-Morton image input')
+        if tree.kind == 'quad2d':
+            rows, cols = tree.grid_sizes[0]
+            if rows > self._pos_grid[0] or cols > self._pos_grid[1]:
+                raise ValueError(f'input leaf grid {(rows, cols)} is larger than the position embeddings '
+                                 f'{self._pos_grid} (img_size {self.img_size})')
+            return self.pos_embed.unflatten(1, self._pos_grid)[:, :rows, :cols].flatten(1, 2)
+        if tree.level_sizes[0] > self.pos_embed.shape[1]:
+            raise ValueError(f'input has {tree.level_sizes[0]} leaves, more than the {self.pos_embed.shape[1]} '
+                             f'position embeddings (seq_len {self.seq_len})')
+        return self.pos_embed[:, :tree.level_sizes[0]]
 
     def readout(self, x: torch.Tensor, layout: Optional[_Layout] = None) -> torch.Tensor:
         """Mean of the node features over the top ``readout_levels`` levels (spec §2.7), over the nodes with a

@@ -58,6 +58,8 @@ def rows(pattern: str, with_flops: bool):
     names = sorted(n for n in timm.list_models()
                    if timm.models.model_entrypoint(n).__module__.startswith('ssm_plugins.') and re.search(pattern, n))
     for name in names:
+        if timm.models.get_pretrained_cfg(name).input_size is None:
+            continue  # not an image model (the TSM2/TSQS forecasters: recipes_sequence/forecasting/README.md)
         kwargs, paper_params, paper_gmacs, source = reference(name)
         torch.manual_seed(0)
         model = timm.create_model(name, **kwargs).eval()

@@ -2,11 +2,12 @@
 from .essm import ESSM, ESSMBlock
 from .mambamixer import MambaMixerBlock, QSMixerBlock, SelectiveChannelMixer, SelectiveTokenMixer, SwitchOfScans
 from .mambamixer import ConvTokenInteraction, MultiResolutionConvGate, SpatialPriorModule
+from .mambamixer import MixerStack, TimeVariateMixerBlock
 from .mega import MegaBlock, MovingAverageGatedAttention, MultiHeadEMA, S4ND
 from .myo import MyoBlock, MyoMixer2d, MyoSSM
 from .ssm2d import SSM2D
 
 __all__ = ["SSM2D", "ESSM", "ESSMBlock", "MyoSSM", "MyoBlock", "MyoMixer2d",
            "SelectiveTokenMixer", "SelectiveChannelMixer", "MambaMixerBlock", "QSMixerBlock", "SwitchOfScans",
-           "SpatialPriorModule", "MultiResolutionConvGate", "ConvTokenInteraction",
+           "SpatialPriorModule", "MultiResolutionConvGate", "ConvTokenInteraction", "MixerStack", "TimeVariateMixerBlock",
            "MultiHeadEMA", "S4ND", "MovingAverageGatedAttention", "MegaBlock"]

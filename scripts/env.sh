@@ -73,3 +73,7 @@ if [ "$(cat "$venv/.package-key" 2>/dev/null)" != "$pkg_key" ]; then
   printf '%s' "$pkg_key" > "$venv/.package-key"
   log "package built in $((SECONDS - t0)) s"
 fi
+
+# timm's own model tests (tests/timm_suite runs them against our models): the pinned sdist's tests/, cached
+# outside the repo like the mmcv wheel; a no-op once cached
+"$venv/bin/python" scripts/timm_test_suite.py fetch >/dev/null || log "could not fetch timm's sdist tests (tests/timm_suite will skip)"

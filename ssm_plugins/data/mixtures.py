@@ -41,8 +41,26 @@ def _formant_gain(freqs, formants, bandwidths):
     return gain
 
 
-def synthetic_voice(rng: np.random.Generator, num_samples: int, f0: float, sample_rate: int = 8000) -> np.ndarray:
-    """One synthetic utterance of ``num_samples`` samples around fundamental ``f0`` Hz, peak-normalised (float64)."""
+def make_speaker(rng: np.random.Generator, speaker_id: str) -> dict:
+    """Traits of one synthetic speaker: sex, mean f0 (male 85-150 Hz, female 160-260 Hz), vocal-tract scale of
+    the formants (female about 15 % higher), glottal spectral tilt and speaking rate."""
+    female = bool(rng.random() < 0.5)
+    f0 = float(np.exp(rng.uniform(np.log(160.0), np.log(260.0)) if female
+                      else rng.uniform(np.log(85.0), np.log(150.0))))
+    return {"id": speaker_id, "female": female, "f0": f0,
+            "tract": float((1.15 if female else 1.0) * np.exp(rng.normal(0.0, 0.04))),
+            "tilt": float(rng.uniform(0.8, 1.4)), "rate": float(np.exp(rng.normal(0.0, 0.12)))}
+
+
+def synthetic_voice(rng: np.random.Generator, num_samples: int, f0: float, sample_rate: int = 8000,
+                    tract: float = 1.0, tilt: float = 1.0, rate: float = 1.0) -> np.ndarray:
+    """One synthetic utterance of ``num_samples`` samples around fundamental ``f0`` Hz, peak-normalised (float64).
+
+    Voiced syllables are a glottal pulse train (harmonics in phase, amplitudes falling as h^-tilt) on a smooth,
+    drifting f0 contour, shaped by three formant resonances (scaled by the speaker's ``tract``) that change from
+    syllable to syllable, cut by raised-cosine envelopes with pauses between them (``rate`` scales syllable and
+    pause lengths), plus a little aspiration noise.
+    """
     t = np.arange(num_samples)
     # f0 contour: slow drift (±~8 %) and a declination over the utterance
     contour = f0 * np.exp(_smooth_walk(rng, num_samples, max(2, num_samples // 1600), 0.05)
@@ -51,78 +69,114 @@ def synthetic_voice(rng: np.random.Generator, num_samples: int, f0: float, sampl
     num_harmonics = int(0.48 * sample_rate / contour.min())
     harmonics = np.arange(1, num_harmonics + 1)[:, None]
     alive = harmonics * contour[None, :] < 0.48 * sample_rate  # no harmonic above ~Nyquist
-    # syllables: formants per syllable, raised-cosine envelope, pauses between syllables
     signal, envelope = np.zeros(num_samples), np.zeros(num_samples)
     start = int(rng.uniform(0.0, 0.15) * sample_rate)
     while start < num_samples:
-        length = int(rng.uniform(0.12, 0.32) * sample_rate)
+        length = int(rng.uniform(0.12, 0.32) * rate * sample_rate)
         stop = min(start + length, num_samples)
-        formants = (rng.uniform(300, 900), rng.uniform(900, 2300), rng.uniform(2300, 3500))
+        formants = tuple(tract * f for f in (rng.uniform(300, 850), rng.uniform(850, 2200), rng.uniform(2200, 3100)))
         bandwidths = (rng.uniform(60, 120), rng.uniform(80, 160), rng.uniform(120, 250))
         seg = slice(start, stop)
         freqs = harmonics * contour[None, seg]
-        amps = _formant_gain(freqs, formants, bandwidths) / harmonics ** 0.5 * alive[:, seg]
-        signal[seg] = (amps * np.sin(harmonics * phase[None, seg] + rng.uniform(0, 2 * np.pi, (num_harmonics, 1)))).sum(0)
+        amps = _formant_gain(freqs, formants, bandwidths) / harmonics ** tilt * alive[:, seg]
+        signal[seg] = (amps * np.cos(harmonics * phase[None, seg])).sum(0)  # in phase: one pulse per period
         window = np.sin(np.pi * np.arange(stop - start) / length) ** 2  # raised cosine, cut at the end if needed
         envelope[seg] = window * rng.uniform(0.5, 1.0)
-        start = stop + int(rng.uniform(0.03, 0.15) * sample_rate)
+        start = stop + int(rng.uniform(0.03, 0.15) * rate * sample_rate)
     signal = signal / (np.abs(signal).max() + 1e-9)
     voice = envelope * (signal + 0.02 * rng.standard_normal(num_samples))
     return voice / (np.abs(voice).max() + 1e-9)
 
 
-def _make_mixture(rng, num_samples, sample_rate, min_f0_ratio):
-    f0_a = float(np.exp(rng.uniform(np.log(85.0), np.log(280.0))))
-    while True:  # the second voice at least min_f0_ratio away from the first, within the same range
-        f0_b = float(np.exp(rng.uniform(np.log(85.0), np.log(280.0))))
-        if max(f0_a, f0_b) / min(f0_a, f0_b) >= min_f0_ratio:
-            break
-    s1 = synthetic_voice(rng, num_samples, f0_a, sample_rate)
-    s2 = synthetic_voice(rng, num_samples, f0_b, sample_rate)
-    level_db = float(rng.uniform(-MIX_LEVEL_DB, MIX_LEVEL_DB))
-    s1, s2 = s1 / np.std(s1), s2 / np.std(s2) * 10 ** (-level_db / 20)
-    scale = 0.9 / np.abs(s1 + s2).max()  # mixture peak at 0.9: no clipping, mix = s1 + s2 exactly
-    return s1 * scale, s2 * scale, f0_a, f0_b, level_db
+def _utterance(rng, speaker, min_seconds, max_seconds, sample_rate):
+    """One utterance of ``speaker`` (its f0 within ±10 % of the speaker's mean): (f0, waveform)."""
+    num_samples = int(rng.uniform(min_seconds, max_seconds) * sample_rate)
+    f0 = speaker["f0"] * float(np.exp(rng.uniform(-0.1, 0.1)))
+    return f0, synthetic_voice(rng, num_samples, f0, sample_rate, speaker["tract"], speaker["tilt"], speaker["rate"])
+
+
+def _mix(s1, s2, level_db):
+    """wsj0-2mix "min": both cut to the shorter, s1 at +level/2 and s2 at -level/2 dB around equal power, then
+    scaled to a mixture peak of 0.9 (no clipping, mix = s1 + s2 exactly)."""
+    length = min(len(s1), len(s2))
+    s1, s2 = s1[:length] / np.std(s1[:length]), s2[:length] / np.std(s2[:length]) * 10 ** (-level_db / 20)
+    scale = 0.9 / np.abs(s1 + s2).max()
+    return s1 * scale, s2 * scale
+
+
+def _pairs(rng, utterances, count, min_f0_ratio):
+    """``count`` pairs of utterances of two different speakers whose f0 differ by at least ``min_f0_ratio``."""
+    pairs = []
+    while len(pairs) < count:
+        a, b = rng.choice(len(utterances), 2, replace=False)
+        (spk_a, f0_a, _, _), (spk_b, f0_b, _, _) = utterances[a], utterances[b]
+        if spk_a != spk_b and max(f0_a, f0_b) / min(f0_a, f0_b) >= min_f0_ratio:
+            pairs.append((a, b))
+    return pairs
 
 
 def generate_mixtures(out_dir, n_train: int = 64, n_valid: int = 16, n_test: int = 16, min_seconds: float = 1.0,
-                      max_seconds: float = 2.0, sample_rate: int = 8000, seed: int = 0, min_f0_ratio: float = 1.6,
-                      overwrite: bool = False) -> dict:
+                      max_seconds: float = 2.0, sample_rate: int = 8000, seed: int = 0, min_f0_ratio: float = 1.25,
+                      n_speakers: int = 24, utterances_per_speaker: int = 10, overwrite: bool = False) -> dict:
     """Write the mixture set under ``out_dir`` (wsj0-2mix layout, see the module docstring) and its csv files.
 
+    Training speakers (``n_speakers``, ``utterances_per_speaker`` utterances each) also go to
+    ``<out_dir>/wsj0/si_tr_s/<spk>/<utt>.wav`` (the dynamic-mixing source folder, ``base_folder_dm``); the
+    training mixtures pair those utterances, the validation mixtures other utterances of the same speakers, the
+    test mixtures utterances of ``n_speakers // 2`` (at least 2) unseen speakers, as in wsj0-2mix.
     Returns ``{"tr": csv path, "cv": ..., "tt": ...}``. Deterministic in its arguments; a folder generated
     with the same arguments is reused unless ``overwrite``.
     """
     counts = {"tr": n_train, "cv": n_valid, "tt": n_test}
-    for name, value in (("n_train", n_train), ("n_valid", n_valid), ("n_test", n_test)):
+    for name, value in (("n_train", n_train), ("n_valid", n_valid), ("n_test", n_test), ("n_speakers", n_speakers),
+                        ("utterances_per_speaker", utterances_per_speaker)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if n_speakers < 2:
+        raise ValueError(f"n_speakers must be >= 2 (mixtures pair two speakers), got {n_speakers}")
     if not 0 < min_seconds <= max_seconds:
         raise ValueError(f"need 0 < min_seconds <= max_seconds, got {min_seconds}, {max_seconds}")
-    if min_f0_ratio < 1.0:
-        raise ValueError(f"min_f0_ratio must be >= 1, got {min_f0_ratio}")
+    if not 1.0 <= min_f0_ratio <= 1.5:
+        raise ValueError(f"min_f0_ratio must be in [1, 1.5] (speakers' f0 span 85-260 Hz), got {min_f0_ratio}")
     import soundfile  # SpeechBrain's own audio backend; imported only when writing
 
     settings = dict(counts=counts, min_seconds=min_seconds, max_seconds=max_seconds, sample_rate=sample_rate,
-                    seed=seed, min_f0_ratio=min_f0_ratio)
+                    seed=seed, min_f0_ratio=min_f0_ratio, n_speakers=n_speakers,
+                    utterances_per_speaker=utterances_per_speaker, version=2)
     manifest = os.path.join(out_dir, _MANIFEST)
     csvs = {split: os.path.join(out_dir, f"wsj_{split}.csv") for split in SPLITS}
     if not overwrite and os.path.exists(manifest) and all(os.path.exists(p) for p in csvs.values()):
         with open(manifest, encoding="utf-8") as f:
             if json.load(f) == settings:
                 return csvs
-    root = os.path.join(out_dir, "wav8k", "min")
+
+    def write(path, wav):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        soundfile.write(path, wav.astype(np.float32), sample_rate, subtype="FLOAT")
+
+    rng = np.random.default_rng([seed, 99])
+    speakers = {"train": [make_speaker(rng, f"s{i:02d}") for i in range(n_speakers)],
+                "test": [make_speaker(rng, f"e{i:02d}") for i in range(max(2, n_speakers // 2))]}
+    root = os.path.join(out_dir, "wav8k" if sample_rate == 8000 else f"wav{sample_rate // 1000}k", "min")
     for offset, split in enumerate(SPLITS):
         rng = np.random.default_rng([seed, offset])  # each split its own stream: sizes do not shift the others
-        for kind in ("mix", "s1", "s2"):
-            os.makedirs(os.path.join(root, split, kind), exist_ok=True)
-        for index in range(counts[split]):
-            num_samples = int(rng.uniform(min_seconds, max_seconds) * sample_rate)
-            s1, s2, f0_a, f0_b, level_db = _make_mixture(rng, num_samples, sample_rate, min_f0_ratio)
-            name = f"{split}{index:04d}_f{f0_a:.0f}_{level_db:.3f}_f{f0_b:.0f}_{-level_db:.3f}.wav"
+        pool = speakers["test" if split == "tt" else "train"]
+        per_speaker = utterances_per_speaker if split == "tr" else max(2, -(-2 * counts[split] // len(pool)))
+        utterances = []  # (speaker id, f0, utterance id, waveform)
+        for speaker in pool:
+            for k in range(per_speaker):
+                f0, wav = _utterance(rng, speaker, min_seconds, max_seconds, sample_rate)
+                utt = f"{speaker['id']}{'c' if split == 'tr' else 'o'}{offset}{k:03d}"
+                utterances.append((speaker["id"], f0, utt, wav))
+                if split == "tr":  # the WSJ0-style source folder of dynamic mixing
+                    write(os.path.join(out_dir, "wsj0", "si_tr_s", speaker["id"], f"{utt}.wav"), wav)
+        for index, (a, b) in enumerate(_pairs(rng, utterances, counts[split], min_f0_ratio)):
+            level_db = float(rng.uniform(-MIX_LEVEL_DB, MIX_LEVEL_DB))
+            s1, s2 = _mix(utterances[a][3], utterances[b][3], level_db)
+            # wsj0-2mix naming: <utt1>_<level1>_<utt2>_<level2>.wav (a running index keeps names unique)
+            name = f"{utterances[a][2]}_{level_db / 2:.4f}_{utterances[b][2]}_{-level_db / 2:.4f}_{index:04d}.wav"
             for kind, wav in (("mix", s1 + s2), ("s1", s1), ("s2", s2)):
-                soundfile.write(os.path.join(root, split, kind, name), wav.astype(np.float32), sample_rate,
-                                subtype="FLOAT")
+                write(os.path.join(root, split, kind, name), wav)
     csvs = prepare_wsjmix_csv(out_dir, out_dir, num_spks=2, sample_rate=sample_rate)
     with open(manifest, "w", encoding="utf-8") as f:
         json.dump(settings, f)

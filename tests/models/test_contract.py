@@ -23,7 +23,11 @@ import torch
 import ssm_plugins  # noqa: F401  (registers the models)
 from _contract import assert_checkpoint_round_trip, assert_grad_checkpointing_is_exact
 
-MODELS = sorted(n for n in timm.list_models() if timm.models.model_entrypoint(n).__module__.startswith('ssm_plugins.'))
+# Not image classifiers, each with its own contract tests: the TSM2/TSQS forecasters ((B, L, M) -> (B, H, M);
+# tests/recipes_forecasting/test_tsm2_models.py) and Myo's token-id ListOps model (tests/models/test_myo_sequence.py).
+NOT_IMAGE_MODELS = {'tsm2', 'tsqs', 'myo_listops'}
+MODELS = sorted(n for n in timm.list_models()
+                if timm.models.model_entrypoint(n).__module__.startswith('ssm_plugins.') and n not in NOT_IMAGE_MODELS)
 FAMILY_MODULES = {'ssm_plugins.models.vim2', 'ssm_plugins.models.ssm2d', 'ssm_plugins.models.essm',
                   'ssm_plugins.models.myo', 'ssm_plugins.models.mega', 'ssm_plugins.models.svim2'}
 
@@ -64,6 +68,8 @@ FAMILIES = [
            ((0, 8), r'at least one step')),
     Family(r'^myopix_', dict(embed_dim=32, depth=2, state_size=16, blocks=1), ((8, 8), (5, 7)),
            ((0, 8), r'input size \(0, 8\) must be at least')),
+    Family(r'^myo_(s|z)(mnist|cifar)$|^myo_path', dict(embed_dim=16, depth=2, state_size=8, blocks=1),
+           ((8, 8), (5, 7)), ((0, 8), r'input size \(0, 8\) must be at least')),
     Family(r'^myonet_', dict(dims=(16, 32, 48, 64), depths=(1, 1, 2, 1)),
            bad_size=((0, 8), r'input size \(0, 8\) must be at least')),
 ]

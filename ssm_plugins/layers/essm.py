@@ -25,6 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import ops
+from ..ops._backend import no_autocast
 from ..ops.reference.essm import DISCRETIZATIONS, essm_discretize
 
 __all__ = ["ESSM", "ESSMBlock", "BatchNormNLC", "make_norm", "hippo_legs_normal", "hippo_diagonal_init",
@@ -324,7 +325,7 @@ class ESSM(nn.Module):
         if x.dim() != 2 or x.shape[1] != self.d_model:
             raise ValueError(f"x must have shape (B, H) with H={self.d_model}, got {tuple(x.shape)}")
         acc = torch.float64 if self.B.dtype == torch.float64 else torch.float32
-        with torch.autocast(x.device.type, enabled=False):
+        with no_autocast(x.device.type):
             g, z = essm_discretize(self.lambda_re.to(acc), self.Lambda_im.to(acc), self.log_dt.to(acc),
                                    self._dt_scale(dt_scale), self.discretization, self.gbt_alpha)
             u = x.to(acc).reshape(x.shape[0], self.n_heads, self.head_dim)

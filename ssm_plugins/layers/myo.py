@@ -19,6 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import ops
+from ..ops._backend import no_autocast
 from ..ops import MyoTree
 
 __all__ = ["MyoSSM", "MyoBlock", "MyoMixer2d", "hippo_n_init"]
@@ -197,7 +198,7 @@ class MyoSSM(nn.Module):
         if not isinstance(tree, MyoTree):
             raise ValueError(f"tree must be a MyoTree (ops.myo_quadtree / myo_tree), got {type(tree).__name__}")
         out_dtype = u.dtype
-        with torch.autocast(u.device.type, enabled=False):
+        with no_autocast(u.device.type):
             x_in = u.float() if u.dtype in _LOW_PRECISION else u
             cdtype = torch.complex128 if x_in.dtype == torch.float64 else torch.complex64
             if x_in.is_complex():

@@ -6,6 +6,7 @@ with ``SSM_PLUGINS_BACKEND=reference`` (for debugging).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 
@@ -106,3 +107,12 @@ def backend_info() -> dict:
         "ops": ops,
         "cuda_device": torch.cuda.is_available(),
     }
+
+
+def no_autocast(device_type: str):
+    """A region that runs in the inputs' own precision (the kernels' fp32 state): autocast disabled where the
+    device has autocast; on the meta device (timm's low-memory builds, shape checks) a no-op, since
+    ``torch.autocast('meta')`` raises."""
+    if torch.amp.is_autocast_available(device_type):
+        return torch.autocast(device_type, enabled=False)
+    return contextlib.nullcontext()

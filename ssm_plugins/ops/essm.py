@@ -110,7 +110,7 @@ def essm_conv(u, lambda_re, lambda_im, log_dt, B, C, D=None, *, bidirectional=Fa
         u, lambda_re, lambda_im, log_dt, B, C, D, dt_scale, discretization, gbt_alpha, n_fft)
     batch, _, length = u.shape
     heads, _, per_head = B.shape
-    with torch.autocast(u.device.type, enabled=False):
+    with _backend.no_autocast(u.device.type):
         g, z = essm_discretize(lambda_re, lambda_im, log_dt, dt_scale, discretization, gbt_alpha)
         K = _state_kernel(g, z, length, n_fft, bidirectional, u)  # (S, n, n_fft)
         u4 = u.to(B.dtype).reshape(batch, heads, per_head, length)

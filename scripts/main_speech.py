@@ -51,7 +51,7 @@ def run_recipe(recipe: str, data_folder: str, output_folder: str, overrides: dic
 def main(argv=None) -> list:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", choices=RECIPES, default="mambamixer")
-    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--lr", type=float, default=5e-3)
     parser.add_argument("--workdir", default=None, help="data and results folder [a temporary folder]")
     args = parser.parse_args(argv)

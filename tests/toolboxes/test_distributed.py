@@ -310,9 +310,6 @@ def small_mixtures(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="recipes_speech/WSJ0Mix/separation/train.py main() does not call "
-                   "sb.utils.distributed.ddp_init_group(run_opts) after sb.parse_arguments: under torchrun SpeechBrain "
-                   "raises 'Please add sb.ddp_init_group() into your exp.py'")
 def test_speechbrain_separation_two_processes_checkpoint_once_and_resume(small_mixtures, tmp_path):
     output = tmp_path / "sep"
     done = torchrun_recipe(small_mixtures, output, epochs=1)

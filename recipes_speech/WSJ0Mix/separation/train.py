@@ -10,14 +10,12 @@ Encoder (Conv1d, kernel 16, stride 8) -> Dual_Path_Model mask net whose intra/in
 permutation-invariant training. Optional dynamic mixing (``--dynamic_mixing True``) and speed perturbation.
 Training resumes from the last checkpoint of ``output_folder``; the best (validation SI-SNR) checkpoint is
 evaluated on the test set and ``<output_folder>/test_results.csv`` gets SI-SNR, SI-SNRi, SDR and SDRi of every
-utterance and their means (row ``avg``). SDR: mir_eval's ``bss_eval_sources`` when installed, otherwise the
-BSS-eval-style ``bss_eval_sdr`` below (512-tap distortion filter, as BSS Eval v3).
+utterance and their means (row ``avg``). SDR: BSS Eval v3 (512-tap distortion filter) by ``fast_bss_eval``.
 
 No data at hand? ``python -m ssm_plugins.data.mixtures --out DIR`` writes a small synthetic set in the same
 layout; pass ``--data_folder DIR``.
 """
 import csv
-import itertools
 import os
 import random
 import sys
@@ -29,53 +27,24 @@ from hyperpyyaml import load_hyperpyyaml
 
 import speechbrain as sb
 import speechbrain.nnet.schedulers as schedulers
-from speechbrain.utils.distributed import run_on_main
+from speechbrain.utils.distributed import if_main_process, run_on_main
 from speechbrain.utils.logger import get_logger
 
 logger = get_logger(__name__)
 
 
-def bss_eval_sdr(reference, estimate, filter_length: int = 512):
-    """SDR (dB) of each estimated source against its reference, BSS Eval v3 style, in float64.
-
-    reference, estimate: (num_sources, T). The target part of an estimate is its least-squares fit by a
-    ``filter_length``-tap time-invariant filter of its own reference (allowed distortion); everything else
-    (interference, artefacts, noise) is the error: SDR = 10 log10(|s_target|² / |estimate - s_target|²).
-    """
-    ref = torch.as_tensor(reference, dtype=torch.float64)
-    est = torch.as_tensor(estimate, dtype=torch.float64)
-    if ref.dim() != 2 or ref.shape != est.shape:
-        raise ValueError(f"reference and estimate must both have shape (num_sources, T), got {tuple(ref.shape)} "
-                         f"and {tuple(est.shape)}")
-    length = ref.shape[1] + filter_length - 1
-    nfft = 1 << (length - 1).bit_length()
-    ref_f, est_f = torch.fft.rfft(ref, nfft), torch.fft.rfft(est, nfft)
-    autocorr = torch.fft.irfft(ref_f.abs() ** 2, nfft)[:, :filter_length]  # r[k] = Σ ref[t] ref[t+k]
-    cross = torch.fft.irfft(ref_f.conj() * est_f, nfft)[:, :filter_length]  # c[k] = Σ ref[t] est[t+k]
-    lag = torch.arange(filter_length)
-    gram = autocorr[:, (lag[:, None] - lag[None, :]).abs()]  # Toeplitz Gram matrix of the delayed references
-    gram = gram + 1e-10 * autocorr[:, :1, None] * torch.eye(filter_length, dtype=torch.float64)
-    # The Gram matrix is symmetric positive definite: Cholesky, not LU. (Also: torch 2.11's MKL batched LU returns
-    # garbage pivots once torch.set_num_threads has lowered and raised the thread count in the process.)
-    taps = torch.cholesky_solve(cross.unsqueeze(-1), torch.linalg.cholesky(gram)).squeeze(-1)
-    target = torch.fft.irfft(torch.fft.rfft(taps, nfft) * ref_f, nfft)[:, :length]
-    error = F.pad(est, (0, filter_length - 1)) - target
-    return 10 * torch.log10(target.pow(2).sum(-1) / error.pow(2).sum(-1).clamp_min(1e-20))
-
-
 def sdr_best_permutation(reference, estimate):
-    """Per-source SDR (numpy) under the source permutation with the best mean, mir_eval when installed."""
+    """BSS Eval v3 SDR (dB) of every reference source by ``fast_bss_eval`` (512-tap distortion filter, float64),
+    each reference scored against the estimate the best permutation (largest SDR sum) assigns to it.
+
+    reference, estimate: (num_sources, T) arrays."""
+    import fast_bss_eval  # the maintained BSS Eval implementation (pinned in requirements/stack.txt)
+
     reference, estimate = np.asarray(reference, dtype=np.float64), np.asarray(estimate, dtype=np.float64)
-    try:
-        from mir_eval.separation import bss_eval_sources
-    except ImportError:
-        best = None
-        for perm in itertools.permutations(range(len(reference))):
-            sdr = bss_eval_sdr(reference, estimate[list(perm)]).numpy()
-            if best is None or sdr.mean() > best.mean():
-                best = sdr
-        return best
-    return bss_eval_sources(reference, estimate)[0]
+    if reference.ndim != 2 or reference.shape != estimate.shape:
+        raise ValueError(f"reference and estimate must both have shape (num_sources, T), got {reference.shape} "
+                         f"and {estimate.shape}")
+    return fast_bss_eval.sdr(reference, estimate)
 
 
 class Separation(sb.Brain):
@@ -271,6 +240,7 @@ def dynamic_mix_data_prep(hparams):
 
 def main(argv):
     hparams_file, run_opts, overrides = sb.parse_arguments(argv)
+    sb.utils.distributed.ddp_init_group(run_opts)  # under torchrun: one process group (gloo on CPUs)
     with open(hparams_file, encoding="utf-8") as fin:
         hparams = load_hyperpyyaml(fin, overrides)
     sb.create_experiment_directory(experiment_directory=hparams["output_folder"], hyperparams_to_save=hparams_file,
@@ -292,7 +262,9 @@ def main(argv):
     separator.fit(separator.hparams.epoch_counter, train_data, valid_data,
                   train_loader_kwargs=hparams["dataloader_opts"], valid_loader_kwargs=hparams["dataloader_opts"])
     separator.evaluate(test_data, min_key="si-snr", test_loader_kwargs=hparams["dataloader_opts"])
-    return separator.save_results(test_data)
+    if if_main_process():  # one writer of test_results.csv under torchrun
+        return separator.save_results(test_data)
+    return None
 
 
 if __name__ == "__main__":

@@ -43,6 +43,8 @@ def _check_chunks(x, d_model):
     if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != d_model or x.shape[1] < 1:
         got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
         raise ValueError(f"x must have shape [B*S, K, N] (sequences, steps, N=d_model={d_model}), got {got}")
+    if not x.is_floating_point():
+        raise ValueError(f"x must be a floating-point tensor (encoder features), got {x.dtype}")
 
 
 class _SBMixerStack(nn.Module):

@@ -52,9 +52,9 @@ def _choice(name, value, allowed):
 
 
 def _check_input(name, x, dim, num_tokens=None, why=""):
-    if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != dim:
+    if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != dim or x.shape[1] < 1:
         shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"{name} must have shape (batch, L, dim={dim}), got {shape}")
+        raise ValueError(f"{name} must have shape (batch, L, dim={dim}) with L >= 1, got {shape}")
     if num_tokens is not None and x.shape[1] != num_tokens:
         raise ValueError(f"{name} must have L = {num_tokens} tokens{why}, got shape {tuple(x.shape)}")
 

@@ -61,6 +61,8 @@ def _check_image(x: torch.Tensor, in_chans: int) -> None:
         raise ValueError(f'x must have shape (B, {in_chans}, H, W), got {got}')
     if min(x.shape[-2:]) < 1:
         raise ValueError(f'input size {tuple(x.shape[-2:])} must be at least (1, 1)')
+    if not x.is_floating_point():
+        raise ValueError(f'x must be a floating-point image batch (normalised by the data pipeline), got {x.dtype}')
 
 
 def _myo_no_weight_decay(model: nn.Module) -> Set[str]:

@@ -59,8 +59,10 @@ for _leaf in (SwitchOfScans, SpatialPriorModule, MultiResolutionConvGate):
 @register_notrace_function
 def check_img(img, in_chans: int):
     check_image(img, in_chans, "img")
-    if img.shape[-2] % 32 or img.shape[-1] % 32:
-        raise ValueError(f"img height and width must be multiples of 32, got {tuple(img.shape[-2:])}")
+    if img.shape[-2] % 32 or img.shape[-1] % 32 or min(img.shape[-2:]) < 32:
+        raise ValueError(f"img height and width must be positive multiples of 32, got {tuple(img.shape[-2:])}")
+    if not img.is_floating_point():
+        raise ValueError(f"img must be a floating-point image batch (normalised by the data pipeline), got {img.dtype}")
     return img
 
 

@@ -24,7 +24,10 @@ RECIPE_DIR = os.path.join(ROOT, "recipes_speech", "WSJ0Mix", "separation")
 RECIPES = ("mambamixer", "qsmixer", "essm", "myo")
 # A shape that trains in about a minute on a CPU: 32 encoder channels, one dual-path layer, 50-frame chunks.
 SMALL_SHAPE = {"N_encoder_out": 32, "out_channels": 32, "num_dp_layers": 1, "chunk_size": 50,
-               "inter_num_tokens": 16, "d_state": 16, "state_size": 32, "n_warmup_step": 0}
+               "inter_num_tokens": 16, "d_state": 16, "state_size": 32, "n_warmup_step": 0,
+               # the recipes remix every epoch by default; on 64 mixtures for 15 epochs the fixed set separates
+               # better (measured: 7.3 vs 4.8 dB SI-SNRi, recipes_speech/WSJ0Mix/separation/README.md)
+               "dynamic_mixing": False}
 PER_RECIPE = {"essm": {"d_state": 32}}  # eSSM's d_state counts modes: sized with the width
 
 

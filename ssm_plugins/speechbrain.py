@@ -212,6 +212,8 @@ class ESSMWaveformClassifier(nn.Module):
             ``drop_rate``). Defaults: the SC35 row of Table 10.
         log_softmax: return log-probabilities (for SpeechBrain's ``nll_loss`` and ``classification_error``)
             [D: True]; False returns logits.
+        in_features: features per step: 1 for raw waveforms (input (B, T)); 20 for the SC10-MFCC setting (input
+            (B, T, 20) frames from SpeechBrain's ``MFCC``, Table 3's MFCC column).
         **ssm_kwargs: eSSM layer options (bidirectional, conj_sym, dt_min, dt_max, glu, ...).
 
     Forward: ``wavs`` (B, T) float, ``wav_lens`` (B,) relative lengths in (0, 1] (SpeechBrain's convention; None:
@@ -231,15 +233,19 @@ class ESSMWaveformClassifier(nn.Module):
             dropout: float = 0.1,
             mask_padding: bool = True,
             log_softmax: bool = True,
+            in_features: int = 1,
             **ssm_kwargs,
     ):
         super().__init__()
         if isinstance(n_classes, bool) or not isinstance(n_classes, int) or n_classes < 2:
             raise ValueError(f"n_classes must be an int >= 2, got {n_classes!r}")
+        if isinstance(in_features, bool) or not isinstance(in_features, int) or in_features < 1:
+            raise ValueError(f"in_features must be an int >= 1, got {in_features!r}")
+        self.in_features = in_features
         self.n_classes = n_classes
         self.mask_padding = bool(mask_padding)
         self.log_softmax = bool(log_softmax)
-        self.model = ESSMSequence(in_chans=1, num_classes=n_classes, d_model=d_model, depth=depth, d_state=d_state,
+        self.model = ESSMSequence(in_chans=in_features, num_classes=n_classes, d_model=d_model, depth=depth, d_state=d_state,
                                   n_heads=n_heads, prenorm=prenorm, norm=norm, drop_rate=dropout, **ssm_kwargs)
 
     def param_groups(self, lr: float, lr_ssm: float, weight_decay: float = 0.,
@@ -264,13 +270,16 @@ class ESSMWaveformClassifier(nn.Module):
 
     def forward(self, wavs: torch.Tensor, wav_lens: Optional[torch.Tensor] = None,
                 dt_scale: Optional[float] = None) -> torch.Tensor:
-        if not isinstance(wavs, torch.Tensor) or wavs.dim() != 2 or wavs.shape[1] < 1 \
-                or not wavs.is_floating_point():
+        rank = 2 if self.in_features == 1 else 3
+        if not isinstance(wavs, torch.Tensor) or wavs.dim() != rank or wavs.shape[1] < 1 \
+                or not wavs.is_floating_point() or (rank == 3 and wavs.shape[2] != self.in_features):
             got = (f"{tuple(wavs.shape)} {wavs.dtype}" if isinstance(wavs, torch.Tensor)
                    else type(wavs).__name__)
-            raise ValueError(f"wavs must be a float waveform batch of shape (B, T), got {got}")
+            what = "a float waveform batch of shape (B, T)" if rank == 2 else \
+                f"a float feature batch of shape (B, T, {self.in_features})"
+            raise ValueError(f"wavs must be {what}, got {got}")
         mask = self.padding_mask(wavs, wav_lens)
-        x = wavs.unsqueeze(-1)  # (B, T, 1): one sample per step
+        x = wavs.unsqueeze(-1) if rank == 2 else wavs  # (B, T, in_features): one sample (or frame) per step
         feats = self.model.forward_features(x, dt_scale, mask if self.mask_padding else None)
         logits = self.model.forward_head(feats, padding_mask=mask)
         out = torch.log_softmax(logits, dim=-1) if self.log_softmax else logits

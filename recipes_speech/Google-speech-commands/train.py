@@ -39,6 +39,8 @@ class KeywordBrain(sb.Brain):
         if stage == sb.Stage.TEST and self.zero_shot_factor > 1:
             wavs = wavs[:, ::self.zero_shot_factor]  # subsampling as in the paper's zero-shot test
             dt_scale = float(self.zero_shot_factor)
+        if getattr(self.hparams, "compute_features", None) is not None:  # MFCC setting: SpeechBrain's feature modules
+            wavs = self.modules.mean_var_norm(self.hparams.compute_features(wavs), wav_lens)
         return self.modules.classifier(wavs, wav_lens, dt_scale=dt_scale)
 
     def compute_objectives(self, predictions, batch, stage):

@@ -245,8 +245,9 @@ class ESSMWaveformClassifier(nn.Module):
         self.n_classes = n_classes
         self.mask_padding = bool(mask_padding)
         self.log_softmax = bool(log_softmax)
-        self.model = ESSMSequence(in_chans=in_features, num_classes=n_classes, d_model=d_model, depth=depth, d_state=d_state,
-                                  n_heads=n_heads, prenorm=prenorm, norm=norm, drop_rate=dropout, **ssm_kwargs)
+        self.model = ESSMSequence(in_chans=in_features, num_classes=n_classes, d_model=d_model, depth=depth,
+                                  d_state=d_state, n_heads=n_heads, prenorm=prenorm, norm=norm, drop_rate=dropout,
+                                  **ssm_kwargs)
 
     def param_groups(self, lr: float, lr_ssm: float, weight_decay: float = 0.,
                      lr_other_params: Sequence[str] = ("C",)):

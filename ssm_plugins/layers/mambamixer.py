@@ -21,12 +21,13 @@ log U[1, 16] (scalar A), D = 1, no bias on projections, bias on the convolutions
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.checkpoint
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .. import ops
 
@@ -703,18 +704,25 @@ def scan_orders(height: int, width: int, local_windows: Sequence[int] = (2, 7)):
         raise ValueError(f"local_windows must be two positive ints, got {local_windows!r}")
     key = (height, width, local_windows)
     if key not in _SCAN_CACHE:
-        grid = torch.arange(height * width).view(height, width)
-        row, col = grid.reshape(-1), grid.t().reshape(-1)
-        orders = [row, col, row.flip(0), col.flip(0)]
-        transforms = (lambda g: g, lambda g: g.flip(1), lambda g: g.flip(0), lambda g: g.flip(0).flip(1))
-        orders += [_snake(t(grid)) for t in transforms]
-        orders += [_snake(t(grid).t()) for t in transforms]
-        for window in local_windows:
-            local = _local(grid, window)
-            orders += [local, local.flip(0)]
-        orders = torch.stack(orders)
-        _SCAN_CACHE[key] = (orders, orders.argsort(dim=1))
+        # the cache outlives any trace: fill it with real CPU tensors, never with the fake ones of a
+        # torch.export / torch.compile trace or a meta default device (they would poison every later eager call)
+        with unset_fake_temporarily():
+            _SCAN_CACHE[key] = _build_scan_orders(height, width, local_windows)
     return _SCAN_CACHE[key]
+
+
+def _build_scan_orders(height: int, width: int, local_windows: Tuple[int, int]):
+    grid = torch.arange(height * width, device="cpu").view(height, width)
+    row, col = grid.reshape(-1), grid.t().reshape(-1)
+    orders = [row, col, row.flip(0), col.flip(0)]
+    transforms = (lambda g: g, lambda g: g.flip(1), lambda g: g.flip(0), lambda g: g.flip(0).flip(1))
+    orders += [_snake(t(grid)) for t in transforms]
+    orders += [_snake(t(grid).t()) for t in transforms]
+    for window in local_windows:
+        local = _local(grid, window)
+        orders += [local, local.flip(0)]
+    orders = torch.stack(orders)
+    return orders, orders.argsort(dim=1)
 
 
 # Table 12's fixed scan choices (spec §6.5), by name [D: which members; every scan runs bidirectionally]:

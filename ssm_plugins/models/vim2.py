@@ -36,12 +36,11 @@ from timm.layers import register_notrace_function, register_notrace_module
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models._features import feature_take_indices
 from timm.models._manipulate import checkpoint
-from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from ..layers.mambamixer import (ConvTokenInteraction, ForwardBackwardChannelMixer, MultiResolutionConvGate,
                                  SelectiveChannelMixer, SelectiveTokenMixer, SpatialPriorModule, SwitchOfScans,
-                                 _drop_path, _make_norm, gather_tokens, scan_orders)
+                                 _drop_path, _make_norm, gather_tokens)
 from ._common import check_image, local_weights_cfg, new_head
 
 __all__ = ["VisionMambaMixer", "VisionTokenMixer", "VisionMixerBlock"]
@@ -86,10 +85,6 @@ def resize_pos_embed_to(pos_embed, grid, base_grid):
 @torch.fx.wrap
 @register_notrace_function
 def scan_index_of(sos, scan_ids, grid):
-    # layers.mambamixer caches the scan orders per grid: fill the cache with real tensors, never with the fake
-    # ones of a torch.export / torch.compile trace (they would poison every later eager call)
-    with unset_fake_temporarily():
-        scan_orders(int(grid[0]), int(grid[1]), sos.local_windows)
     return sos.scan_index(scan_ids, grid)
 
 

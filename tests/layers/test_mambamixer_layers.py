@@ -481,3 +481,19 @@ def test_time_variate_block_mixes_variates_and_keeps_time_causal():
         block(torch.randn(BATCH, 5, 6, DIM, dtype=torch.float64))
     with pytest.raises(ValueError, match="n_vars"):
         TimeVariateMixerBlock(0, 6, DIM)
+
+
+def test_scan_order_cache_holds_real_cpu_tensors_whoever_fills_it():
+    """The cache outlives traces: a first call under a meta default device or a fake-tensor trace (torch.export,
+    torch.compile) must not leave tensors there that break the next eager call."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from ssm_plugins.layers.mambamixer import scan_orders
+
+    with torch.device("meta"):
+        orders, inverses = scan_orders(3, 13, (2, 7))
+    with FakeTensorMode():
+        fake_filled = scan_orders(5, 11, (2, 7))
+    for tensor in (orders, inverses, *fake_filled):
+        assert type(tensor) is torch.Tensor and tensor.device.type == "cpu"
+    assert orders[0].tolist() == list(range(39))  # C1, row-major: real values

@@ -19,11 +19,10 @@ import math
 import os
 import statistics
 import sys
-import time
 
 import torch
 
-from benchmarks._common import add_write_readme, readme_section, table
+from benchmarks._common import add_write_readme, readme_section, seconds, table
 
 OUR_MODELS = ("vim2_t", "vim2_s", "viqs_t", "viqs_s", "deit_small_patch16_224_ssm2d",
               "swin_tiny_patch4_window7_224_ssm2d", "essm_2d_tiny", "myonet_tiny")
@@ -45,15 +44,10 @@ def pin_settings() -> dict:
 def cuda_seconds(fn, repeat: int = 10, warmup: int = 3) -> float:
     """Median seconds of fn() on the GPU: CUDA events around each call, the device synchronised before and after
     (wall clock with --device cpu)."""
+    if DEVICE != "cuda":
+        return seconds(fn, repeat=repeat, warmup=warmup)
     for _ in range(warmup):
         fn()
-    if DEVICE != "cuda":
-        times = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        return statistics.median(times)
     torch.cuda.synchronize()
     times = []
     for _ in range(repeat):

@@ -183,16 +183,23 @@ def run(hparams, run_opts, datasets, collate_fn, extra_results=None):
     return brain
 
 
-def main(dataio_prep, result_keys=(), argv=None):
-    """A recipe's command line: ``train.py hparams.yaml [--key=value ...]`` -> experiment folder, datasets from
-    ``dataio_prep(hparams)``, :func:`run` (the batches padded by SpeechBrain's ``PaddedBatch``); ``result_keys``:
-    hparams copied into test_stats.json; ``argv``: the arguments (default ``sys.argv[1:]``)."""
+def experiment(argv=None):
+    """A recipe's start: ``train.py hparams.yaml [--key=value ...]`` parsed (``argv``, default ``sys.argv[1:]``),
+    the process group joined under torchrun, the experiment folder made; returns (hparams, run_opts)."""
     hparams_file, run_opts, overrides = sb.parse_arguments(sys.argv[1:] if argv is None else argv)
     sb.utils.distributed.ddp_init_group(run_opts)
     with open(hparams_file) as fin:
         hparams = load_hyperpyyaml(fin, overrides)
     sb.create_experiment_directory(experiment_directory=hparams["output_folder"],
                                    hyperparams_to_save=hparams_file, overrides=overrides)
+    return hparams, run_opts
+
+
+def main(dataio_prep, result_keys=(), argv=None):
+    """A recipe's command line: ``train.py hparams.yaml [--key=value ...]`` -> experiment folder, datasets from
+    ``dataio_prep(hparams)``, :func:`run` (the batches padded by SpeechBrain's ``PaddedBatch``); ``result_keys``:
+    hparams copied into test_stats.json; ``argv``: the arguments (default ``sys.argv[1:]``)."""
+    hparams, run_opts = experiment(argv)
     datasets = dataio_prep(hparams)
     return run(hparams, run_opts, datasets, collate_fn=PaddedBatch,
                extra_results={key: hparams[key] for key in result_keys})

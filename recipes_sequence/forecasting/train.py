@@ -24,9 +24,11 @@ import sys
 import speechbrain as sb
 import torch
 import torch.nn.functional as F
-from hyperpyyaml import load_hyperpyyaml
 
 from ssm_plugins.data.timeseries import ForecastWindows, load_forecasting_splits
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from sequence_brain import experiment  # noqa: E402  (recipes_sequence/sequence_brain.py: the shared start)
 
 
 class ForecastErrors:
@@ -105,12 +107,7 @@ def dataio_prep(hparams):
 
 
 def main(argv=None):
-    hparams_file, run_opts, overrides = sb.parse_arguments(sys.argv[1:] if argv is None else argv)
-    sb.utils.distributed.ddp_init_group(run_opts)
-    with open(hparams_file) as fin:
-        hparams = load_hyperpyyaml(fin, overrides)
-    sb.create_experiment_directory(experiment_directory=hparams["output_folder"],
-                                   hyperparams_to_save=hparams_file, overrides=overrides)
+    hparams, run_opts = experiment(argv)
     datasets = dataio_prep(hparams)
 
     brain = ForecastBrain(modules=hparams["modules"], opt_class=hparams["opt_class"], hparams=hparams,

@@ -50,7 +50,7 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.stack-key" 2>/dev/null)" != "
   "$venv/bin/python" -m pip install --no-deps "$wheel_dir"/mmcv-*.whl
 
   "${pip[@]}" mmengine mmcv mmdet mmsegmentation mmpretrain einops mat4py modelindex importlib_metadata ftfy regex timm speechbrain soundfile \
-    scipy scikit-learn pandas opencv-python pytest fast_bss_eval onnx onnxscript onnxruntime \
+    scipy scikit-learn pandas opencv-python pytest pytest-xdist fast_bss_eval onnx onnxscript onnxruntime \
     click colorama model-index requests rich tabulate
   # openmim's declared dependencies downgrade half the stack; its real imports are installed above
   "$venv/bin/python" -m pip install --no-deps -c "$stack" openmim

@@ -551,6 +551,7 @@ class ESSMBackbone2D(nn.Module):
         self.patch_size = patch_size
         self.num_features = self.head_hidden_size = embed_dim[-1]
         self.embed_dim = embed_dim
+        self.output_fmt = 'NHWC'  # forward_features is channels-last (timm's Swin convention)
         self.grad_checkpointing = False
 
         self.patch_embed = PatchEmbed(

@@ -56,7 +56,7 @@ class VisionMega(nn.Module):
         norm_layer: 'layernorm' [D] or 'batchnorm' (Mega's LRA models), in every layer and at the end.
         head_hidden_dim: None [D]: code-v1 VisionMEGA's head (per-token Linear + SiLU, mean pool, Linear); an int:
             Mega's LRA classifier (mean pool, Linear(D, head_hidden_dim) + GELU, Linear without bias), whose
-            hidden layer is then ``num_features``.
+            hidden layer is then ``head_hidden_size`` (``num_features`` stays D, forward_features' width).
         drop_rate, attn_drop_rate, drop_path_rate: Mega's dropout, attention dropout, stochastic depth
             (linearly increasing over depth) [D: 0, code-v1 builds VisionMEGA without them].
     """
@@ -108,7 +108,9 @@ class VisionMega(nn.Module):
         self.num_classes = num_classes
         self.global_pool = global_pool
         self.embed_dim = embed_dim
-        self.num_features = self.head_hidden_size = head_hidden_dim or embed_dim
+        self.num_features = embed_dim  # forward_features' channels (timm); the pooled pre-logits: head_hidden_size
+        self.head_hidden_size = head_hidden_dim or embed_dim
+        self.output_fmt = 'NHWC'  # forward_features is channels-last tokens on the patch grid
         self.spatial_mixer = spatial_mixer
         norm = nn.LayerNorm if norm_layer == 'layernorm' else BatchNormNHWC
         self.grad_checkpointing = False
@@ -163,7 +165,7 @@ class VisionMega(nn.Module):
     def _make_head(self, num_classes: int, device=None, dtype=None) -> nn.Module:
         if num_classes <= 0:
             return nn.Identity()
-        head = nn.Linear(self.num_features, num_classes, bias=self.head_bias, device=device, dtype=dtype)
+        head = nn.Linear(self.head_hidden_size, num_classes, bias=self.head_bias, device=device, dtype=dtype)
         nn.init.xavier_uniform_(head.weight)
         if head.bias is not None:
             nn.init.zeros_(head.bias)
@@ -307,20 +309,25 @@ def _create_vision_mega(variant: str, pretrained: bool = False, **kwargs) -> Vis
 # the same paper, data sets and weight-loading convention as the ViT/Swin 2-D SSM models: _cfg, _cifar and
 # _tiny_imagenet come from models/ssm2d.py
 # LRA Image: CIFAR-10 in grayscale, pixels normalised with 0.48 / 0.24 (Mega's --pixel-normalization)
-_lra_image = dict(num_classes=10, input_size=(1, 32, 32), crop_pct=1.0, mean=(0.48,), std=(0.24,))
+# pool_size: the token grid of forward_features (image size / patch size), as timm's configs give it
+_lra_image = dict(num_classes=10, input_size=(1, 32, 32), pool_size=(32, 32), crop_pct=1.0, mean=(0.48,),
+                  std=(0.24,))
+_cifar_p4 = dict(_cifar, pool_size=(8, 8))
+_tiny_imagenet_p8 = dict(_tiny_imagenet, pool_size=(8, 8))
+_imagenet_p16 = dict(pool_size=(14, 14))
 
 default_cfgs = generate_default_cfgs({
-    'mega_cifar_patch4_32': _cfg(**_cifar),
-    'mega_cifar_patch4_32_ablate': _cfg(**_cifar),
-    'mega_cifar_patch4_32_s4nd': _cfg(**_cifar),
-    'mega_cifar_patch4_32_ssm2d': _cfg(**_cifar),
-    'mega_tinyimagenet_patch8_64': _cfg(**_tiny_imagenet),
-    'mega_tinyimagenet_patch8_64_ablate': _cfg(**_tiny_imagenet),
-    'mega_tinyimagenet_patch8_64_s4nd': _cfg(**_tiny_imagenet),
-    'mega_tinyimagenet_patch8_64_ssm2d': _cfg(**_tiny_imagenet),
-    'mega_tiny_patch16_224': _cfg(),
-    'mega_tiny_patch16_224_ablate': _cfg(),
-    'mega_tiny_patch16_224_ssm2d': _cfg(),
+    'mega_cifar_patch4_32': _cfg(**_cifar_p4),
+    'mega_cifar_patch4_32_ablate': _cfg(**_cifar_p4),
+    'mega_cifar_patch4_32_s4nd': _cfg(**_cifar_p4),
+    'mega_cifar_patch4_32_ssm2d': _cfg(**_cifar_p4),
+    'mega_tinyimagenet_patch8_64': _cfg(**_tiny_imagenet_p8),
+    'mega_tinyimagenet_patch8_64_ablate': _cfg(**_tiny_imagenet_p8),
+    'mega_tinyimagenet_patch8_64_s4nd': _cfg(**_tiny_imagenet_p8),
+    'mega_tinyimagenet_patch8_64_ssm2d': _cfg(**_tiny_imagenet_p8),
+    'mega_tiny_patch16_224': _cfg(**_imagenet_p16),
+    'mega_tiny_patch16_224_ablate': _cfg(**_imagenet_p16),
+    'mega_tiny_patch16_224_ssm2d': _cfg(**_imagenet_p16),
     'mega_iso_lra_cifar10': _cfg(**_lra_image),
     'mega_iso_lra_cifar10_ablate': _cfg(**_lra_image),
     'mega_iso_lra_cifar10_ssm2d': _cfg(**_lra_image),

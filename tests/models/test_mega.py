@@ -347,7 +347,7 @@ def test_mega_iso_is_megas_lra_image_model():
     assert (block.attn.zdim, block.attn.hdim, block.ffn.fc1.out_features) == (96, 320, 320)
     assert type(block.attn.norm).__name__ == "BatchNormNHWC" and type(model.norm).__name__ == "BatchNormNHWC"
     assert block.attn.rel_pos_bias.max_positions == 1024 and block.attn.mixer.d_state == 16
-    assert model.num_features == 320 and model.head.bias is None  # Mega's LRA classifier 160 -> 320 -> 10
+    assert model.head_hidden_size == 320 and model.num_features == 160 and model.head.bias is None  # Mega's LRA classifier 160 -> 320 -> 10
     ssm = timm.create_model("mega_iso_lra_cifar10_ssm2d", device="meta").blocks[0].attn.mixer
     assert (ssm.n_ssm, ssm.d_state, ssm.directions) == (2, 1, 2)  # the official 2-D SSM LRA command
     assert isinstance(timm.create_model("mega_iso_lra_cifar10_ablate", device="meta").blocks[0].attn.mixer,

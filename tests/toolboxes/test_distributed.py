@@ -195,7 +195,10 @@ def _sync_bn_worker(rank, world, port, queue):
         ((y * weights).sum() / 8).backward()  # this process's share of a loss over the global batch
         for param in bn.parameters():  # DDP would sum these over the processes (it averages per-process means)
             dist.all_reduce(param.grad)
-        queue.put((rank, y.detach(), x.grad, bn.weight.grad, bn.bias.grad, bn.running_mean, bn.running_var))
+        # numpy copies: a torch tensor crosses the queue as a shared-memory handle that dies with this process,
+        # which can exit before the parent has received it (EOFError in the parent)
+        queue.put((rank, *(t.detach().numpy().copy() for t in (y, x.grad, bn.weight.grad, bn.bias.grad,
+                                                                  bn.running_mean, bn.running_var))))
     finally:
         dist.destroy_process_group()
 
@@ -230,7 +233,7 @@ def test_cpu_sync_batchnorm_equals_batchnorm_over_the_global_batch():
     for process in processes:
         process.join(timeout=60)
     assert all(process.exitcode == 0 for process in processes)
-    (y0, gx0, gw, gb, mean, var), (y1, gx1, *_) = results[0], results[1]
+    (y0, gx0, gw, gb, mean, var), (y1, gx1, *_) = ([torch.from_numpy(a) for a in results[rank]] for rank in (0, 1))
     torch.testing.assert_close(torch.cat([y0, y1]), y.detach(), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(torch.cat([gx0, gx1]), x.grad, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(gw, bn.weight.grad, rtol=1e-4, atol=1e-5)

@@ -35,14 +35,14 @@ import torch
 import torch.nn as nn
 
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
-from timm.layers import ClassifierHead, PatchEmbed
+from timm.layers import ClassifierHead, PatchEmbed, register_notrace_function, register_notrace_module
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models._features import feature_take_indices
 from timm.models._manipulate import checkpoint
 from timm.models.swin_transformer import PatchMerging
 
 from ._common import local_weights_cfg, stage_intermediates
-from ..layers.essm import ESSM, SSM_PARAM_NAMES, ESSMBlock, make_norm
+from ..layers.essm import ESSM, SSM_PARAM_NAMES, BatchNormNLC, ESSMBlock, make_norm
 
 __all__ = ['ESSMSequence', 'ESSMRetrieval', 'ESSMBackbone2D', 'ESSMStage', 'PAPER_RECIPES', 'essm_param_groups']
 
@@ -54,6 +54,108 @@ LRA_GRAY_STD = (61. / 255.,)
 # The eSSM layer options every model passes through to ESSMBlock (names as in ssm_plugins.layers.ESSM).
 _SSM_OPTIONS = ('bidirectional', 'conj_sym', 'dt_min', 'dt_max', 'dt_scale', 'real_clip', 'discretization',
                 'gbt_alpha', 'C_init', 'init', 'glu', 'pre_act')
+
+
+# ---- torch.fx: the shape-dependent steps are opaque calls (timm's notrace registry) -------------------------
+# timm's FX feature extraction and test suite pass the registry to the tracer (``timm.models.get_notrace_modules()``
+# / ``get_notrace_functions()``; with torchvision's create_feature_extractor pass them as ``tracer_kwargs``).
+# Opaque: the eSSM layer (input checks, kernel generated at the runtime length), BatchNormNLC (BatchNorm1d's
+# input-rank check is Python control flow) and the input checks / input-kind dispatch below, which keep their
+# ValueErrors at run time. Public names: torch.fx autowraps no function whose name starts with '_'.
+register_notrace_module(ESSM)
+register_notrace_module(BatchNormNLC)
+
+
+@torch.fx.wrap
+@register_notrace_function
+def essm_embed(encoder: nn.Module, x: torch.Tensor, in_chans: int,
+               vocab_size: Optional[int]) -> Tuple[torch.Tensor, Optional[Tuple[int, int]]]:
+    """ESSMSequence's input -> (encoded (B, L, H), image grid or None): token ids (B, L) through the embedding,
+    images (B, C, H, W) flattened row-major, sequences (B, L, C) as they are; float input of a token model is one
+    distribution over the vocabulary per step."""
+    if vocab_size is not None and isinstance(x, torch.Tensor) and not x.is_floating_point():
+        if x.dim() != 2:
+            raise ValueError(f'x (token ids) must have shape (B, L), got {tuple(x.shape)}')
+        if x.shape[1] < 1:
+            raise ValueError(f'x must have at least one step, got shape {tuple(x.shape)}')
+        if x.numel() and (int(x.min()) < 0 or int(x.max()) >= vocab_size):
+            raise ValueError(f'x (token ids) must lie in [0, {vocab_size}), got [{int(x.min())}, {int(x.max())}]')
+        return encoder(x), None
+    if isinstance(x, torch.Tensor) and x.dim() == 4 and x.shape[1] == in_chans:
+        grid = (x.shape[2], x.shape[3])
+        x = x.flatten(2).transpose(1, 2)  # (B, H*W, C): index r * W + c
+    elif isinstance(x, torch.Tensor) and x.dim() == 3 and x.shape[2] == in_chans:
+        grid = None
+    else:
+        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f'x must have shape (B, {in_chans}, H, W) or (B, L, {in_chans}), got {got}')
+    if x.shape[1] < 1:
+        raise ValueError(f'x must have at least one step, got shape {tuple(x.shape)}')
+    if vocab_size is not None:  # a distribution over the vocabulary per step: one-hot rows embed exactly
+        return x.to(encoder.weight.dtype) @ encoder.weight, grid
+    return encoder(x), grid
+
+
+@torch.fx.wrap
+@register_notrace_function
+def check_padding_mask(padding_mask: Optional[torch.Tensor], x: torch.Tensor) -> Optional[torch.Tensor]:
+    """None, or ``padding_mask`` as a (B, L) bool mask matching x (B, L, ...) with a valid step in every row."""
+    if padding_mask is None:
+        return None
+    if not isinstance(padding_mask, torch.Tensor) or tuple(padding_mask.shape) != tuple(x.shape[:2]):
+        got = tuple(padding_mask.shape) if isinstance(padding_mask, torch.Tensor) else type(padding_mask).__name__
+        raise ValueError(f'padding_mask must have shape (B, L) = {tuple(x.shape[:2])}, got {got}')
+    padding_mask = padding_mask.to(device=x.device, dtype=torch.bool)
+    if bool(padding_mask.all(dim=1).any()):
+        raise ValueError('padding_mask must leave at least one valid (False) step in every sequence')
+    return padding_mask
+
+
+@torch.fx.wrap
+@register_notrace_function
+def masked_mean(x: torch.Tensor, padding_mask: Optional[torch.Tensor]) -> torch.Tensor:
+    """(B, L, H) -> (B, H): the mean over time, over the valid (False) steps of ``padding_mask`` when given."""
+    if padding_mask is None:
+        return x.mean(dim=1)
+    valid = (~padding_mask).unsqueeze(-1).to(x.dtype)
+    return (x * valid).sum(dim=1) / valid.sum(dim=1)
+
+
+@torch.fx.wrap
+@register_notrace_function
+def mask_if(padding_mask: Optional[torch.Tensor], enabled: bool) -> Optional[torch.Tensor]:
+    """``padding_mask`` if ``enabled`` else None (a traced forward's optional flag is only known at run time)."""
+    return padding_mask if enabled else None
+
+
+@torch.fx.wrap
+@register_notrace_function
+def essm_split_pair(x: torch.Tensor, x2: Optional[torch.Tensor], vocab_size: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """ESSMRetrieval's documents: (x, x2) when x2 is given, else the stacked pair x split in two (token ids
+    (B, L) or one-hot (B, V, H, W) / (B, L, V))."""
+    if x2 is not None:
+        return x, x2
+    if isinstance(x, torch.Tensor) and not x.is_floating_point() and x.dim() == 3 and x.shape[1] == 2:
+        return x[:, 0], x[:, 1]
+    if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dim() == 4 and x.shape[1] == 2 * vocab_size:
+        return x[:, :vocab_size], x[:, vocab_size:]
+    if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dim() == 3 and x.shape[2] == 2 * vocab_size:
+        return x[..., :vocab_size], x[..., vocab_size:]
+    got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+    raise ValueError(f'x must have shape (B, 2, L) (token ids of the two documents), (B, {2 * vocab_size}, H, W) or '
+                     f'(B, L, {2 * vocab_size}) when x2 is not given, got {got}')
+
+
+@torch.fx.wrap
+@register_notrace_function
+def check_essm_image(x: torch.Tensor, in_chans: int) -> torch.Tensor:
+    """ESSMBackbone2D's input check: a floating-point (B, in_chans, H, W) batch with H, W >= 1."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[1] != in_chans or min(x.shape[2:]) < 1:
+        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f'x must have shape (B, {in_chans}, H, W), got {got}')
+    if not x.is_floating_point():
+        raise ValueError(f'x must be a floating-point image batch (normalised by the data pipeline), got {x.dtype}')
+    return x
 
 
 def _ssm_modules(model: nn.Module):
@@ -218,28 +320,7 @@ class ESSMSequence(nn.Module):
 
     def _embed(self, x: torch.Tensor) -> Tuple[torch.Tensor, Optional[Tuple[int, int]]]:
         """Pixel sequence (row-major) or sequence -> encoded (B, L, H); also the image grid (or None)."""
-        if self.vocab_size is not None and isinstance(x, torch.Tensor) and not x.is_floating_point():
-            if x.dim() != 2:
-                raise ValueError(f'x (token ids) must have shape (B, L), got {tuple(x.shape)}')
-            if x.shape[1] < 1:
-                raise ValueError(f'x must have at least one step, got shape {tuple(x.shape)}')
-            if x.numel() and (int(x.min()) < 0 or int(x.max()) >= self.vocab_size):
-                raise ValueError(f'x (token ids) must lie in [0, {self.vocab_size}), got [{int(x.min())}, '
-                                 f'{int(x.max())}]')
-            return self.encoder(x), None
-        if isinstance(x, torch.Tensor) and x.dim() == 4 and x.shape[1] == self.in_chans:
-            grid = (x.shape[2], x.shape[3])
-            x = x.flatten(2).transpose(1, 2)  # (B, H*W, C): index r * W + c
-        elif isinstance(x, torch.Tensor) and x.dim() == 3 and x.shape[2] == self.in_chans:
-            grid = None
-        else:
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f'x must have shape (B, {self.in_chans}, H, W) or (B, L, {self.in_chans}), got {got}')
-        if x.shape[1] < 1:
-            raise ValueError(f'x must have at least one step, got shape {tuple(x.shape)}')
-        if self.vocab_size is not None:  # a distribution over the vocabulary per step: one-hot rows embed exactly
-            return x.to(self.encoder.weight.dtype) @ self.encoder.weight, grid
-        return self.encoder(x), grid
+        return essm_embed(self.encoder, x, self.in_chans, self.vocab_size)
 
     def _run_block(self, block: nn.Module, x: torch.Tensor, dt_scale: Optional[float],
                    padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -249,15 +330,7 @@ class ESSMSequence(nn.Module):
 
     @staticmethod
     def _check_padding_mask(padding_mask: Optional[torch.Tensor], x: torch.Tensor) -> Optional[torch.Tensor]:
-        if padding_mask is None:
-            return None
-        if not isinstance(padding_mask, torch.Tensor) or tuple(padding_mask.shape) != tuple(x.shape[:2]):
-            got = tuple(padding_mask.shape) if isinstance(padding_mask, torch.Tensor) else type(padding_mask).__name__
-            raise ValueError(f'padding_mask must have shape (B, L) = {tuple(x.shape[:2])}, got {got}')
-        padding_mask = padding_mask.to(device=x.device, dtype=torch.bool)
-        if bool(padding_mask.all(dim=1).any()):
-            raise ValueError('padding_mask must leave at least one valid (False) step in every sequence')
-        return padding_mask
+        return check_padding_mask(padding_mask, x)
 
     def forward_intermediates(
             self,
@@ -314,13 +387,8 @@ class ESSMSequence(nn.Module):
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False,
                      padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        if self.global_pool == 'avg':
-            padding_mask = self._check_padding_mask(padding_mask, x)
-            if padding_mask is None:
-                x = x.mean(dim=1)
-            else:  # mean over the valid steps only
-                valid = (~padding_mask).unsqueeze(-1).to(x.dtype)
-                x = (x * valid).sum(dim=1) / valid.sum(dim=1)
+        if self.global_pool == 'avg':  # over the valid steps only, given a padding mask
+            x = masked_mean(x, self._check_padding_mask(padding_mask, x))
         return x if pre_logits else self.head(x)
 
     def forward(self, x: torch.Tensor, dt_scale: Optional[float] = None,
@@ -383,18 +451,10 @@ class ESSMRetrieval(nn.Module):
         self.num_classes = num_classes
         self.head = _new_head(self.num_features, num_classes, self.backbone.encoder.weight, self.training)
 
-    def _split(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """The stacked pair -> the two documents (token ids (B, L) or one-hot (B, V, H, W) / (B, L, V))."""
-        vocab = self.vocab_size
-        if isinstance(x, torch.Tensor) and not x.is_floating_point() and x.dim() == 3 and x.shape[1] == 2:
-            return x[:, 0], x[:, 1]
-        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dim() == 4 and x.shape[1] == 2 * vocab:
-            return x[:, :vocab], x[:, vocab:]
-        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dim() == 3 and x.shape[2] == 2 * vocab:
-            return x[..., :vocab], x[..., vocab:]
-        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f'x must have shape (B, 2, L) (token ids of the two documents), (B, {2 * vocab}, H, W) or '
-                         f'(B, L, {2 * vocab}) when x2 is not given, got {got}')
+    def _split(self, x: torch.Tensor, x2: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The two documents: (x, x2), or the stacked pair x split (token ids (B, L) or one-hot (B, V, H, W) /
+        (B, L, V))."""
+        return essm_split_pair(x, x2, self.vocab_size)
 
     def forward_intermediates(self, x: torch.Tensor, indices: Optional[Union[int, List[int]]] = None,
                               norm: bool = False, stop_early: bool = False, output_fmt: str = 'NCHW',
@@ -419,7 +479,7 @@ class ESSMRetrieval(nn.Module):
                          padding_mask: Optional[torch.Tensor] = None,
                          padding_mask2: Optional[torch.Tensor] = None) -> torch.Tensor:
         """(B, L, 2H): the documents' final features side by side (x2 given: both must have the same length)."""
-        x1, x2 = self._split(x) if x2 is None else (x, x2)
+        x1, x2 = self._split(x, x2)
         return torch.cat([self.backbone.forward_features(x1, padding_mask=padding_mask),
                           self.backbone.forward_features(x2, padding_mask=padding_mask2)], dim=-1)
 
@@ -437,10 +497,10 @@ class ESSMRetrieval(nn.Module):
     def forward(self, x: torch.Tensor, x2: Optional[torch.Tensor] = None,
                 padding_mask: Optional[torch.Tensor] = None, padding_mask2: Optional[torch.Tensor] = None,
                 mask_blocks: bool = True, dt_scale: Optional[float] = None) -> torch.Tensor:
-        x1, x2 = self._split(x) if x2 is None else (x, x2)
+        x1, x2 = self._split(x, x2)
         pooled = []
         for doc, mask in ((x1, padding_mask), (x2, padding_mask2)):
-            features = self.backbone.forward_features(doc, dt_scale, mask if mask_blocks else None)
+            features = self.backbone.forward_features(doc, dt_scale, mask_if(mask, mask_blocks))
             pooled.append(self.backbone.forward_head(features, pre_logits=True, padding_mask=mask))
         return self.match(*pooled)
 
@@ -604,12 +664,7 @@ class ESSMBackbone2D(nn.Module):
         self.head.to(device=weight.device, dtype=weight.dtype).train(self.training)
 
     def _embed(self, x: torch.Tensor) -> torch.Tensor:
-        if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[1] != self.in_chans or min(x.shape[2:]) < 1:
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(f'x must have shape (B, {self.in_chans}, H, W), got {got}')
-        if not x.is_floating_point():
-            raise ValueError(f'x must be a floating-point image batch (normalised by the data pipeline), got {x.dtype}')
-        return self.patch_embed(x)  # (B, H/p, W/p, C)
+        return self.patch_embed(check_essm_image(x, self.in_chans))  # (B, H/p, W/p, C)
 
     def forward_intermediates(
             self,

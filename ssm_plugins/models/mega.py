@@ -31,15 +31,24 @@ from typing import Any, Dict, List, Optional, Set, Tuple, Union
 import torch
 import torch.nn as nn
 
-from timm.layers import PatchEmbed, resample_abs_pos_embed_nhwc, trunc_normal_
+from timm.layers import PatchEmbed, register_notrace_module, resample_abs_pos_embed_nhwc, trunc_normal_
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models._features import feature_take_indices
 from timm.models._manipulate import checkpoint, checkpoint_seq
 
-from .ssm2d import _cfg, _check_input, _cifar, _tiny_imagenet
-from ..layers.mega import SPATIAL_MIXERS, BatchNormNHWC, MegaBlock
+from .ssm2d import _cfg, _cifar, _tiny_imagenet, check_ssm2d_input
+from ..layers.mega import SPATIAL_MIXERS, BatchNormNHWC, MegaBlock, MovingAverageGatedAttention
 
 __all__ = ['VisionMega']
+
+# torch.fx (timm's notrace registry, which timm's FX feature extraction passes to the tracer): the gated attention
+# (input checks, spatial layer and attention sized by the token grid) is one opaque call, and so is BatchNormNHWC
+# (BatchNorm1d's input-rank check is Python control flow); the FFN, other norms and the head are traced. Plain
+# torch.fx.symbolic_trace also needs the shape-dependent helpers wrapped by their names here.
+register_notrace_module(MovingAverageGatedAttention)
+register_notrace_module(BatchNormNHWC)
+torch.fx.wrap('check_ssm2d_input')
+torch.fx.wrap('resample_abs_pos_embed_nhwc')
 
 
 class VisionMega(nn.Module):
@@ -203,8 +212,7 @@ class VisionMega(nn.Module):
 
     def _embed(self, x: torch.Tensor) -> torch.Tensor:
         """Patch + position embedding: (B, C, H, W) -> (B, H/p, W/p, D)."""
-        _check_input(x, self.in_chans, self.patch_embed.patch_size, False)
-        x = self.patch_embed(x)
+        x = self.patch_embed(check_ssm2d_input(x, self.in_chans, self.patch_embed.patch_size, False))
         if self.pos_embed is not None:
             x = x + resample_abs_pos_embed_nhwc(self.pos_embed, x.shape[1:3]).to(x.dtype)
         return x

@@ -22,8 +22,9 @@ from typing import Callable, Dict, Optional
 import torch
 
 from .ops import reference
+from .ops.myo import static_solve
 
-__all__ = ["decompositions", "export_program", "export_onnx"]
+__all__ = ["decompositions", "export_program", "export_onnx", "fold_weight_only"]
 
 
 def linear_recurrence(log_a: torch.Tensor, b: torch.Tensor, chunk: int = 32) -> torch.Tensor:
@@ -171,21 +172,53 @@ def export_program(model: torch.nn.Module, example: torch.Tensor, dynamic_batch:
         raise ValueError(f"example must be a (batch, channels, H, W) tensor, got {got}")
     # a batch of 1 would be specialised by torch.export (0/1 specialisation): trace at batch 2
     example = example[:1].expand(2, *example.shape[1:]).contiguous() if example.shape[0] == 1 else example
-    program = torch.export.export(model, (example,), dynamic_shapes=_dynamic_batch(example, dynamic_batch))
-    return program.run_decompositions(decompositions()) if decompose else program
+    if not decompose:
+        return torch.export.export(model, (example,), dynamic_shapes=_dynamic_batch(example, dynamic_batch))
+    # The Myo solve is traced as aten ops from the start (its op sees the tree only as parent's values)
+    with static_solve():
+        program = torch.export.export(model, (example,), dynamic_shapes=_dynamic_batch(example, dynamic_batch))
+    return program.run_decompositions(decompositions())
+
+
+def fold_weight_only(module: torch.fx.GraphModule) -> None:
+    """Replace, in place, every value of ``module``'s graph that depends on its weights and not on its input by a
+    constant: e.g. the eSSM discretisation, the 2-D SSM and S4ND kernels, the Myo edge weights (complex arithmetic,
+    which ONNX cannot hold, and work an inference graph need not repeat). Unlike inductor's ``constant_fold`` this
+    folds through constructors (``arange``: S4ND's channel -> group index, Myo's level steps); values made of
+    constructors alone stay in the graph, small ops rather than large constants."""
+    from torch._inductor.constant_folding import ConstantFolder, replace_node_with_constant
+
+    # dtype checks of the trace (``.to`` of a tensor already of that dtype) would keep folded values alive
+    for node in list(module.graph.find_nodes(op="call_function", target=torch.ops.aten._assert_tensor_metadata.default)):
+        module.graph.erase_node(node)
+    weight_dependent = set()
+    for node in module.graph.nodes:
+        if node.op == "get_attr" or any(arg in weight_dependent for arg in node.all_input_nodes):
+            weight_dependent.add(node)
+    with torch.utils._python_dispatch._disable_current_modes():
+        folder = ConstantFolder(module, skip_constructors=False)
+        folder.run()
+        for node, value in folder.node_replacements.items():
+            if node in weight_dependent:
+                replace_node_with_constant(module, node, value)
+    module.graph.eliminate_dead_code()
+    for node in list(module.graph.find_nodes(op="get_attr")):  # the weights folded away
+        if not node.users:
+            module.graph.erase_node(node)
+            if hasattr(module, node.target) and "." not in node.target:
+                delattr(module, node.target)
+    module.graph.lint()
+    module.recompile()
 
 
 def export_onnx(model: torch.nn.Module, example: torch.Tensor, path: Optional[str] = None,
                 dynamic_batch: bool = True, opset_version: int = 18, optimize: bool = True):
     """ONNX export through torch's dynamo exporter, our custom ops decomposed first (``decompositions()``).
     Returns the ``torch.onnx.ONNXProgram``; saved to ``path`` when given. Input name 'x', output 'logits'."""
-    from torch._inductor.constant_folding import constant_fold
-
     program = export_program(model, example, dynamic_batch, decompose=True)
-    # Fold what depends on the weights only (eSSM discretisation, 2-D SSM kernels: complex arithmetic, which ONNX
-    # cannot hold, and work an inference graph need not repeat), then export the folded graph again.
+    # Fold what depends on the weights only, then export the folded graph again.
     module = program.module()
-    constant_fold(module)
+    fold_weight_only(module)
     example = program.example_inputs[0][0]
     program = torch.export.export(module, (example,), dynamic_shapes=_dynamic_batch(example, dynamic_batch))
     onnx_program = torch.onnx.export(program, input_names=["x"], output_names=["logits"], dynamo=True,

@@ -16,7 +16,8 @@ import torch
 
 import ssm_plugins  # noqa: F401
 from ssm_plugins import export as ex
-from ssm_plugins.ops import myo_tree
+from ssm_plugins.ops import myo as myo_ops
+from ssm_plugins.ops import myo_quadtree, myo_solve, myo_tree
 
 sys.path.insert(0, str(Path(__file__).parent / "models"))
 from test_contract import IMAGE_MODELS, _input, family  # noqa: E402
@@ -26,8 +27,6 @@ ABS_TOL, REL_TOL = 1e-4, 1e-4  # ONNX vs PyTorch, float32 (measured: <= 1e-5 rel
 # families that do not export yet, and why (issue 13; the fixes belong to their op / layer files)
 _ONNX_PENDING = {
     r"_s4nd$": "layers' S4ND kernel indexes a complex tensor (aten.index on complex): ONNX has no complex tensors",
-    r"^myo": "myo_solve's op gets only the parent tensor: its decomposition (the reference's waves) reads the "
-             "tree's values, data-dependent under export (aten.equal); the op needs the static tree shape",
 }
 _EXPORT_PENDING = {}
 
@@ -82,6 +81,58 @@ def test_decomposition_equals_kernel(op, args):
     got = ex.decompositions()[packet.default](*args)
     for e, o in zip(expected if isinstance(expected, tuple) else (expected,), got if isinstance(got, tuple) else (got,)):
         torch.testing.assert_close(o, e, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("tree", [myo_tree(10, 3), myo_quadtree(5, 7), myo_quadtree(1, 1)], ids=["kary", "quad", "one"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+def test_myo_static_solve_equals_kernel(tree, dtype):
+    """Inside static_solve, myo_solve runs the level schedule (no custom op) and equals the compiled solve: per-node
+    and level-shared b, skew coupling, transient virtual nodes, a node mask."""
+    g = torch.Generator().manual_seed(0)
+    r = lambda *s: torch.randn(*s, generator=g).to(dtype)  # noqa: E731
+    nodes, depth = tree.parent.numel(), len(tree.level_sizes)
+    cases = [dict(u=r(2, nodes, 4), b=r(1, nodes, 4) * 0.2), dict(u=r(2, nodes, 4), b=r(4, depth - 1) * 0.2),
+             dict(u=r(2, nodes, 4), b=r(2, nodes, 4) * 0.2, coupling="skew"),
+             dict(u=r(2, tree.level_sizes[0], 4), b=r(4, depth - 1) * 0.2, virtual="transient"),
+             dict(u=r(2, nodes, 4), b=r(1, nodes, 4) * 0.2, node_mask=torch.rand(2, nodes, generator=g) > 0.3)]
+    for kwargs in cases:
+        expected = myo_solve(tree=tree, **kwargs)
+        with myo_ops.static_solve():
+            program = torch.export.export(_Solve(tree, kwargs), ())
+        assert not [n for n in program.graph.nodes if str(n.target).startswith("ssm_plugins.")]
+        torch.testing.assert_close(program.module()(), expected, rtol=1e-5, atol=1e-6)
+
+
+class _Solve(torch.nn.Module):
+    def __init__(self, tree, kwargs):
+        super().__init__()
+        self.tree, self.kwargs = tree, kwargs
+
+    def forward(self):
+        return myo_solve(tree=self.tree, **self.kwargs)
+
+
+def test_fold_weight_only_folds_through_constructors():
+    """A weight indexed by an arange (S4ND's channel -> group) folds to one constant; an arange alone and what
+    depends on the input stay ops."""
+    class Grouped(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(3, 5))
+
+        def forward(self, x):
+            group = torch.arange(6) % 3
+            return x * torch.exp(self.weight)[group].sum(0) + torch.arange(5).float()
+
+    model = Grouped()
+    x = torch.randn(2, 5)
+    module = torch.export.export(model, (x,)).module()
+    ex.fold_weight_only(module)
+    ops = [str(n.target) for n in module.graph.nodes if n.op == "call_function"]
+    assert not any(op.startswith(("aten.exp", "aten.index", "aten.remainder", "aten.sum")) for op in ops), ops
+    assert "aten.arange.start_step" in ops or "aten.arange.default" in ops, ops  # the constructor-only value stays
+    assert "aten.mul.Tensor" in ops
+    torch.testing.assert_close(module(x), model(x))
 
 
 def test_linear_recurrence_across_chunks():

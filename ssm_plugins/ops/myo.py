@@ -1,7 +1,9 @@
 """Myosotis tree solve x = T⁻¹u (spec myosotis.md §2, §6.1), backed by ssm_plugins._C."""
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
 from typing import NamedTuple
 
 import torch
@@ -16,6 +18,21 @@ _COMPILED = hasattr(torch.ops.ssm_plugins, _OP) and hasattr(torch.ops.ssm_plugin
 _COMPLEX_DTYPES = (torch.complex64, torch.complex128)
 _COUPLINGS = ("hermitian", "skew")
 _VIRTUAL = ("persistent", "transient")
+_LEVEL_KINDS = ("kary1d", "quad2d")  # trees stored level by level: reference.myo_solve_levels applies
+_static = threading.local()  # .depth > 0 inside static_solve()
+
+
+@contextlib.contextmanager
+def static_solve():
+    """Inside, ``myo_solve`` on a ceil k-ary tree or quadtree runs as standard aten ops scheduled by the tree's
+    level sizes (``reference.myo_solve_levels``: Python ints at trace time, complex values as real pairs) instead
+    of the compiled op. ``export.export_program(decompose=True)`` and ``export_onnx`` trace models inside it: the
+    op's own arguments hold the tree only as ``parent``'s values, which a traced graph cannot read."""
+    _static.depth = getattr(_static, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _static.depth -= 1
 
 
 class MyoTree(NamedTuple):
@@ -139,6 +156,14 @@ def _tensor(name: str, value, ndims: tuple, what: str) -> torch.Tensor:
     return value
 
 
+def _append_zero_nodes(u: torch.Tensor, count: int) -> torch.Tensor:
+    """u (batch, N, channels) with ``count`` zero nodes appended; complex u through its real view (an exported
+    ONNX graph holds complex values as real pairs and has no complex zeros)."""
+    if u.is_complex():
+        return torch.view_as_complex(torch.nn.functional.pad(torch.view_as_real(u), (0, 0, 0, 0, 0, count)))
+    return torch.nn.functional.pad(u, (0, 0, 0, count))
+
+
 def _extend_leaf_mask(leaf_mask: torch.Tensor, tree: MyoTree) -> torch.Tensor:
     """A virtual node is valid when its span holds at least one valid leaf (spec §2.7)."""
     virtual = leaf_mask.new_zeros(leaf_mask.shape[0], tree.parent.numel() - leaf_mask.shape[1])
@@ -212,7 +237,7 @@ def _normalise(u, b, tree, node_mask, coupling, virtual):
     if virtual == "transient" and not leaves_first:
         raise ValueError("virtual='transient' needs a tree whose first level_sizes[0] nodes are its level-1 leaves")
     if virtual == "transient":  # virtual inputs are 0; the caller drops their outputs
-        u = torch.cat([u, u.new_zeros(batch, num_nodes - nodes_in, channels)], dim=1)
+        u = _append_zero_nodes(u, num_nodes - nodes_in)
 
     pyramid_b = b if level_shared else None
     if level_shared:  # row ℓ of b_rows weights every edge from level ℓ+1 up; the top row is unused
@@ -274,7 +299,9 @@ def myo_solve(u, b, tree, *, node_mask=None, coupling="hermitian", virtual="pers
     same solve, and grad_b_v = -(grad_u_v conj(x_par v) + s conj(grad_u_par v) x_v) (s = -1 for skew).
     """
     u, b_rows, b_index, skew, tree, pyramid_b = _normalise(u, b, tree, node_mask, coupling, virtual)
-    if _backend.use_kernel(_OP, u) and _COMPILED:
+    if getattr(_static, "depth", 0) and tree.kind in _LEVEL_KINDS:
+        x = reference.myo_solve_levels(u, b_rows, tree.parent, tree.level_sizes, b_index, skew=skew)
+    elif _backend.use_kernel(_OP, u) and _COMPILED:
         x = torch.ops.ssm_plugins.myo_solve_fwd(u, b_rows, tree.parent, b_index, skew)
     elif pyramid_b is not None and tree.kind == "kary1d":
         x = reference.myo_solve_pyramid(u, pyramid_b, tree.arity, skew=skew)
@@ -282,7 +309,8 @@ def myo_solve(u, b, tree, *, node_mask=None, coupling="hermitian", virtual="pers
         x = reference.myo_solve_pyramid2d(u, pyramid_b, tree.grid_sizes, skew=skew)
     else:
         x = reference.myo_solve(u, b_rows, tree.parent, b_index, skew=skew)
-    return x[:, :tree.level_sizes[0]] if virtual == "transient" else x
+    leaves = tree.level_sizes[0]
+    return x[:, :leaves] if virtual == "transient" and leaves < x.shape[1] else x  # a 1-node tree: x as is
 
 
 def myo_solve_flops(batch: int, nodes: int, channels: int, is_complex: bool, backward: bool = False) -> int:

@@ -12,6 +12,8 @@ Oracles, each written like the spec's equations:
                          going up, Up_k (nearest repeat) coming down (§2.3 "level-shared fast path")
     myo_solve_pyramid2d  the same on a ceil quadtree stored as a pyramid of grids: 2×2 sum-pool going up,
                          2× nearest up-sampling coming down
+    myo_solve_levels     ``myo_solve`` on a tree stored level by level, scheduled by the level sizes (Python
+                         ints) in real arithmetic: the form torch.export and ONNX trace
 """
 from __future__ import annotations
 
@@ -91,6 +93,60 @@ def myo_solve(u, b, parent, b_index=None, skew=False):
         x_par = x[:, par.clamp(min=0)] * (par >= 0).to(acc)[:, None]
         x = x.index_copy(1, wave, x[:, wave] - b_node[:, wave] / pivot[:, wave] * x_par)
     return x.to(out_dtype)
+
+
+def myo_solve_levels(u, b, parent, level_sizes, b_index=None, skew=False):
+    """``myo_solve`` on a tree stored level by level (``myo_tree``, ``myo_quadtree``: the nodes of level ℓ are
+    contiguous, every node below the top has its parent one level up) with a schedule fixed by the level sizes
+    (Python ints) instead of one read from ``parent``'s values: traceable by torch.export, and onnxruntime runs it.
+
+    Children's sums reach their parents by ``index_add`` and the parents' solutions come down by ``index_select``,
+    both indexed by ``parent`` (any values); complex values travel as (re, im) pairs in a trailing dim (ONNX has no
+    complex tensors). Same arguments, equations and dtypes as ``myo_solve``, plus level_sizes (n_1 … n_D).
+    """
+    out_dtype, acc = _dtypes(u, b)
+    sign = -1.0 if skew else 1.0
+    pairs = acc.is_complex
+    u_acc, b_acc = u.to(acc), b.to(acc)
+    if pairs:
+        u_acc, b_acc = torch.view_as_real(u_acc), torch.view_as_real(b_acc)
+    b_node = b_acc if b_index is None else b_acc[:, b_index]  # (1 or batch, N, channels[, 2])
+
+    def times(w, z, conj=False):  # w·z, or conj(w)·z; pairs multiply as complex numbers
+        if not pairs:
+            return w * z
+        w_re, w_im = w.unbind(-1)
+        z_re, z_im = z.unbind(-1)
+        w_im = -w_im if conj else w_im
+        return torch.stack((w_re * z_re - w_im * z_im, w_re * z_im + w_im * z_re), dim=-1)
+
+    def per_node(real):  # a real (…, channels) factor against a (…, channels[, 2]) value
+        return real[..., None] if pairs else real
+
+    sizes = [int(n) for n in level_sizes]
+    starts = [0]
+    for n in sizes[:-1]:
+        starts.append(starts[-1] + n)
+    u_levels, b_levels = torch.split(u_acc, sizes, dim=1), torch.split(b_node, sizes, dim=1)
+    # position of each node's parent inside the level above (level ℓ+1 starts at starts[ℓ+1])
+    up = [parent[start:start + n] - starts[level + 1]
+          for level, (start, n) in enumerate(zip(starts[:-1], sizes[:-1]))]
+    b_abs2 = [(b_l ** 2).sum(-1) if pairs else b_l ** 2 for b_l in b_levels]
+    pivot = [torch.ones_like(b_abs2[0])]  # α: real, depends on b only
+    y = [u_levels[0]]
+    for level in range(len(sizes) - 1):  # up-sweep: α_p = 1 - s Σ_c |b_c|²/α_c,  y_p = (u_p - s Σ_c conj(b_c) y_c)/α_p
+        b_c, n_up = b_levels[level], sizes[level + 1]
+        pivot_sum = b_abs2[level].new_zeros(b_c.shape[0], n_up, b_c.shape[2])
+        pivot.append(1 - sign * pivot_sum.index_add(1, up[level], b_abs2[level] / pivot[level]))
+        message = times(b_c, y[level], conj=True)
+        rhs_sum = message.new_zeros(message.shape[0], n_up, *message.shape[2:])
+        y.append((u_levels[level + 1] - sign * rhs_sum.index_add(1, up[level], message)) / per_node(pivot[-1]))
+    x = [y[-1]]
+    for level in reversed(range(len(sizes) - 1)):  # down-sweep: x_v = y_v - (b_v/α_v) x_par(v)
+        x_parent = x[0].index_select(1, up[level])
+        x.insert(0, y[level] - times(b_levels[level] / per_node(pivot[level]), x_parent))
+    x = torch.cat(x, dim=1)
+    return torch.view_as_complex(x.contiguous()) if pairs else x.to(out_dtype)  # complex: out_dtype is acc
 
 
 def kary_level_sizes(num_leaves: int, arity: int) -> list[int]:

@@ -114,7 +114,7 @@ def test_essm_kernel_takes_float32_and_float64_only(cuda):
 SSM2D_CASES = [  # (S, N, H, W)
     (2, 5, 3, 70),  # 3 column tiles, the last 6 wide; N = 5: a block of 4 systems and one of 1 per set (atomics)
     (1, 3, 9, 33),  # a 1-column last tile; one block of 3 warps (direct store)
-    (3, 16, 4, 32),  # W = one tile exactly; 4 blocks per set
+    (1, 16, 4, 32),  # W = one tile exactly; N = 16 (the default): 4 forward blocks add into K
     (1, 2, 40, 1),  # one column
     (2, 1, 1, 37),  # one row
     (2, 2, 1, 1),  # one cell

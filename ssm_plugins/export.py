@@ -8,12 +8,14 @@
 ``torch.export`` keeps our custom ops (``torch.ops.ssm_plugins.*``, with their fake kernels) in the graph, so an
 ExportedProgram runs our C++/CUDA kernels wherever ``ssm_plugins`` is imported (AOTInductor included). ONNX has no
 such ops: ``export_onnx`` first rewrites each forward op into standard aten ops with ``decompositions()`` (the
-package's pure-PyTorch oracles where they are graph-friendly: FFT convolutions as rfft/irfft, the 2-D SSM kernel,
-the Myo tree solve; the eSSM kernel in real arithmetic; the S6 / QS scans as a chunked closed form,
-``linear_recurrence``, L/32 steps instead of L), then
-folds what depends on the weights only (e.g. the eSSM discretisation's complex arithmetic, which ONNX cannot
-hold), and lets torch's ONNX exporter translate the rest. The decompositions are used only during export; the exported graph
-runs in onnxruntime and matches PyTorch within the tolerances ``tests/test_export.py`` states.
+package's pure-PyTorch oracles where they are graph-friendly: FFT convolutions as rfft/irfft, the 2-D SSM kernel;
+the eSSM kernel in real arithmetic; the S6 / QS scans as a chunked closed form, ``linear_recurrence``, L/32 steps
+instead of L). The Myo solve is traced as aten ops from the start (``ops.myo.static_solve``: its op sees the tree
+only as ``parent``'s values, the trace sees its level sizes as Python ints). Then ``fold_weight_only`` folds what
+depends on the weights only (e.g. the eSSM discretisation, the S4ND kernel and the Myo edge weights, complex
+arithmetic which ONNX cannot hold), and torch's ONNX exporter translates the rest. The decompositions are used only
+during export; the exported graph runs in onnxruntime and matches PyTorch within the tolerances
+``tests/test_export.py`` states.
 """
 from __future__ import annotations
 
@@ -131,6 +133,7 @@ def _essm_kernel(g_re, g_im, z_re, z_im, L, n_fft, bidirectional):
 
 
 def _myo_solve_fwd(u, b, parent, b_index=None, skew=False):
+    # reads parent's values (the waves): for eager use; traced models solve in ops.myo.static_solve instead
     return reference.myo_solve(u, b, parent, b_index, skew)
 
 

@@ -24,10 +24,8 @@ from test_contract import IMAGE_MODELS, _input, family  # noqa: E402
 
 ABS_TOL, REL_TOL = 1e-4, 1e-4  # ONNX vs PyTorch, float32 (measured: <= 1e-5 relative for every exported model)
 
-# families that do not export yet, and why (issue 13; the fixes belong to their op / layer files)
-_ONNX_PENDING = {
-    r"_s4nd$": "layers' S4ND kernel indexes a complex tensor (aten.index on complex): ONNX has no complex tensors",
-}
+# families that do not export yet, and why (issue 13; the fixes belong to their op / layer files): none left
+_ONNX_PENDING = {}
 _EXPORT_PENDING = {}
 
 

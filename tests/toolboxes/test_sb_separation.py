@@ -237,6 +237,67 @@ def test_recipe_resumes_from_its_checkpoint(tiny_data, tmp_path):
     assert _train_log(output)[-1].startswith("Epoch loaded: 2")
 
 
+def _dynamic_mixing_hparams(data, seed=7):
+    return {"base_folder_dm": str(data / "wsj0" / "si_tr_s"), "train_data": str(data / "wsj_tr.csv"),
+            "data_folder": str(data), "num_spks": 2, "seed": seed, "limit_training_signal_len": False,
+            "training_signal_len": 32000}
+
+
+def _epoch_mixes(dataset, mixer, epoch, order):
+    mixer.set_epoch(epoch)
+    return {i: dataset[i] for i in order}
+
+
+def test_dynamic_mix_is_a_function_of_seed_epoch_and_item(tiny_data):
+    import random
+
+    train = _recipe_module()
+    dataset, mixer = train.dynamic_mix_data_prep(_dynamic_mixing_hparams(tiny_data))
+    assert len(dataset) == 6  # as many items as the training csv
+    order = list(range(len(dataset)))
+    first = _epoch_mixes(dataset, mixer, 2, order)
+    random.seed(1), np.random.seed(1), torch.manual_seed(1)  # the global generators play no part
+    # a new process (a resumed run, a worker, another rank) drawing the items in another order
+    dataset_again, mixer_again = train.dynamic_mix_data_prep(_dynamic_mixing_hparams(tiny_data))
+    again = _epoch_mixes(dataset_again, mixer_again, 2, order[::-1])
+    later = _epoch_mixes(dataset, mixer, 3, order)
+    other_seed = _epoch_mixes(*train.dynamic_mix_data_prep(_dynamic_mixing_hparams(tiny_data, seed=8)), 2, order)
+    keys = ("mix_sig", "s1_sig", "s2_sig")
+    for i in order:
+        mix, s1, s2 = (first[i][k] for k in keys)
+        assert all(torch.equal(first[i][k], again[i][k]) for k in keys)  # same seed, epoch and item: same mixture
+        assert not torch.equal(mix, later[i]["mix_sig"])  # another epoch: another mixture
+        assert not torch.equal(mix, other_seed[i]["mix_sig"])
+        torch.testing.assert_close(mix, s1 + s2)
+        assert mix.abs().max() <= 0.9 + 1e-6
+        assert abs(10 * torch.log10(s1.square().sum() / s2.square().sum())) <= 5.0 + 1e-3  # levels ±2.5 dB each
+    assert len({first[i]["mix_sig"].shape[0] for i in order}) > 1  # the items of an epoch differ
+    assert len({tuple(mixer.choose(i)[0]) for i in order}) > 1
+
+
+def _newest_masknet(output):
+    from speechbrain.utils.checkpoints import Checkpointer
+
+    checkpoint = Checkpointer(str(Path(output) / "save")).find_checkpoint()  # the most recent
+    return torch.load(checkpoint.paramfiles["masknet"], map_location="cpu")
+
+
+def test_resumed_dynamic_mixing_run_trains_as_the_uninterrupted_run(tiny_data, tmp_path):
+    """Dynamic mixing and the one-cycle schedule resume exactly: an interrupted run (stopped after epoch 1 by
+    SpeechBrain's optimizer_step_limit, then resumed) ends with the uninterrupted run's weights."""
+    common = ("--N_epochs", "2", "--dynamic_mixing", "True", "--use_speedperturb", "False",
+              "--lr_schedule", "onecycle")
+    _run("mambamixer", tiny_data, tmp_path / "whole", *common)
+    _run("mambamixer", tiny_data, tmp_path / "resumed", *common, "--optimizer_step_limit", "6")  # 6 items: 1 epoch
+    assert [line.split(",")[0] for line in _train_log(tmp_path / "resumed") if line.startswith("epoch:")] == \
+        ["epoch: 1"]
+    _run("mambamixer", tiny_data, tmp_path / "resumed", *common)
+    whole, resumed = _train_log(tmp_path / "whole"), _train_log(tmp_path / "resumed")
+    assert [line for line in resumed if line.startswith("epoch:")] == [line for line in whole if line.startswith("epoch:")]
+    want, got = _newest_masknet(tmp_path / "whole"), _newest_masknet(tmp_path / "resumed")
+    assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+
+
 def test_short_training_improves_si_snri(tmp_path_factory):
     """The untrained model (--N_epochs 0 evaluates the seed's initialisation) vs two short epochs."""
     data = tmp_path_factory.mktemp("mixtures_learn")

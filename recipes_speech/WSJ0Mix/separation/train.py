@@ -16,6 +16,7 @@ No data at hand? ``python -m ssm_plugins.data.mixtures --out DIR`` writes a smal
 layout; pass ``--data_folder DIR``.
 """
 import csv
+import dataclasses
 import os
 import random
 import sys
@@ -48,7 +49,13 @@ def sdr_best_permutation(reference, estimate):
 
 
 class Separation(sb.Brain):
-    """Encoder -> mask net -> decoder, trained with SI-SNR + PIT on the valid part of every (padded) item."""
+    """Encoder -> mask net -> decoder, trained with SI-SNR + PIT on the valid part of every (padded) item.
+    ``dynamic_mixer``: the training set's ``DynamicMixer`` (None: fixed mixtures), told each epoch."""
+
+    def __init__(self, *args, dynamic_mixer=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.dynamic_mixer = dynamic_mixer
+        self.steps_per_epoch = None  # known once fit() has built the training loader
 
     def separate(self, mix):
         """mix (B, T) -> estimated sources (B, T, num_spks)."""
@@ -94,12 +101,44 @@ class Separation(sb.Brain):
                 return (predictions * 0).sum()  # nothing to learn from this batch: a zero step
         return loss.mean()
 
+    def make_dataloader(self, dataset, stage, *args, **kwargs):
+        loader = super().make_dataloader(dataset, stage, *args, **kwargs)
+        if stage == sb.Stage.TRAIN:  # optimiser steps per epoch (of this process under DDP): the one-cycle length
+            self.steps_per_epoch = max(1, len(loader) // self.grad_accumulation_factor)
+        return loader
+
+    def init_optimizers(self):
+        super().init_optimizers()
+        self.onecycle = None
+        if self.hparams.lr_schedule == "onecycle":
+            if self.steps_per_epoch is None:
+                raise ValueError("lr_schedule onecycle needs fit() to build the training loader (pass a dataset)")
+            # torch's one-cycle over all N_epochs steps: cosine warm-up from lr / 25 to lr over the first
+            # onecycle_warmup of them, cosine annealing to lr / 2.5e5 after; Adam's betas stay fixed
+            self.onecycle = torch.optim.lr_scheduler.OneCycleLR(
+                self.optimizer, max_lr=self.hparams.lr, total_steps=max(2, self.hparams.N_epochs * self.steps_per_epoch),
+                pct_start=self.hparams.onecycle_warmup, cycle_momentum=False)
+            if self.checkpointer is not None:
+                self.checkpointer.add_recoverable("onecycle", self.onecycle)
+        elif self.hparams.lr_schedule != "plateau":
+            raise ValueError(f"lr_schedule must be 'plateau' or 'onecycle', got {self.hparams.lr_schedule!r}")
+
     def on_fit_batch_start(self, batch, should_step):
-        # linear warm-up of the learning rate over the first n_warmup_step optimiser steps
+        # plateau schedule: linear warm-up of the learning rate over the first n_warmup_step optimiser steps
         warmup = self.hparams.n_warmup_step
-        if warmup and self.optimizer_step < warmup:
+        if self.onecycle is None and warmup and self.optimizer_step < warmup:
             for group in self.optimizer.param_groups:
                 group["lr"] = self.hparams.lr * (self.optimizer_step + 1) / warmup
+
+    def on_fit_batch_end(self, batch, outputs, loss, should_step):
+        # the one-cycle schedule steps with the optimiser; past its last step (a run continued with more
+        # N_epochs) the learning rate stays at its final value
+        if self.onecycle is not None and should_step and self.onecycle.last_epoch < self.onecycle.total_steps - 1:
+            self.onecycle.step()
+
+    def on_stage_start(self, stage, epoch=None):
+        if stage == sb.Stage.TRAIN and self.dynamic_mixer is not None:  # before the loader iterates (forks workers)
+            self.dynamic_mixer.set_epoch(epoch)
 
     def on_stage_end(self, stage, stage_loss, epoch):
         stage_stats = {"si-snr": stage_loss}
@@ -107,7 +146,7 @@ class Separation(sb.Brain):
             self.train_stats = stage_stats
         elif stage == sb.Stage.VALID:
             current_lr = self.optimizer.param_groups[0]["lr"]
-            if isinstance(self.hparams.lr_scheduler, schedulers.ReduceLROnPlateau):
+            if self.onecycle is None and isinstance(self.hparams.lr_scheduler, schedulers.ReduceLROnPlateau):
                 current_lr, next_lr = self.hparams.lr_scheduler([self.optimizer], epoch, stage_loss)
                 schedulers.update_learning_rate(self.optimizer, next_lr)
             self.hparams.train_logger.log_stats(stats_meta={"epoch": epoch, "lr": current_lr},
@@ -188,9 +227,51 @@ def dataio_prep(hparams):
     return datasets
 
 
+class DynamicMixer:
+    """The sources of dynamic mix ``index`` of the current epoch, a pure function of (seed, epoch, index): each
+    item draws num_spks utterances of different speakers and random relative levels (±2.5 dB, as wsj0-2mix)
+    from its own generator seeded by the three, so DataLoader workers, a resumed run and every process of a
+    distributed run draw the same mixtures as one uninterrupted process. ``set_epoch`` before each epoch's
+    iteration (workers copy the mixer when the epoch's iteration starts: not with persistent_workers).
+
+    by_speaker: {speaker: [wav paths]}; max_samples: cut every mixture to at most this many samples (or None).
+    """
+
+    def __init__(self, by_speaker, num_spks, seed, max_samples=None):
+        if len(by_speaker) < num_spks:
+            raise ValueError(f"dynamic mixing needs utterances of at least num_spks={num_spks} speakers, "
+                             f"found {len(by_speaker)}")
+        self.speakers = sorted(by_speaker, key=str)
+        self.files = [sorted(by_speaker[spk]) for spk in self.speakers]
+        self.num_spks, self.seed, self.max_samples = num_spks, int(seed), max_samples
+        self.epoch = 1
+
+    def set_epoch(self, epoch):
+        self.epoch = int(epoch)
+
+    def choose(self, index):
+        """(wav paths, levels in dB) of item ``index`` in the current epoch."""
+        rng = np.random.default_rng([self.seed, self.epoch, int(index)])
+        speakers = rng.choice(len(self.speakers), self.num_spks, replace=False)
+        paths = [self.files[s][rng.integers(len(self.files[s]))] for s in speakers]
+        return paths, rng.uniform(-2.5, 2.5, self.num_spks).tolist()
+
+    def __call__(self, index):
+        """The sources of item ``index``, (num_spks, T): cut to the shortest (and max_samples), each at unit
+        power times its level, scaled together to a mixture peak of 0.9 (no clipping: mix = their sum)."""
+        paths, levels = self.choose(index)
+        sources = [sb.dataio.dataio.read_audio(path) for path in paths]
+        length = min(s.shape[0] for s in sources)
+        if self.max_samples:
+            length = min(length, self.max_samples)
+        sources = torch.stack([s[:length] / s[:length].std().clamp_min(1e-8) * 10 ** (level / 20)
+                               for s, level in zip(sources, levels)])
+        return sources * (0.9 / sources.sum(0).abs().max().clamp_min(1e-8))
+
+
 def dynamic_mix_data_prep(hparams):
-    """Training set remixed on the fly: every item draws num_spks utterances of different speakers, gives
-    them random relative levels (±2.5 dB, as wsj0-2mix), cuts them to the shortest and sums them.
+    """Training set remixed on the fly (``DynamicMixer``, seeded by hparams ``seed``), as many items as the
+    training csv: returns (dataset, mixer); the mixer's ``set_epoch`` selects the epoch's mixtures.
 
     Sources: every wav under ``base_folder_dm`` (speaker = its parent folder, as WSJ0's si_tr_s/<spk>/), or
     when that is null the training csv's own source files (each its own speaker).
@@ -205,41 +286,34 @@ def dynamic_mix_data_prep(hparams):
         files = [row[f"{s}_wav"].replace("$data_root", hparams["data_folder"])
                  for row in rows for s in _source_names(hparams)]
         speakers = list(range(len(files)))
-    num_spks = hparams["num_spks"]
-    if len(set(speakers)) < num_spks:
-        raise ValueError(f"dynamic mixing needs utterances of at least num_spks={num_spks} speakers, found "
-                         f"{len(set(speakers))} in {hparams['base_folder_dm'] or hparams['train_data']}")
     by_speaker = {}
     for path, speaker in zip(files, speakers):
         by_speaker.setdefault(speaker, []).append(path)
-    speaker_list = sorted(by_speaker, key=str)
-    size = sum(1 for _ in open(hparams["train_data"], encoding="utf-8")) - 1
-    data = {f"dm{i:06d}": {"index": i} for i in range(size)}
-    dataset = sb.dataio.dataset.DynamicItemDataset(data)
+    if len(by_speaker) < hparams["num_spks"]:
+        raise ValueError(f"dynamic mixing needs utterances of at least num_spks={hparams['num_spks']} speakers, "
+                         f"found {len(by_speaker)} in {hparams['base_folder_dm'] or hparams['train_data']}")
+    mixer = DynamicMixer(by_speaker, hparams["num_spks"], hparams["seed"],
+                         hparams["training_signal_len"] if hparams["limit_training_signal_len"] else None)
+    with open(hparams["train_data"], encoding="utf-8") as f:
+        size = sum(1 for _ in f) - 1
+    dataset = sb.dataio.dataset.DynamicItemDataset({f"dm{i:06d}": {"index": i} for i in range(size)})
 
     @sb.utils.data_pipeline.takes("index")
     @sb.utils.data_pipeline.provides("mix_sig", *[f"{s}_sig" for s in _source_names(hparams)])
     def remix(index):
-        chosen = random.sample(speaker_list, num_spks)
-        sources = [sb.dataio.dataio.read_audio(random.choice(by_speaker[spk])) for spk in chosen]
-        length = min(s.shape[0] for s in sources)
-        if hparams["limit_training_signal_len"]:
-            length = min(length, hparams["training_signal_len"])
-        sources = [s[:length] / s[:length].std().clamp_min(1e-8) for s in sources]
-        gains = [10 ** (random.uniform(-2.5, 2.5) / 20) for _ in sources]
-        sources = torch.stack([s * g for s, g in zip(sources, gains)])
-        sources = sources * (0.9 / sources.sum(0).abs().max().clamp_min(1e-8))  # no clipping: mix = Σ sources
+        sources = mixer(index)
         yield sources.sum(0)
-        for source in sources:
-            yield source
+        yield from sources
 
     sb.dataio.dataset.add_dynamic_item([dataset], remix)
     sb.dataio.dataset.set_output_keys([dataset], ["id", "mix_sig"] + [f"{s}_sig" for s in _source_names(hparams)])
-    return dataset
+    return dataset, mixer
 
 
 def main(argv):
     hparams_file, run_opts, overrides = sb.parse_arguments(argv)
+    if run_opts["optimizer_step_limit"] is not None:  # SpeechBrain 1.1.2's parser leaves this option a string
+        run_opts = dataclasses.replace(run_opts, optimizer_step_limit=int(run_opts["optimizer_step_limit"]))
     sb.utils.distributed.ddp_init_group(run_opts)  # under torchrun: one process group (gloo on CPUs)
     with open(hparams_file, encoding="utf-8") as fin:
         hparams = load_hyperpyyaml(fin, overrides)
@@ -252,11 +326,12 @@ def main(argv):
                                         "n_spks": hparams["num_spks"], "skip_prep": hparams["skip_prep"],
                                         "fs": hparams["sample_rate"]})
     train_data, valid_data, test_data = dataio_prep(hparams)
+    mixer = None
     if hparams["dynamic_mixing"]:
-        train_data = dynamic_mix_data_prep(hparams)
+        train_data, mixer = dynamic_mix_data_prep(hparams)
 
     separator = Separation(modules=hparams["modules"], opt_class=hparams["optimizer"], hparams=hparams,
-                           run_opts=run_opts, checkpointer=hparams["checkpointer"])
+                           run_opts=run_opts, checkpointer=hparams["checkpointer"], dynamic_mixer=mixer)
     # No re-initialisation of the modules (SpeechBrain's recipe resets every layer): the ssm_plugins blocks
     # carry their papers' initialisation (Δ, A, HiPPO, zero-initialised gates), which a reset would undo.
     separator.fit(separator.hparams.epoch_counter, train_data, valid_data,

@@ -340,13 +340,14 @@ class SelectiveChannelMixer(nn.Module):
                          f" = num_prefix_tokens + h*w of grid_size {tuple(grid_size)}")
         z = u.transpose(1, 2)  # (batch, D, L): the sequence is the channels, the features the tokens
         if self.channel_qs_param == "scalar":
-            if grid_size is None:
-                dt, B, C = self.fwd.selection(z)  # (batch, D, 1), (batch, D, N)
-                dt_r, B_r, C_r = self.bwd.selection(z)
-            else:
-                dt, B, C = F.linear(z, self._resampled(self.fwd.x_proj.weight, grid_size)).split([1, self.d_state, self.d_state], -1)
-                dt_r, B_r, C_r = F.linear(z, self._resampled(self.bwd.x_proj.weight, grid_size)).split(
-                    [1, self.d_state, self.d_state], -1)
+            weights = [self.fwd.x_proj.weight, self.bwd.x_proj.weight]
+            if grid_size is not None:
+                weights = [self._resampled(w, grid_size) for w in weights]
+            # both directions' selections (batch, D, 2 + 4N) in one batched matmul that reads z through BLAS's
+            # transpose flag (F.linear on z would first copy it)
+            weight = torch.cat(weights)
+            sel = torch.bmm(z, weight.t().expand(u.shape[0], -1, -1))
+            dt, B, C, dt_r, B_r, C_r = sel.split([1, self.d_state, self.d_state] * 2, dim=-1)
             y = ops.qs_mix(z.unsqueeze(2), dt, -torch.exp(self.fwd.A_log), B, C, dt_r, -torch.exp(self.bwd.A_log),
                            B_r, C_r, self.gamma[:, None], dt_bias=self.fwd.dt_bias, dt_bias_rev=self.bwd.dt_bias,
                            dt_softplus=True, qs_shift=self.qs_shift)  # (batch, D, 1, L)

@@ -38,9 +38,10 @@ from timm.models._features import feature_take_indices
 from timm.models._manipulate import checkpoint
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
+from .. import ops
 from ..layers.mambamixer import (ConvTokenInteraction, ForwardBackwardChannelMixer, MultiResolutionConvGate,
                                  SelectiveChannelMixer, SelectiveTokenMixer, SpatialPriorModule, SwitchOfScans,
-                                 _drop_path, _make_norm, gather_tokens)
+                                 _drop_path, _make_norm)
 from ._common import check_image, local_weights_cfg, new_head
 
 __all__ = ["VisionMambaMixer", "VisionTokenMixer", "VisionMixerBlock"]
@@ -137,6 +138,32 @@ def _pyramid_levels(indices):
 
 
 
+def scan_sequences(orders, inverses):
+    """Patch scan orders and inverses (batch, n, h*w) -> (perms, invs) (batch, n, 1 + h*w) over the tokens with the
+    class token first: ``tokens[b, perms[b, j]]`` is scan j's sequence with the class token in its middle [D A17],
+    ``scanned[b, invs[b, j]]`` puts a scanned sequence back in token order."""
+    middle = orders.shape[-1] // 2
+    cls = orders.new_zeros(orders.shape[:-1] + (1,))
+    perms = torch.cat([orders[..., :middle] + 1, cls, orders[..., middle:] + 1], dim=-1)
+    # the class token sits at `middle`; patches scanned after it move one place on
+    invs = torch.cat([cls + middle, inverses + (inverses >= middle).to(inverses.dtype)], dim=-1)
+    return perms, invs
+
+
+def _take_tokens(x, index):
+    """x (batch, L, C) contiguous, index (batch, L) -> x[b, index[b]]: one row copy per token (index_select on the
+    flattened rows; a gather over (batch, L, C) is several times slower on the CPU)."""
+    batch, length, channels = x.shape
+    rows = index + torch.arange(batch, device=index.device)[:, None] * length
+    return x.reshape(batch * length, channels).index_select(0, rows.reshape(-1)).view(batch, length, channels)
+
+
+def _channel_major_linear(x, weight):
+    """x (batch, L, C_in) -> (weight x_l)_l as a contiguous (batch, C_out, L): one batched matmul reading x
+    transposed (torch.matmul would compute the token-major product and copy it transposed)."""
+    return torch.bmm(weight.expand(x.shape[0], -1, -1), x.transpose(1, 2))
+
+
 class VisionTokenMixer(SelectiveTokenMixer):
     """Token mixer of ViM2 ('s6_bi') / ViQS ('qs') on (batch, 1 + h*w, dim) tokens (class token first).
 
@@ -144,6 +171,13 @@ class VisionTokenMixer(SelectiveTokenMixer):
     gate: SiLU(W_z u) [D A14]; selection from u (F.4). For each selected scan the patches are permuted, the class
     token is inserted in the middle [D A17], the bidirectional mixer runs, and the result is scattered back;
     the n scans' outputs are combined by SwitchOfScans.combine.
+
+    Every per-token step (gate, selection, W_out) commutes with the scan order, so they run on the scanned tokens
+    and only u (dim wide) and x̄ are permuted, and W_out's output is put back in token order. The projections of
+    the same input share one matmul (their weights concatenated per call; the state_dict keeps the Linear layers).
+    's6_bi' keeps x̄ channel-major, the scan's layout, and runs both directions as one selective_scan call (the
+    reversed direction as the second group of channels, with D = 0); 'qs' keeps every tensor token-major, the
+    layout qs_mix reads.
     """
 
     def __init__(self, dim: int, token_mixer: str = "s6_bi", **kwargs):
@@ -153,25 +187,77 @@ class VisionTokenMixer(SelectiveTokenMixer):
         self.gate_proj = nn.Linear(dim, self.inner, bias=False)
 
     def forward(self, u, grid_size, sos, orders, inverses, gates):
-        height, width = grid_size
-        batch = u.shape[0]
-        xin = self.in_proj(u)
-        patches = xin[:, 1:].transpose(1, 2).reshape(batch, self.inner, height, width)
-        patches = self.conv2d(patches).flatten(2).transpose(1, 2)
-        xbar = F.silu(torch.cat([xin[:, :1], patches], dim=1))
-        gate = F.silu(self.gate_proj(u))
-        middle = (height * width) // 2
-        outputs = []
-        for j in range(orders.shape[1]):
-            def permute(t):  # class token in the middle of the scanned patches
-                scanned = gather_tokens(t[:, 1:], orders[:, j])
-                return torch.cat([scanned[:, :middle], t[:, :1], scanned[:, middle:]], dim=1)
-
-            mixed = self.mix(permute(xbar), permute(u))
-            cls_out = mixed[:, middle:middle + 1]
-            rest = gather_tokens(torch.cat([mixed[:, :middle], mixed[:, middle + 1:]], dim=1), inverses[:, j])
-            outputs.append(self.out_proj(torch.cat([cls_out, rest], dim=1) * gate))
+        u = u.contiguous()
+        perms, invs = scan_sequences(orders, inverses)
+        if self.token_mixer == "qs":
+            xbar, mix = self._xbar_tokens(u, grid_size), self._mix_qs
+        else:
+            xbar, mix = self._xbar_channels(u, grid_size), self._mix_s6_bi
+        outputs = [_take_tokens(mix(u, xbar, perms[:, j]), invs[:, j]) for j in range(perms.shape[1])]
         return sos.combine(u, torch.stack(outputs, dim=1), gates)
+
+    def _scanned_projections(self, u_scan, channel_major):
+        """gate_proj and both directions' x_proj of the scanned u in one matmul: (batch, E + 2S, L) channel-major
+        or (batch, L, E + 2S) token-major."""
+        weight = torch.cat([self.gate_proj.weight, self.fwd.x_proj.weight, self.bwd.x_proj.weight])
+        if channel_major:
+            return _channel_major_linear(u_scan, weight)
+        return F.linear(u_scan, weight)
+
+    # ---- 's6_bi' (ViM2): channel-major -------------------------------------------------------------------------
+
+    def _xbar_channels(self, u, grid_size):
+        """x̄ channel-major (batch, E, h*w + 1), the class token LAST (its column bypasses the conv)."""
+        height, width = grid_size
+        weight = self.in_proj.weight
+        patches = _channel_major_linear(u[:, 1:], weight)  # (batch, E, h*w)
+        patches = self.conv2d(patches.view(u.shape[0], self.inner, height, width)).flatten(2)
+        return F.silu(torch.cat([patches, F.linear(u[:, 0], weight)[:, :, None]], dim=2))
+
+    def _mix_s6_bi(self, u, xbar, perm):
+        """Forward + backward S6 along the scan ``perm`` (batch, L); returns W_out's output (batch, L, dim) in
+        scan order."""
+        batch, length, _ = u.shape
+        inner, rank, n_state = self.inner, self.fwd.dt_rank, self.d_state
+        proj = self._scanned_projections(_take_tokens(u, perm), channel_major=True)
+        gate = F.silu(proj[:, :inner])
+        sel_fwd, sel_bwd = proj[:, inner:].chunk(2, dim=1)
+        sel = torch.stack([sel_fwd, sel_bwd.flip(-1)], dim=1)  # (batch, 2, dt_rank + 2N, L), the reverse flipped
+        dt = torch.matmul(torch.stack([self.fwd.dt_proj.weight, self.bwd.dt_proj.weight]), sel[:, :, :rank])
+        # x̄ in both scan orders in one gather (the class token is x̄'s last column)
+        index = torch.where(perm == 0, length - 1, perm - 1)
+        index = torch.stack([index, index.flip(-1)], dim=1)[:, :, None].expand(batch, 2, inner, length)
+        x_scan = torch.gather(xbar[:, None].expand(batch, 2, inner, length), 3, index)
+        y = ops.selective_scan(
+            x_scan.view(batch, 2 * inner, length), dt.view(batch, 2 * inner, length),
+            -torch.exp(torch.cat([self.fwd.A_log, self.bwd.A_log])), sel[:, :, rank:rank + n_state],
+            sel[:, :, rank + n_state:], torch.cat([self.D, torch.zeros_like(self.D)]),
+            delta_bias=torch.cat([self.fwd.dt_bias, self.bwd.dt_bias]), delta_softplus=True)
+        y = (y[:, :inner] + y[:, inner:].flip(-1)) * gate
+        return torch.bmm(y.transpose(1, 2), self.out_proj.weight.t().expand(batch, -1, -1))  # BLAS reads y^T
+
+    # ---- 'qs' (ViQS): token-major ------------------------------------------------------------------------------
+
+    def _xbar_tokens(self, u, grid_size):
+        """x̄ token-major (batch, 1 + h*w, E), class token first; the conv runs channels-last on W_in u's rows."""
+        height, width = grid_size
+        xin = self.in_proj(u)
+        patches = xin[:, 1:].unflatten(1, (height, width)).permute(0, 3, 1, 2)
+        patches = self.conv2d(patches.contiguous(memory_format=torch.channels_last))
+        return F.silu(torch.cat([xin[:, :1], patches.permute(0, 2, 3, 1).flatten(1, 2)], dim=1))
+
+    def _mix_qs(self, u, xbar, perm):
+        """Scalar-A QS mixing along the scan ``perm``; W_out's output (batch, L, dim) in scan order."""
+        batch, length, _ = u.shape
+        heads, n_state = self.fwd.heads, self.d_state
+        proj = self._scanned_projections(_take_tokens(u, perm), channel_major=False)
+        gate, dt, B, C, dt_r, B_r, C_r = proj.split([self.inner] + [heads, n_state, n_state] * 2, dim=-1)
+        x_scan = _take_tokens(xbar, perm)
+        gamma = self.gamma_bias + self.gamma_proj(x_scan)
+        y = ops.qs_mix(x_scan.view(batch, length, heads, self.headdim), dt, -torch.exp(self.fwd.A_log), B, C,
+                       dt_r, -torch.exp(self.bwd.A_log), B_r, C_r, gamma, dt_bias=self.fwd.dt_bias,
+                       dt_bias_rev=self.bwd.dt_bias, dt_softplus=True, qs_shift=self.qs_shift)
+        return self.out_proj(y.view(batch, length, self.inner) * F.silu(gate))
 
 
 @register_notrace_module  # per-sample scan orders, loops over the selected scans

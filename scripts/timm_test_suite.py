@@ -55,9 +55,6 @@ FILTERS = [
      "TorchScript: layers.ssm2d.SSM2D / layers.mambamixer blocks do not script (Can't redefine method forward)"),
     ("EXCLUDE_JIT_FILTERS", "+", ["essm_*", "myo*"],
      "TorchScript: layers.essm uses comprehension ifs, layers.myo bare tuple annotations"),
-    ("EXCLUDE_FX_FILTERS", "+", ["myo*"],
-     "torch.fx: Myo input checks and shape-dependent code not yet registered with timm's notrace registry "
-     "(issue 13; vim2/svim2/ssm2d/essm/mega are)"),
     ("EXCLUDE_FEAT_FILTERS", "-", ["vim2_*", "viqs_*"],
      "ViM2/ViQS have a 4-level feature pyramid (dense_outputs; the *_noconv ablations: their blocks), so "
      "features_only applies to them"),

@@ -33,7 +33,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from timm.layers import DropPath, LayerNorm, Mlp, trunc_normal_
+from timm.layers import DropPath, LayerNorm, Mlp, register_notrace_function, register_notrace_module, trunc_normal_
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models._features import feature_take_indices
 from timm.models._manipulate import checkpoint, checkpoint_seq
@@ -42,7 +42,7 @@ from .. import ops
 from ..ops import myo as myo_ops
 from ..ops.reference import myo as myo_reference
 from ._common import local_weights_cfg, param_groups, stage_intermediates
-from ..layers.myo import MyoBlock, MyoMixer2d, MyoSSM, quadtree
+from ..layers.myo import MyoBlock, MyoMixer2d, MyoSSM, kary_tree, quadtree
 
 __all__ = ['MyoSequence', 'MyoPix', 'MyoNet', 'MyoNetBlock', 'MyoNetStage', 'PAPER_RECIPES', 'myo_param_groups']
 
@@ -55,7 +55,11 @@ _ORDERS = ('raster', 'snake', 'morton')
 _SSM_KWARGS = ('C_init', 'dt_min', 'dt_max', 'conj_sym', 'level_step', 'real', 'coupling')
 
 
-def _check_image(x: torch.Tensor, in_chans: int) -> None:
+# torch.fx: an opaque call, so the check runs on the real input (a public name: fx autowraps no '_' function)
+@torch.fx.wrap
+@register_notrace_function
+def check_myo_image(x: torch.Tensor, in_chans: int) -> torch.Tensor:
+    """MyoNet's input: a floating-point (B, in_chans, H, W) batch with H, W >= 1; returns x."""
     if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[1] != in_chans:
         got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
         raise ValueError(f'x must have shape (B, {in_chans}, H, W), got {got}')
@@ -63,6 +67,7 @@ def _check_image(x: torch.Tensor, in_chans: int) -> None:
         raise ValueError(f'input size {tuple(x.shape[-2:])} must be at least (1, 1)')
     if not x.is_floating_point():
         raise ValueError(f'x must be a floating-point image batch (normalised by the data pipeline), got {x.dtype}')
+    return x
 
 
 def _myo_no_weight_decay(model: nn.Module) -> Set[str]:
@@ -110,6 +115,175 @@ def _snake(x: torch.Tensor) -> torch.Tensor:
     Its own inverse."""
     odd = torch.arange(x.shape[-2], device=x.device)[:, None] % 2 == 1
     return torch.where(odd, x.flip(-1), x)
+
+
+# ---- torch.fx: the tree is built from the input's shape, so laying the input on it, the virtual nodes' inputs and
+# the readout are opaque calls (timm's notrace registry), as is the Myo solve (MyoSSM / MyoMixer2d); the encoder,
+# block norms, gates and head are traced. timm's FX feature extraction and test suite pass the registry to the
+# tracer (``timm.models.get_notrace_modules()`` / ``get_notrace_functions()``; with torchvision's
+# create_feature_extractor pass them as ``tracer_kwargs``). Public names: torch.fx autowraps no '_' function.
+register_notrace_module(MyoSSM)
+register_notrace_module(MyoMixer2d)
+
+
+class MyoInputSpec(NamedTuple):
+    """A MyoSequence's settings for laying its input on a tree, as plain values (an argument of the opaque calls)."""
+    in_chans: int
+    vocab_size: Optional[int]
+    pad_token_id: int
+    unflatten_sequences: bool
+    img_size: Optional[Tuple[int, int]]
+    seq_len: Optional[int]
+    arity: int
+    tree: str
+    order: str
+    virtual_init: str
+    pos_grid: Optional[Tuple[int, int]]  # leaf grid of a Morton model's position embeddings, else None
+
+
+def _leaf_inputs(x: torch.Tensor, padding_mask: Optional[torch.Tensor], spec: MyoInputSpec):
+    """Input -> (raw leaf sequence (B, L_tree[, C]), tree, leaf validity (B, L_tree) or None, layout parts)."""
+    shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+    if spec.vocab_size is not None:
+        if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f'x must have shape (B, L) of int64 token ids, got {shape}'
+                             f'{" " + str(x.dtype) if isinstance(x, torch.Tensor) else ""}')
+        if x.shape[1] < 1:
+            raise ValueError(f'x must have at least one token, got shape {shape}')
+        if not torch.compiler.is_compiling() and bool(((x < 0) | (x >= spec.vocab_size)).any()):
+            raise ValueError(f'x must hold token ids in [0, vocab_size={spec.vocab_size}), got '
+                             f'[{int(x.min())}, {int(x.max())}]')
+        return _sequence_leaves(x, padding_mask, spec)
+    if isinstance(x, torch.Tensor) and x.dim() == 4 and x.shape[1] == spec.in_chans:
+        if min(x.shape[-2:]) < 1:
+            raise ValueError(f'input size {tuple(x.shape[-2:])} must be at least (1, 1)')
+        if padding_mask is not None:
+            raise ValueError('padding_mask is for token / sequence input (B, L); images are never padded by '
+                             'the caller')
+        return _image_leaves(x, spec)
+    if isinstance(x, torch.Tensor) and x.dim() == 3 and x.shape[2] == spec.in_chans:
+        if x.shape[1] < 1:
+            raise ValueError(f'x must have at least one step, got shape {shape}')
+        if spec.unflatten_sequences:
+            if x.shape[1] != math.prod(spec.img_size) or padding_mask is not None:
+                raise ValueError(f'with unflatten_sequences=True, x must be (B, H*W, C) raster pixels of img_size '
+                                 f'{spec.img_size} without padding_mask, got {shape}')
+            return _image_leaves(x.transpose(1, 2).unflatten(2, spec.img_size), spec)
+        return _sequence_leaves(x, padding_mask, spec)
+    raise ValueError(f'x must have shape (B, {spec.in_chans}, H, W) or (B, L, {spec.in_chans}), got {shape}')
+
+
+def _sequence_leaves(x: torch.Tensor, padding_mask: Optional[torch.Tensor], spec: MyoInputSpec):
+    batch, length = x.shape[:2]
+    leaves = _perfect_size(length, spec.arity) if spec.tree == 'perfect' else length
+    valid = None
+    if padding_mask is not None:
+        if not isinstance(padding_mask, torch.Tensor) or tuple(padding_mask.shape) != (batch, length):
+            got = (tuple(padding_mask.shape) if isinstance(padding_mask, torch.Tensor)
+                   else type(padding_mask).__name__)
+            raise ValueError(f'padding_mask must have shape (B, L) = {(batch, length)}, got {got}')
+        valid = ~padding_mask.to(device=x.device, dtype=torch.bool)
+    if leaves > length:
+        pad = (0, leaves - length) if x.dim() == 2 else (0, 0, 0, leaves - length)
+        x = F.pad(x, pad, value=spec.pad_token_id if x.dim() == 2 else 0.)
+        if valid is None:
+            valid = torch.ones(batch, length, dtype=torch.bool, device=x.device)
+        valid = F.pad(valid, (0, leaves - length), value=False)
+    return x, kary_tree(leaves, spec.arity, device=x.device), valid, length, None, (0, 0)
+
+
+def _image_leaves(x: torch.Tensor, spec: MyoInputSpec):
+    batch, _, rows, cols = x.shape
+    if spec.order != 'morton':
+        x = (_snake(x) if spec.order == 'snake' else x).flatten(2).transpose(1, 2)
+        x, tree, valid, length, _, _ = _sequence_leaves(x, None, spec)
+        return x, tree, valid, length, (rows, cols), (0, 0)
+    side_r, side_c, top, left = rows, cols, 0, 0
+    if spec.tree == 'perfect':  # centred zero padding to a power-of-two square (zMNIST: 2 px a side)
+        side_r = side_c = _perfect_size(max(rows, cols), 2)
+        top, left = (side_r - rows) // 2, (side_c - cols) // 2
+        x = F.pad(x, (left, side_c - cols - left, top, side_r - rows - top))
+    valid = None
+    if (side_r, side_c) != (rows, cols):
+        valid = F.pad(torch.ones(rows, cols, dtype=torch.bool, device=x.device),
+                      (left, side_c - cols - left, top, side_r - rows - top), value=False)
+        valid = valid.flatten().expand(batch, -1)
+    tree = quadtree(side_r, side_c, device=x.device)  # pixels in raster order = Morton leaves (§2.3)
+    return x.flatten(2).transpose(1, 2), tree, valid, rows * cols, (rows, cols), (top, left)
+
+
+@torch.fx.wrap
+@register_notrace_function
+def myo_layout(x: torch.Tensor, padding_mask: Optional[torch.Tensor],
+               spec: MyoInputSpec) -> Tuple[torch.Tensor, _Layout]:
+    """Input -> (raw leaf inputs (B, L_tree) token ids or (B, L_tree, C) features for the encoder, the layout)."""
+    raw, tree, leaf_valid, length, grid, offset = _leaf_inputs(x, padding_mask, spec)
+    node_valid = None if leaf_valid is None else myo_ops._extend_leaf_mask(leaf_valid, tree)
+    return raw, _Layout(tree, node_valid, length, grid, offset)
+
+
+def _leaf_positions(pos_embed: torch.Tensor, tree: ops.MyoTree, spec: MyoInputSpec) -> torch.Tensor:
+    """The position embeddings of this input's leaves: a crop of the designed grid (quadtree) or the first
+    L_tree positions (1-D trees)."""
+    if (tree.kind == 'quad2d') != (spec.pos_grid is not None):
+        raise ValueError('pos_embed of a Morton model needs image input (or unflatten_sequences=True); a 1-D '
+                         'model needs sequence or non-Morton image input')
+    if tree.kind == 'quad2d':
+        rows, cols = tree.grid_sizes[0]
+        if rows > spec.pos_grid[0] or cols > spec.pos_grid[1]:
+            raise ValueError(f'input leaf grid {(rows, cols)} is larger than the position embeddings '
+                             f'{spec.pos_grid} (img_size {spec.img_size})')
+        return pos_embed.unflatten(1, spec.pos_grid)[:, :rows, :cols].flatten(1, 2)
+    if tree.level_sizes[0] > pos_embed.shape[1]:
+        raise ValueError(f'input has {tree.level_sizes[0]} leaves, more than the {pos_embed.shape[1]} '
+                         f'position embeddings (seq_len {spec.seq_len})')
+    return pos_embed[:, :tree.level_sizes[0]]
+
+
+@torch.fx.wrap
+@register_notrace_function
+def myo_node_inputs(leaves: torch.Tensor, layout: _Layout, level_embed: Optional[torch.Tensor],
+                    pos_embed: Optional[torch.Tensor], spec: MyoInputSpec) -> torch.Tensor:
+    """Encoded leaves (B, L_tree, H) -> layer-1 inputs of all N nodes (B, N, H): the leaves (plus their position
+    embeddings), then the virtual nodes' inputs (``spec.virtual_init``)."""
+    tree = layout.tree
+    batch = leaves.shape[0]
+    num_virtual = len(tree.level_sizes) - 1
+    if level_embed is not None and num_virtual > level_embed.shape[0]:
+        what = f'size {layout.grid}' if layout.grid is not None else f'length {layout.num_leaves}'
+        kind = 'quadtree' if tree.kind == 'quad2d' else f'{spec.arity}-ary tree'
+        raise ValueError(
+            f'input {what} has a {num_virtual + 1}-level {kind}, but the level embeddings cover '
+            f'{level_embed.shape[0] + 1} levels (seq_len {spec.seq_len}, img_size {spec.img_size}); build '
+            f'the model for a longer input or with virtual_init="zero"/"mean"')
+    if pos_embed is not None:
+        leaves = leaves + _leaf_positions(pos_embed, tree, spec).to(leaves.dtype)
+    if spec.virtual_init == 'embed':
+        virtual = torch.cat([level_embed[i].expand(n, -1) for i, n in enumerate(tree.level_sizes[1:])])
+        virtual = virtual.to(leaves.dtype).expand(batch, -1, -1)
+    elif spec.virtual_init == 'zero':
+        virtual = leaves.new_zeros(batch, tree.parent.numel() - leaves.shape[1], leaves.shape[2])
+    else:
+        virtual = _span_means(leaves, tree)
+    return torch.cat([leaves, virtual], dim=1)
+
+
+@torch.fx.wrap
+@register_notrace_function
+def myo_readout(x: torch.Tensor, layout: _Layout, readout_levels: Optional[int]) -> torch.Tensor:
+    """Mean of the node features (B, N, H) over the top ``readout_levels`` levels (None: all), over the nodes with
+    a real leaf under them (spec §2.7) -> (B, H)."""
+    tree = layout.tree
+    if x.dim() != 3 or x.shape[1] != tree.parent.numel():
+        raise ValueError(f'x must have shape (B, N, dim) with N={tree.parent.numel()} nodes of the input tree, '
+                         f'got {tuple(x.shape)}')
+    depth = len(tree.level_sizes)
+    keep = depth if readout_levels is None else min(readout_levels, depth)
+    first = sum(tree.level_sizes[:depth - keep])  # level-major: the top levels are the last nodes
+    if layout.node_valid is None:
+        return x[:, first:].mean(1)
+    weight = layout.node_valid[:, first:, None].to(x.dtype)
+    return (x[:, first:] * weight).sum(1) / weight.sum(1).clamp(min=1)
 
 
 class MyoSequence(nn.Module):
@@ -232,6 +406,7 @@ class MyoSequence(nn.Module):
                 raise ValueError("virtual_init='embed' sizes its level embeddings from seq_len or img_size: pass one")
             self.level_embed = nn.Parameter(torch.zeros(self._designed_depth() - 1, embed_dim, **dd))
         self.pos_embed = None
+        self._pos_grid = None  # leaf grid of a Morton model's position embeddings
         if pos_embed:
             if self.seq_len is None:
                 raise ValueError('pos_embed=True sizes its leaf embeddings from seq_len or img_size: pass one')
@@ -300,133 +475,23 @@ class MyoSequence(nn.Module):
 
     # ---- tree inputs and readout -------------------------------------------------------------------------
 
-    def _leaf_inputs(self, x: torch.Tensor, padding_mask: Optional[torch.Tensor]):
-        """Input -> (raw leaf sequence (B, L_tree[, C]), tree, leaf validity (B, L_tree) or None, layout parts)."""
-        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        if self.vocab_size is not None:
-            if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in (torch.int32, torch.int64):
-                raise ValueError(f'x must have shape (B, L) of int64 token ids, got {shape}'
-                                 f'{" " + str(x.dtype) if isinstance(x, torch.Tensor) else ""}')
-            if x.shape[1] < 1:
-                raise ValueError(f'x must have at least one token, got shape {shape}')
-            if not torch.compiler.is_compiling() and bool(((x < 0) | (x >= self.vocab_size)).any()):
-                raise ValueError(f'x must hold token ids in [0, vocab_size={self.vocab_size}), got '
-                                 f'[{int(x.min())}, {int(x.max())}]')
-            return self._sequence_leaves(x, padding_mask)
-        if isinstance(x, torch.Tensor) and x.dim() == 4 and x.shape[1] == self.in_chans:
-            if min(x.shape[-2:]) < 1:
-                raise ValueError(f'input size {tuple(x.shape[-2:])} must be at least (1, 1)')
-            if padding_mask is not None:
-                raise ValueError('padding_mask is for token / sequence input (B, L); images are never padded by '
-                                 'the caller')
-            return self._image_leaves(x)
-        if isinstance(x, torch.Tensor) and x.dim() == 3 and x.shape[2] == self.in_chans:
-            if x.shape[1] < 1:
-                raise ValueError(f'x must have at least one step, got shape {shape}')
-            if self.unflatten_sequences:
-                if x.shape[1] != math.prod(self.img_size) or padding_mask is not None:
-                    raise ValueError(f'with unflatten_sequences=True, x must be (B, H*W, C) raster pixels of img_size '
-                                     f'{self.img_size} without padding_mask, got {shape}')
-                return self._image_leaves(x.transpose(1, 2).unflatten(2, self.img_size))
-            return self._sequence_leaves(x, padding_mask)
-        raise ValueError(f'x must have shape (B, {self.in_chans}, H, W) or (B, L, {self.in_chans}), got {shape}')
-
-    def _sequence_leaves(self, x: torch.Tensor, padding_mask: Optional[torch.Tensor]):
-        batch, length = x.shape[:2]
-        leaves = _perfect_size(length, self.arity) if self.tree == 'perfect' else length
-        valid = None
-        if padding_mask is not None:
-            if not isinstance(padding_mask, torch.Tensor) or tuple(padding_mask.shape) != (batch, length):
-                got = (tuple(padding_mask.shape) if isinstance(padding_mask, torch.Tensor)
-                       else type(padding_mask).__name__)
-                raise ValueError(f'padding_mask must have shape (B, L) = {(batch, length)}, got {got}')
-            valid = ~padding_mask.to(device=x.device, dtype=torch.bool)
-        if leaves > length:
-            pad = (0, leaves - length) if x.dim() == 2 else (0, 0, 0, leaves - length)
-            x = F.pad(x, pad, value=self.pad_token_id if x.dim() == 2 else 0.)
-            if valid is None:
-                valid = torch.ones(batch, length, dtype=torch.bool, device=x.device)
-            valid = F.pad(valid, (0, leaves - length), value=False)
-        return x, ops.myo_tree(leaves, self.arity, device=x.device), valid, length, None, (0, 0)
-
-    def _image_leaves(self, x: torch.Tensor):
-        batch, _, rows, cols = x.shape
-        if self.order != 'morton':
-            x = (_snake(x) if self.order == 'snake' else x).flatten(2).transpose(1, 2)
-            x, tree, valid, length, _, _ = self._sequence_leaves(x, None)
-            return x, tree, valid, length, (rows, cols), (0, 0)
-        side_r, side_c, top, left = rows, cols, 0, 0
-        if self.tree == 'perfect':  # centred zero padding to a power-of-two square (zMNIST: 2 px a side)
-            side_r = side_c = _perfect_size(max(rows, cols), 2)
-            top, left = (side_r - rows) // 2, (side_c - cols) // 2
-            x = F.pad(x, (left, side_c - cols - left, top, side_r - rows - top))
-        valid = None
-        if (side_r, side_c) != (rows, cols):
-            valid = F.pad(torch.ones(rows, cols, dtype=torch.bool, device=x.device),
-                          (left, side_c - cols - left, top, side_r - rows - top), value=False)
-            valid = valid.flatten().expand(batch, -1)
-        tree = quadtree(side_r, side_c, device=x.device)  # pixels in raster order = Morton leaves (§2.3)
-        return x.flatten(2).transpose(1, 2), tree, valid, rows * cols, (rows, cols), (top, left)
+    def _input_spec(self) -> 'MyoInputSpec':
+        return MyoInputSpec(self.in_chans, self.vocab_size, self.pad_token_id, self.unflatten_sequences, self.img_size,
+                            self.seq_len, self.arity, self.tree, self.order, self.virtual_init, self._pos_grid)
 
     def _embed(self, x: torch.Tensor, padding_mask: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, _Layout]:
         """Input -> encoded leaves + layer-1 virtual inputs: (B, N, H) node features, and the layout."""
-        raw, tree, leaf_valid, length, grid, offset = self._leaf_inputs(x, padding_mask)
-        batch = raw.shape[0]
-        num_virtual = len(tree.level_sizes) - 1
-        if self.level_embed is not None and num_virtual > self.level_embed.shape[0]:
-            what = f'size {grid}' if grid is not None else f'length {length}'
-            kind = 'quadtree' if tree.kind == 'quad2d' else f'{self.arity}-ary tree'
-            raise ValueError(
-                f'input {what} has a {num_virtual + 1}-level {kind}, but the level embeddings cover '
-                f'{self.level_embed.shape[0] + 1} levels (seq_len {self.seq_len}, img_size {self.img_size}); build '
-                f'the model for a longer input or with virtual_init="zero"/"mean"')
-        leaves = self.encoder(raw)  # (B, L_tree, dim)
-        if self.pos_embed is not None:
-            leaves = leaves + self._leaf_positions(tree).to(leaves.dtype)
-        if self.virtual_init == 'embed':
-            virtual = torch.cat([self.level_embed[i].expand(n, -1) for i, n in enumerate(tree.level_sizes[1:])])
-            virtual = virtual.to(leaves.dtype).expand(batch, -1, -1)
-        elif self.virtual_init == 'zero':
-            virtual = leaves.new_zeros(batch, tree.parent.numel() - leaves.shape[1], self.embed_dim)
-        else:
-            virtual = _span_means(leaves, tree)
-        node_valid = None if leaf_valid is None else myo_ops._extend_leaf_mask(leaf_valid, tree)
-        return torch.cat([leaves, virtual], dim=1), _Layout(tree, node_valid, length, grid, offset)
-
-    def _leaf_positions(self, tree: ops.MyoTree) -> torch.Tensor:
-        """The position embeddings of this input's leaves: a crop of the designed grid (quadtree) or the first
-        L_tree positions (1-D trees)."""
-        if (tree.kind == 'quad2d') != (self._pos_grid is not None):
-            raise ValueError('pos_embed of a Morton model needs image input (or unflatten_sequences=True); a 1-D '
-                             'model needs sequence or non-Morton image input')
-        if tree.kind == 'quad2d':
-            rows, cols = tree.grid_sizes[0]
-            if rows > self._pos_grid[0] or cols > self._pos_grid[1]:
-                raise ValueError(f'input leaf grid {(rows, cols)} is larger than the position embeddings '
-                                 f'{self._pos_grid} (img_size {self.img_size})')
-            return self.pos_embed.unflatten(1, self._pos_grid)[:, :rows, :cols].flatten(1, 2)
-        if tree.level_sizes[0] > self.pos_embed.shape[1]:
-            raise ValueError(f'input has {tree.level_sizes[0]} leaves, more than the {self.pos_embed.shape[1]} '
-                             f'position embeddings (seq_len {self.seq_len})')
-        return self.pos_embed[:, :tree.level_sizes[0]]
+        spec = self._input_spec()
+        raw, layout = myo_layout(x, padding_mask, spec)
+        return myo_node_inputs(self.encoder(raw), layout, self.level_embed, self.pos_embed, spec), layout
 
     def readout(self, x: torch.Tensor, layout: Optional[_Layout] = None) -> torch.Tensor:
         """Mean of the node features over the top ``readout_levels`` levels (spec §2.7), over the nodes with a
         real leaf under them: (B, N, H) -> (B, H). ``layout``: from ``_embed`` (default: the last forward_features)."""
-        layout = layout or self._layout
+        layout = layout if layout is not None else self._layout
         if layout is None:
             raise ValueError('readout needs the input layout: call forward_features first')
-        tree = layout.tree
-        if x.dim() != 3 or x.shape[1] != tree.parent.numel():
-            raise ValueError(f'x must have shape (B, N, dim) with N={tree.parent.numel()} nodes of the input tree, '
-                             f'got {tuple(x.shape)}')
-        depth = len(tree.level_sizes)
-        keep = depth if self.readout_levels is None else min(self.readout_levels, depth)
-        first = sum(tree.level_sizes[:depth - keep])  # level-major: the top levels are the last nodes
-        if layout.node_valid is None:
-            return x[:, first:].mean(1)
-        weight = layout.node_valid[:, first:, None].to(x.dtype)
-        return (x[:, first:] * weight).sum(1) / weight.sum(1).clamp(min=1)
+        return myo_readout(x, layout, self.readout_levels)
 
     def leaf_map(self, x: torch.Tensor, layout: _Layout, output_fmt: str = 'NCHW') -> torch.Tensor:
         """Leaf features back in the input's layout: (B, H, img_H, img_W) for image input ('NCHW' / 'NHWC'),
@@ -477,7 +542,8 @@ class MyoSequence(nn.Module):
         return self._head(x, None, pre_logits)
 
     def forward(self, x: torch.Tensor, padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        return self._head(*self._features(x, padding_mask))
+        x, layout = self._features(x, padding_mask)
+        return self._head(x, layout)
 
     def forward_intermediates(
             self,
@@ -600,7 +666,9 @@ def myo_param_groups(
 # ---- hierarchical backbone ---------------------------------------------------------------------------------
 
 
-def _pad_to_multiple(x: torch.Tensor, multiple: int) -> torch.Tensor:
+@torch.fx.wrap
+@register_notrace_function  # torch.fx: the padding depends on the input size
+def pad_to_multiple(x: torch.Tensor, multiple: int) -> torch.Tensor:
     """Zero-pad an NCHW map on the right / bottom to a multiple of the conv stride (ceil output size)."""
     pad_h, pad_w = -x.shape[-2] % multiple, -x.shape[-1] % multiple
     return F.pad(x, (0, pad_w, 0, pad_h)) if pad_h or pad_w else x
@@ -640,7 +708,7 @@ class MyoNetStage(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.downsample is not None:
-            x = self.downsample(_pad_to_multiple(x.permute(0, 3, 1, 2), 2)).permute(0, 2, 3, 1)
+            x = self.downsample(pad_to_multiple(x.permute(0, 3, 1, 2), 2)).permute(0, 2, 3, 1)
             x = self.downsample_norm(x)
         if self.grad_checkpointing and not torch.jit.is_scripting():
             return checkpoint_seq(self.blocks, x)
@@ -761,8 +829,8 @@ class MyoNet(nn.Module):
         self.head = head.train(self.training)
 
     def _stem(self, x: torch.Tensor) -> torch.Tensor:
-        _check_image(x, self.in_chans)
-        return self.stem_norm(self.stem(_pad_to_multiple(x, 4)).permute(0, 2, 3, 1))  # NHWC
+        x = pad_to_multiple(check_myo_image(x, self.in_chans), 4)
+        return self.stem_norm(self.stem(x).permute(0, 2, 3, 1))  # NHWC
 
     def _to_output_fmt(self, x: torch.Tensor) -> torch.Tensor:
         return x.permute(0, 3, 1, 2) if self.output_fmt == 'NCHW' else x

@@ -244,6 +244,22 @@ def test_bad_input_raises_value_error(name):
 
 
 @pytest.mark.parametrize('name', MODELS)
+def test_training_after_an_inference_mode_forward(name):
+    """Nothing an inference_mode forward caches (trees, scan orders, kernels) may hold inference tensors: a later
+    forward at the same size under autograd would fail to save them for backward (timm's FX tests do this)."""
+    from ssm_plugins.ops import myo as myo_ops
+
+    for cache in (myo_ops._kary_tree, myo_ops._quadtree):  # empty, so this test's inference_mode call fills them
+        cache.cache_clear()
+    model = _create(name)
+    x = _input(model, family(name).sizes[0], batch=2)
+    with torch.inference_mode():
+        model.eval()(x)
+    model.train()(x).square().mean().backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize('name', MODELS)
 def test_reset_classifier(name):
     model = _create(name).eval()
     x = _input(model, family(name).sizes[0], batch=2)
@@ -284,20 +300,46 @@ def test_no_weight_decay_covers_ssm_parameters(name):
 
 
 # torch.fx (timm's FX feature extraction, torchvision's create_feature_extractor): the model files register their
-# shape-dependent steps with timm's notrace registry. Families whose files do not yet:
-_FX_PENDING = {r'^myo': 'input checks and shape-dependent code not yet registered with timm notrace (issue 13)'}
+# shape-dependent steps (input checks included) with timm's notrace registry, so the traced module runs them on
+# the real input.
+def _fx_traced(model):
+    from timm.models import create_feature_extractor, get_graph_node_names
+
+    _, eval_nodes = get_graph_node_names(model)
+    traced = create_feature_extractor(model, return_nodes=[eval_nodes[-1]]).eval()
+    return lambda *args, **kwargs: next(iter(traced(*args, **kwargs).values()))
 
 
 @pytest.mark.parametrize('name', MODELS)
-def test_fx_trace_equals_eager(name):
-    from timm.models import create_feature_extractor, get_graph_node_names
-
-    for pattern, reason in _FX_PENDING.items():
-        if re.search(pattern, name):
-            pytest.xfail(reason)
+def test_fx_trace_equals_eager_and_keeps_input_checks(name):
     model = _built(name).eval()
+    traced = _fx_traced(model)
     x = _input(model, family(name).sizes[1], batch=2)
-    _, eval_nodes = get_graph_node_names(model)
-    traced = create_feature_extractor(model, return_nodes=[eval_nodes[-1]]).eval()
     with torch.no_grad():
-        torch.testing.assert_close(next(iter(traced(x).values())), model(x), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(traced(x), model(x), rtol=1e-4, atol=1e-5)
+    size, message = _bad_size(name, model)
+    with pytest.raises(ValueError, match=message):
+        traced(_input(model, size))
+    with pytest.raises(ValueError, match='must have shape'):
+        traced(torch.randn(1, model.in_chans + 1, *family(name).sizes[0]))
+
+
+# Optional forward arguments become placeholders of the traced graph: they must act at run time as in eager mode.
+@pytest.mark.parametrize('name', ['essm_retrieval', 'essm_scifar_tiny', 'myo_smnist'])
+def test_fx_traced_optional_inputs_act_at_run_time(name):
+    model = _built(name).eval()
+    traced = _fx_traced(model)
+    padding_mask = (torch.arange(10) >= 7).expand(2, -1)  # the last 3 of 10 steps padded
+    if name == 'essm_retrieval':  # two one-hot documents
+        x = torch.randn(2, 10, model.vocab_size)
+        required, optional = dict(x2=x.flip(1)), dict(padding_mask=padding_mask, mask_blocks=False)
+    else:
+        x = torch.randn(2, 10, model.in_chans)
+        required, optional = {}, dict(padding_mask=padding_mask)
+        if name.startswith('essm'):
+            optional['dt_scale'] = 0.5
+    with torch.no_grad():
+        expected = model(x, **required, **optional)
+        assert not torch.allclose(expected, model(x, **required), rtol=1e-4, atol=1e-5)  # the arguments act
+        torch.testing.assert_close(traced(x, **required, **optional), expected, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(traced(x, **required), model(x, **required), rtol=1e-4, atol=1e-5)

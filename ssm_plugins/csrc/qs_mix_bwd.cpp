@@ -36,7 +36,7 @@ struct BwdScratch {
 //   exact: μ_t = λ_t + C_t g_tᵀ (adjoint of Ā_t h_{t-1});   hydra: λ_t += C_t g_{t+1}ᵀ, μ_t = λ_t
 //   λ_{t-1} = Ā_t μ_t;  dB̄_t = λ_t x_t;  dx_t = B̄_tᵀ λ_t;  d(Δ_t A) = Ā_t Σ_p μ_t h_{t-1}
 template <typename scalar_t>
-void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t part, int64_t b, int64_t h,
+QS_INLINE void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t part, int64_t b, int64_t h,
                         BwdScratch<at::opmath_type<scalar_t>>& w) {
   using acc_t = at::opmath_type<scalar_t>;
   const FwdArgs<scalar_t>& f = a.f;
@@ -47,19 +47,19 @@ void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t part, int64
   const int64_t n_chunks = (s.L + chunk - 1) / chunk;
   const acc_t* Arow = d.A + h * d.A_cols;
   const int64_t a_step = d.A_cols == 1 ? 0 : 1;  // Arow[n * a_step] is A[h, n]
-  auto order = [&](int64_t i) { return reverse ? s.L - 1 - i : i; };
-  auto delta_at = [&](int64_t t) {
+  auto order = [&](int64_t i) QS_LAMBDA_INLINE { return reverse ? s.L - 1 - i : i; };
+  auto delta_at = [&](int64_t t) QS_LAMBDA_INLINE {
     const acc_t v = raw_delta(d, b, t, h);
     return f.softplus_dt ? softplus(v) : v;
   };
-  auto load = [&](const scalar_t* base, const int64_t* st, int64_t t, std::vector<acc_t>& dst) {
+  auto load = [&](const scalar_t* base, const int64_t* st, int64_t t, std::vector<acc_t>& dst) QS_LAMBDA_INLINE {
     const scalar_t* row = base + b * st[0] + t * st[1] + h * st[2];
     for (int64_t p = 0; p < P; ++p) dst[p] = static_cast<acc_t>(row[p * st[3]]);
   };
-  auto B_row = [&](int64_t t) { return d.B + b * d.B_s[0] + t * d.B_s[1] + g * d.B_s[2]; };
-  auto C_row = [&](int64_t t) { return d.C + b * d.C_s[0] + t * d.C_s[1] + g * d.C_s[2]; };
+  auto B_row = [&](int64_t t) QS_LAMBDA_INLINE { return d.B + b * d.B_s[0] + t * d.B_s[1] + g * d.B_s[2]; };
+  auto C_row = [&](int64_t t) QS_LAMBDA_INLINE { return d.C + b * d.C_s[0] + t * d.C_s[1] + g * d.C_s[2]; };
   // state <- Ā_t state + B̄_t x_t, leaving Ā_t in `decay`
-  auto step = [&](int64_t t, acc_t* state, acc_t* decay) {
+  auto step = [&](int64_t t, acc_t* state, acc_t* decay) QS_LAMBDA_INLINE {
     const acc_t delta = delta_at(t);
     load(f.x, f.x_s, t, w.xt);
     fill_decays(d, h, delta, N, decay);
@@ -134,39 +134,68 @@ void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t part, int64
           for (int64_t n = 0; n < N; ++n) dA_row[n] += delta * w.dlogdecay[n];
         }
       } else {
-        for (int64_t n = 0; n < N; ++n) {
-          const acc_t* hp = hprev + n * P;
-          acc_t* ln = lam + n * P;
-          const acc_t Bn = w.bv[n], Cn = w.cv[n], dn = decay[n];
-          acc_t dCn = 0, lam_x = 0, mu_h = 0;
-          const acc_t* xt = w.xt.data();
-          // The sums over p are reductions: without `omp simd reduction` the compiler may not reorder them
-          // and leaves the loop scalar (the backward ran at 12x its forward on K2's heads of 64).
-          if (hydra) {
+        // Blocks of kBlock features outer, states inner: the block's dx stays in registers across the N
+        // states; the per-state sums over p (dC, λ·x, μ·h) are accumulated over the blocks.
+        acc_t* dC_sum = w.dx_terms.data();
+        acc_t* lamx_sum = w.ddelta_terms.data();
+        acc_t* muh_sum = w.dlogdecay.data();
+        std::fill(dC_sum, dC_sum + N, acc_t(0));
+        std::fill(lamx_sum, lamx_sum + N, acc_t(0));
+        std::fill(muh_sum, muh_sum + N, acc_t(0));
+        const acc_t* xt = w.xt.data();
+        // The sums over p are reductions: without `omp simd reduction` the compiler may not reorder them
+        // and leaves the loop scalar (the backward ran at 12x its forward on K2's heads of 64).
+        auto block = [&](int64_t p0, int64_t width, acc_t* dx_block) QS_LAMBDA_INLINE {
+          for (int64_t n = 0; n < N; ++n) {
+            const acc_t* hp = hprev + n * P + p0;
+            acc_t* ln = lam + n * P + p0;
+            const acc_t* gp = g_read + p0;
+            const acc_t* xp = xt + p0;
+            const acc_t Bn = w.bv[n], Cn = w.cv[n], dn = decay[n];
+            acc_t dCn = 0, lam_x = 0, mu_h = 0;
+            if (hydra) {
 #pragma omp simd reduction(+ : dCn, lam_x, mu_h)
-            for (int64_t p = 0; p < P; ++p) {
-              dCn += g_read[p] * (dn * hp[p] + delta * Bn * xt[p]);  // g_{t+1} · h_t
-              const acc_t mu = ln[p] + Cn * g_read[p];  // λ_t += C_t g_{t+1}, μ_t = λ_t
-              lam_x += mu * xt[p];
-              mu_h += mu * hp[p];
-              dx_t[p] += delta * Bn * mu;
-              ln[p] = dn * mu;
-            }
-          } else {
+              for (int64_t p = 0; p < width; ++p) {
+                dCn += gp[p] * (dn * hp[p] + delta * Bn * xp[p]);  // g_{t+1} · h_t
+                const acc_t mu = ln[p] + Cn * gp[p];  // λ_t += C_t g_{t+1}, μ_t = λ_t
+                lam_x += mu * xp[p];
+                mu_h += mu * hp[p];
+                dx_block[p] += Bn * mu;
+                ln[p] = dn * mu;
+              }
+            } else {
 #pragma omp simd reduction(+ : dCn, lam_x, mu_h)
-            for (int64_t p = 0; p < P; ++p) {
-              dCn += g_read[p] * dn * hp[p];  // g_t · (Ā_t h_{t-1})
-              const acc_t mu = ln[p] + Cn * g_read[p];
-              lam_x += ln[p] * xt[p];
-              mu_h += mu * hp[p];
-              dx_t[p] += delta * Bn * ln[p];
-              ln[p] = dn * mu;
+              for (int64_t p = 0; p < width; ++p) {
+                dCn += gp[p] * dn * hp[p];  // g_t · (Ā_t h_{t-1})
+                const acc_t mu = ln[p] + Cn * gp[p];
+                lam_x += ln[p] * xp[p];
+                mu_h += mu * hp[p];
+                dx_block[p] += Bn * ln[p];
+                ln[p] = dn * mu;
+              }
             }
+            dC_sum[n] += dCn;
+            lamx_sum[n] += lam_x;
+            muh_sum[n] += mu_h;
           }
-          dC_t[n] += dCn;
-          dB_t[n] += delta * lam_x;
-          const acc_t d_logdecay = mu_h * dn;
-          ddelta += Bn * lam_x + d_logdecay * Arow[n * a_step];
+        };
+        int64_t p0 = 0;
+        for (; p0 + kBlock <= P; p0 += kBlock) {
+          acc_t dx_block[kBlock] = {};
+          block(p0, kBlock, dx_block);
+#pragma omp simd
+          for (int64_t p = 0; p < kBlock; ++p) dx_t[p0 + p] += delta * dx_block[p];
+        }
+        if (p0 < P) {  // the last P % kBlock features
+          acc_t dx_block[kBlock] = {};
+          block(p0, P - p0, dx_block);
+          for (int64_t p = 0; p < P - p0; ++p) dx_t[p0 + p] += delta * dx_block[p];
+        }
+        for (int64_t n = 0; n < N; ++n) {
+          dC_t[n] += dC_sum[n];
+          dB_t[n] += delta * lamx_sum[n];
+          const acc_t d_logdecay = muh_sum[n] * decay[n];
+          ddelta += w.bv[n] * lamx_sum[n] + d_logdecay * Arow[n * a_step];
           dA_row[n * a_step] += d_logdecay * delta;
         }
       }
@@ -176,33 +205,78 @@ void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t part, int64
   }
 }
 
+// Rows [begin, end) of work part `part`: both directions' adjoints, then the free diagonal's gradients.
 template <typename scalar_t>
-void bwd_cpu_kernel(const BwdArgs<scalar_t>& a, int64_t parts) {
+QS_INLINE void bwd_rows(const BwdArgs<scalar_t>& a, int64_t part, int64_t begin, int64_t end,
+                        BwdScratch<at::opmath_type<scalar_t>>& w) {
   using acc_t = at::opmath_type<scalar_t>;
   const FwdArgs<scalar_t>& f = a.f;
   const MixShape& s = f.s;
+  for (int64_t row = begin; row < end; ++row) {
+    const int64_t b = row / s.H, h = row % s.H;
+    std::fill(w.dx_acc.begin(), w.dx_acc.end(), acc_t(0));
+    for (int dir = 0; dir < 2; ++dir) scan_direction_bwd(a, dir, part, b, h, w);
+    // The free diagonal: y_t += gamma_t x_t.
+    for (int64_t t = 0; t < s.L; ++t) {
+      const acc_t gam = f.gamma[b * f.gamma_s[0] + t * f.gamma_s[1] + h * f.gamma_s[2]];
+      const scalar_t* xrow = f.x + b * f.x_s[0] + t * f.x_s[1] + h * f.x_s[2];
+      const scalar_t* grow = a.grad + b * a.grad_s[0] + t * a.grad_s[1] + h * a.grad_s[2];
+      scalar_t* dxrow = a.dx + ((b * s.L + t) * s.H + h) * s.P;
+      acc_t dgam = 0;
+      for (int64_t p = 0; p < s.P; ++p) {
+        const acc_t gv = static_cast<acc_t>(grow[p * a.grad_s[3]]);
+        dgam += gv * static_cast<acc_t>(xrow[p * f.x_s[3]]);
+        dxrow[p] = static_cast<scalar_t>(w.dx_acc[t * s.P + p] + gam * gv);
+      }
+      a.dgamma[(b * s.L + t) * s.H + h] = dgam;
+    }
+  }
+}
+
+template <typename scalar_t>
+using BwdRowsFn = void (*)(const BwdArgs<scalar_t>&, int64_t, int64_t, int64_t, BwdScratch<at::opmath_type<scalar_t>>&);
+
+template <typename scalar_t>
+void bwd_rows_generic(const BwdArgs<scalar_t>& a, int64_t part, int64_t begin, int64_t end,
+                      BwdScratch<at::opmath_type<scalar_t>>& w) {
+  bwd_rows(a, part, begin, end, w);
+}
+
+#ifdef QS_X86_VARIANTS
+template <typename scalar_t>
+QS_TARGET_AVX2 void bwd_rows_avx2(const BwdArgs<scalar_t>& a, int64_t part, int64_t begin, int64_t end,
+                                  BwdScratch<at::opmath_type<scalar_t>>& w) {
+  bwd_rows(a, part, begin, end, w);
+}
+
+template <typename scalar_t>
+QS_TARGET_AVX512 void bwd_rows_avx512(const BwdArgs<scalar_t>& a, int64_t part, int64_t begin, int64_t end,
+                                      BwdScratch<at::opmath_type<scalar_t>>& w) {
+  bwd_rows(a, part, begin, end, w);
+}
+#endif
+
+template <typename scalar_t>
+BwdRowsFn<scalar_t> pick_bwd_rows() {
+#ifdef QS_X86_VARIANTS
+  switch (qs_isa()) {
+    case QsIsa::avx512: return bwd_rows_avx512<scalar_t>;
+    case QsIsa::avx2: return bwd_rows_avx2<scalar_t>;
+    default: break;
+  }
+#endif
+  return bwd_rows_generic<scalar_t>;
+}
+
+template <typename scalar_t>
+void bwd_cpu_kernel(const BwdArgs<scalar_t>& a, int64_t parts) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const MixShape& s = a.f.s;
+  const BwdRowsFn<scalar_t> rows = pick_bwd_rows<scalar_t>();
   const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(s.L)))));
   for_each_part(s.batch * s.H, parts, [&](int64_t part, int64_t begin, int64_t end) {
     BwdScratch<acc_t> w(s, chunk);
-    for (int64_t row = begin; row < end; ++row) {
-      const int64_t b = row / s.H, h = row % s.H;
-      std::fill(w.dx_acc.begin(), w.dx_acc.end(), acc_t(0));
-      for (int dir = 0; dir < 2; ++dir) scan_direction_bwd(a, dir, part, b, h, w);
-      // The free diagonal: y_t += gamma_t x_t.
-      for (int64_t t = 0; t < s.L; ++t) {
-        const acc_t gam = f.gamma[b * f.gamma_s[0] + t * f.gamma_s[1] + h * f.gamma_s[2]];
-        const scalar_t* xrow = f.x + b * f.x_s[0] + t * f.x_s[1] + h * f.x_s[2];
-        const scalar_t* grow = a.grad + b * a.grad_s[0] + t * a.grad_s[1] + h * a.grad_s[2];
-        scalar_t* dxrow = a.dx + ((b * s.L + t) * s.H + h) * s.P;
-        acc_t dgam = 0;
-        for (int64_t p = 0; p < s.P; ++p) {
-          const acc_t gv = static_cast<acc_t>(grow[p * a.grad_s[3]]);
-          dgam += gv * static_cast<acc_t>(xrow[p * f.x_s[3]]);
-          dxrow[p] = static_cast<scalar_t>(w.dx_acc[t * s.P + p] + gam * gv);
-        }
-        a.dgamma[(b * s.L + t) * s.H + h] = dgam;
-      }
-    }
+    rows(a, part, begin, end, w);
   });
 }
 

@@ -4,15 +4,61 @@
 #include "qs_mix.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
+
+// The per-row work of both kernels is compiled three times, for AVX-512, AVX2 and baseline x86-64 (the
+// build's -O3 alone targets SSE2: 4 float lanes), and picked at run time as selective_scan's cores are. Every
+// helper the rows call is always_inline, so it is compiled with its caller's instruction set.
+#if defined(__GNUC__) && !defined(__clang__)
+#define QS_INLINE inline __attribute__((always_inline))
+#define QS_LAMBDA_INLINE __attribute__((always_inline))
+#else
+#define QS_INLINE inline
+#define QS_LAMBDA_INLINE
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define QS_X86_VARIANTS 1
+#define QS_TARGET_AVX2 __attribute__((target("avx2,fma,bmi2")))
+#define QS_TARGET_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma,bmi2")))
+#endif
 
 namespace ssm_plugins {
 namespace {  // the op's private helpers keep internal linkage, as when the op was one file
 
+enum class QsIsa { generic, avx2, avx512 };
+
+// The widest instruction set of this CPU; SSM_PLUGINS_CPU_ISA=generic|avx2|avx512 narrows it (as for the scan).
+inline QsIsa qs_isa() {
+  static const QsIsa best = [] {
+#ifdef QS_X86_VARIANTS
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2"))
+      return QsIsa::avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2"))
+      return QsIsa::avx2;
+#endif
+    return QsIsa::generic;
+  }();
+  const char* env = std::getenv("SSM_PLUGINS_CPU_ISA");
+  if (env == nullptr || *env == '\0') return best;
+  const std::string want(env);
+  SSM_CHECK(want == "generic" || want == "avx2" || want == "avx512",
+            "SSM_PLUGINS_CPU_ISA must be generic, avx2 or avx512, got ", want);
+  const QsIsa asked = want == "avx512" ? QsIsa::avx512 : (want == "avx2" ? QsIsa::avx2 : QsIsa::generic);
+  return static_cast<int>(asked) < static_cast<int>(best) ? asked : best;
+}
+
+// Features per register block of the head layout's loops over p (two AVX-512 vectors of float).
+constexpr int64_t kBlock = 32;
+
 // Δ before the softplus: dt + dt_bias.
 template <typename acc_t>
-inline acc_t raw_delta(const Direction<acc_t>& d, int64_t b, int64_t t, int64_t h) {
+QS_INLINE acc_t raw_delta(const Direction<acc_t>& d, int64_t b, int64_t t, int64_t h) {
   return d.dt[b * d.dt_s[0] + t * d.dt_s[1] + h * d.dt_s[2]] + (d.bias ? d.bias[h] : acc_t(0));
 }
 
@@ -20,7 +66,7 @@ inline acc_t raw_delta(const Direction<acc_t>& d, int64_t b, int64_t t, int64_t 
 // clamp inside the polynomial loop defeats the vectoriser): clamp to [-87, 88] (below -87 the result is
 // ~1e-38 instead of a subnormal or 0), then 2^k e^r with k = round(v / ln 2), |r| <= ln2 / 2 and e^r by its
 // Taylor polynomial to r^7 (truncation < 6e-9; measured max relative error 2.1e-7 over the range).
-inline void exp_in_place(float* v, int64_t N) {
+QS_INLINE void exp_in_place(float* v, int64_t N) {
   for (int64_t n = 0; n < N; ++n) v[n] = v[n] < -87.0f ? -87.0f : (v[n] > 88.0f ? 88.0f : v[n]);
   for (int64_t n = 0; n < N; ++n) {
     const float round_magic = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to an integer
@@ -41,13 +87,13 @@ inline void exp_in_place(float* v, int64_t N) {
   }
 }
 
-inline void exp_in_place(double* v, int64_t N) {  // float64 stays libm-exact
+QS_INLINE void exp_in_place(double* v, int64_t N) {  // float64 stays libm-exact
   for (int64_t n = 0; n < N; ++n) v[n] = std::exp(v[n]);
 }
 
 // Ā_t per state index n for head h: exp(Δ A[h, n]).
 template <typename acc_t>
-inline void fill_decays(const Direction<acc_t>& d, int64_t h, acc_t delta, int64_t N, acc_t* decay) {
+QS_INLINE void fill_decays(const Direction<acc_t>& d, int64_t h, acc_t delta, int64_t N, acc_t* decay) {
   const acc_t* Arow = d.A + h * d.A_cols;
   if (d.A_cols == 1) {
     std::fill(decay, decay + N, std::exp(delta * Arow[0]));
@@ -59,7 +105,7 @@ inline void fill_decays(const Direction<acc_t>& d, int64_t h, acc_t delta, int64
 
 // v[0] + ... + v[N-1] in four interleaved partial sums (vectorises without reassociating a serial chain).
 template <typename acc_t>
-inline acc_t sum(const acc_t* v, int64_t N) {
+QS_INLINE acc_t sum(const acc_t* v, int64_t N) {
   acc_t part[4] = {0, 0, 0, 0};
   int64_t n = 0;
   for (; n + 4 <= N; n += 4) {
@@ -71,7 +117,7 @@ inline acc_t sum(const acc_t* v, int64_t N) {
 }
 
 template <typename acc_t>
-inline acc_t softplus_grad(acc_t v) {
+QS_INLINE acc_t softplus_grad(acc_t v) {
   return v > acc_t(20) ? acc_t(1) : acc_t(1) / (acc_t(1) + std::exp(-v));
 }
 

@@ -14,7 +14,7 @@ struct FwdScratch {
 
 // Adds one direction's strict-scan output for row (b, h) to out[t * P + p].
 template <typename scalar_t>
-void scan_direction(const FwdArgs<scalar_t>& a, const Direction<at::opmath_type<scalar_t>>& d, bool reverse,
+QS_INLINE void scan_direction(const FwdArgs<scalar_t>& a, const Direction<at::opmath_type<scalar_t>>& d, bool reverse,
                     int64_t b, int64_t h, FwdScratch<at::opmath_type<scalar_t>>& w,
                     std::vector<at::opmath_type<scalar_t>>& out) {
   using acc_t = at::opmath_type<scalar_t>;
@@ -49,13 +49,32 @@ void scan_direction(const FwdArgs<scalar_t>& a, const Direction<at::opmath_type<
       }
       yt[0] += sum(w.term.data(), N);
     } else {
-      for (int64_t n = 0; n < N; ++n) {
+      // Blocks of kBlock features: the block's outputs stay in registers across the N states (a loop over p
+      // inside n, as before, re-read and re-wrote y_t N times and ran its short loop's alias checks per n).
+      const acc_t* xt = w.xt.data();
+      int64_t p0 = 0;
+      for (; p0 + kBlock <= P; p0 += kBlock) {
+        acc_t acc[kBlock] = {};
+        for (int64_t n = 0; n < N; ++n) {
+          const acc_t decay = w.decay[n], dB = w.dB[n], c = w.c[n];
+          acc_t* hn = state + n * P + p0;
+#pragma omp simd
+          for (int64_t p = 0; p < kBlock; ++p) {
+            const acc_t z = decay * hn[p];
+            acc[p] += c * (hydra ? hn[p] : z);
+            hn[p] = z + dB * xt[p0 + p];
+          }
+        }
+#pragma omp simd
+        for (int64_t p = 0; p < kBlock; ++p) yt[p0 + p] += acc[p];
+      }
+      for (int64_t n = 0; n < N && p0 < P; ++n) {  // the last P % kBlock features
         const acc_t decay = w.decay[n], dB = w.dB[n], c = w.c[n];
         acc_t* hn = state + n * P;
-        for (int64_t p = 0; p < P; ++p) {
+        for (int64_t p = p0; p < P; ++p) {
           const acc_t z = decay * hn[p];
           yt[p] += c * (hydra ? hn[p] : z);
-          hn[p] = z + dB * w.xt[p];
+          hn[p] = z + dB * xt[p];
         }
       }
     }
@@ -63,32 +82,78 @@ void scan_direction(const FwdArgs<scalar_t>& a, const Direction<at::opmath_type<
   }
 }
 
+// Rows [begin, end): both strict scans, then the free diagonal, written to y.
+template <typename scalar_t>
+QS_INLINE void fwd_rows(const FwdArgs<scalar_t>& a, int64_t begin, int64_t end,
+                        FwdScratch<at::opmath_type<scalar_t>>& scratch, std::vector<at::opmath_type<scalar_t>>& out) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const MixShape& s = a.s;
+  for (int64_t row = begin; row < end; ++row) {
+    const int64_t b = row / s.H, h = row % s.H;
+    std::fill(out.begin(), out.end(), acc_t(0));
+    scan_direction(a, a.fwd, false, b, h, scratch, out);
+    scan_direction(a, a.rev, true, b, h, scratch, out);
+    for (int64_t t = 0; t < s.L; ++t) {
+      const acc_t gam = a.gamma[b * a.gamma_s[0] + t * a.gamma_s[1] + h * a.gamma_s[2]];
+      const scalar_t* xrow = a.x + b * a.x_s[0] + t * a.x_s[1] + h * a.x_s[2];
+      scalar_t* yrow = a.y + b * a.y_s[0] + t * a.y_s[1] + h * a.y_s[2];
+      for (int64_t p = 0; p < s.P; ++p) {
+        yrow[p * a.y_s[3]] = static_cast<scalar_t>(out[t * s.P + p] + gam * static_cast<acc_t>(xrow[p * a.x_s[3]]));
+      }
+    }
+  }
+}
+
+template <typename scalar_t>
+using FwdRowsFn = void (*)(const FwdArgs<scalar_t>&, int64_t, int64_t, FwdScratch<at::opmath_type<scalar_t>>&,
+                           std::vector<at::opmath_type<scalar_t>>&);
+
+template <typename scalar_t>
+void fwd_rows_generic(const FwdArgs<scalar_t>& a, int64_t begin, int64_t end,
+                      FwdScratch<at::opmath_type<scalar_t>>& scratch, std::vector<at::opmath_type<scalar_t>>& out) {
+  fwd_rows(a, begin, end, scratch, out);
+}
+
+#ifdef QS_X86_VARIANTS
+template <typename scalar_t>
+QS_TARGET_AVX2 void fwd_rows_avx2(const FwdArgs<scalar_t>& a, int64_t begin, int64_t end,
+                                  FwdScratch<at::opmath_type<scalar_t>>& scratch,
+                                  std::vector<at::opmath_type<scalar_t>>& out) {
+  fwd_rows(a, begin, end, scratch, out);
+}
+
+template <typename scalar_t>
+QS_TARGET_AVX512 void fwd_rows_avx512(const FwdArgs<scalar_t>& a, int64_t begin, int64_t end,
+                                      FwdScratch<at::opmath_type<scalar_t>>& scratch,
+                                      std::vector<at::opmath_type<scalar_t>>& out) {
+  fwd_rows(a, begin, end, scratch, out);
+}
+#endif
+
+template <typename scalar_t>
+FwdRowsFn<scalar_t> pick_fwd_rows() {
+#ifdef QS_X86_VARIANTS
+  switch (qs_isa()) {
+    case QsIsa::avx512: return fwd_rows_avx512<scalar_t>;
+    case QsIsa::avx2: return fwd_rows_avx2<scalar_t>;
+    default: break;
+  }
+#endif
+  return fwd_rows_generic<scalar_t>;
+}
+
 template <typename scalar_t>
 void fwd_cpu_kernel(const FwdArgs<scalar_t>& a) {
   using acc_t = at::opmath_type<scalar_t>;
   const MixShape& s = a.s;
+  const FwdRowsFn<scalar_t> rows = pick_fwd_rows<scalar_t>();
   // One (batch, head) row per task: both scans are sequential in L and independent across rows. Rows are
   // handed out in grabs of about 32k state updates (one row at the head layout's P = 64).
   const int64_t grab = std::max<int64_t>(1, 32768 / (2 * s.L * s.N * s.P + 1));
   dynamic_for_intra(s.batch * s.H, grab, at::get_num_threads(), [&](auto take) {
     FwdScratch<acc_t> scratch(s.N, s.P);
     std::vector<acc_t> out(s.L * s.P);
-    for (int64_t begin, end; take(begin, end);) {
-      for (int64_t row = begin; row < end; ++row) {
-        const int64_t b = row / s.H, h = row % s.H;
-        std::fill(out.begin(), out.end(), acc_t(0));
-        scan_direction(a, a.fwd, false, b, h, scratch, out);
-        scan_direction(a, a.rev, true, b, h, scratch, out);
-        for (int64_t t = 0; t < s.L; ++t) {
-          const acc_t gam = a.gamma[b * a.gamma_s[0] + t * a.gamma_s[1] + h * a.gamma_s[2]];
-          const scalar_t* xrow = a.x + b * a.x_s[0] + t * a.x_s[1] + h * a.x_s[2];
-          scalar_t* yrow = a.y + b * a.y_s[0] + t * a.y_s[1] + h * a.y_s[2];
-          for (int64_t p = 0; p < s.P; ++p) {
-            yrow[p * a.y_s[3]] = static_cast<scalar_t>(out[t * s.P + p] + gam * static_cast<acc_t>(xrow[p * a.x_s[3]]));
-          }
-        }
-      }
-    }
+    for (int64_t begin, end; take(begin, end);) rows(a, begin, end, scratch, out);
   });
 }
 

@@ -365,3 +365,23 @@ def test_cuda_matches_cpu(qs_shift):
         y = qs_mix(*dev, **{**kw, "dt_bias": kw["dt_bias"].cuda()})
         want = qs_mix(*[v.cpu() for v in dev], **kw)
         torch.testing.assert_close(y.cpu().float(), want.float(), rtol=1e-2, atol=1e-2)
+
+
+# ---- instruction-set variants of the CPU kernel ----------------------------------------------------------
+
+@needs_kernel
+@pytest.mark.parametrize("isa", ["generic", "avx2", "avx512"])  # a CPU without one runs its best instead
+@pytest.mark.parametrize("qs_shift", ["exact", "hydra"])
+@pytest.mark.parametrize("feat", [1, 32, 70])  # the Mamba-layout path, one whole register block, two + a tail
+def test_every_instruction_set_matches_the_reference(monkeypatch, isa, qs_shift, feat):
+    monkeypatch.setenv("SSM_PLUGINS_CPU_ISA", isa)
+    t = make_inputs(length=13, heads=2, feat=feat, n_state=16, groups=1, scalar_a=feat > 1, dtype=torch.float32)
+    t = {k: v.requires_grad_(True) for k, v in t.items()}
+    kw = dict(qs_shift=qs_shift, dt_softplus=True)
+    got = qs_mix(*positional(t), **kw)
+    grads = torch.autograd.grad(got, list(t.values()), torch.ones_like(got))
+    want = run_reference(t, monkeypatch, **kw)
+    want_grads = torch.autograd.grad(want, list(t.values()), torch.ones_like(want))
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    for name, g, w in zip(t, grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-3, atol=1e-3, msg=lambda m: f"{name}: {m}")

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from ssm_plugins.ops import _backend
-from ssm_plugins.ops.myo import myo_quadtree, myo_tree
+from ssm_plugins.ops.myo import myo_quadtree, myo_tree, myo_tree_from_parent
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cuda_harness"))
 import harness  # noqa: E402
@@ -217,6 +217,50 @@ def test_myo_solve(cuda, dtype, form):
     assert_same(cuda.myo_solve_bwd(grad_x, x, *args), OPS.myo_solve_bwd(grad_x, x, *args), dtype, "bwd")
 
 
+def random_forest(num_nodes: int, roots: int, gen) -> torch.Tensor:
+    """Parent indices of a random level-major forest (parent[v] > v; `roots` nodes at the end without a parent):
+    leaves at many depths, so levels are not contiguous and most sweep windows are short."""
+    parent = torch.full((num_nodes,), -1, dtype=torch.long)
+    for v in range(num_nodes - roots):
+        hi = min(num_nodes, v + 6)
+        parent[v] = int(torch.randint(v + 1, hi, (1,), generator=gen))
+    return parent
+
+
+MYO_ODD_CASES = [  # (tree, batch, channels, form)
+    ("kary", 2, 13, "pyramid"),   # 1400 nodes: levels longer than a window; 6-channel tiles and a 1-channel tail
+    ("quad", 1, 37, "per_node"),  # 9x23 pixels: tiles of 8 channels and a 5-channel tail
+    ("forest", 2, 5, "shared_b"),  # random forest (levels not contiguous), b (1, N, C) shared by the batch
+]
+
+
+def myo_odd_case(case: int, dtype=torch.float64):
+    """(args, want) of the forward solve of MYO_ODD_CASES[case] (CPU kernel)."""
+    kind, batch, channels, form = MYO_ODD_CASES[case]
+    gen = torch.Generator().manual_seed(6)
+    tree = {"kary": lambda: myo_tree(700, 2), "quad": lambda: myo_quadtree(9, 23),
+            "forest": lambda: myo_tree_from_parent(random_forest(120, 3, gen))}[kind]()
+    n, depth = tree.parent.numel(), len(tree.level_sizes)
+    u = torch.randn(batch, n, channels, generator=gen,
+                    dtype=torch.complex128 if dtype.is_complex else torch.float64).to(dtype)
+    if form == "pyramid":
+        b, b_index = myo_weights((1, depth, channels), dtype, tree.arity, gen), tree.level
+    else:
+        b, b_index = myo_weights((batch if form == "per_node" else 1, n, channels), dtype, tree.arity, gen), None
+    args = (u, b, tree.parent, b_index, form == "per_node")
+    return args, OPS.myo_solve_fwd(*args)
+
+
+@pytest.mark.parametrize("dtype, case", matrix([torch.float64, torch.float32, torch.complex64], len(MYO_ODD_CASES)))
+def test_myo_solve_odd_trees(cuda, dtype, case):
+    args, x = myo_odd_case(case, dtype)
+    assert_same(cuda.myo_solve_fwd(*args), x, dtype, "fwd")
+    grad_x = torch.randn(x.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64 if not
+                         dtype.is_complex else torch.complex128).to(dtype)
+    rest = args[1:]
+    assert_same(cuda.myo_solve_bwd(grad_x, x, *rest), OPS.myo_solve_bwd(grad_x, x, *rest), dtype, "bwd")
+
+
 # ---- the harness catches bugs -----------------------------------------------------------------------------
 
 def planted(name: str, old: str, new: str, count: int | None = None) -> harness.Harness:
@@ -256,6 +300,19 @@ def test_harness_catches_a_missing_barrier_in_the_block_scan(cuda):
                      "  if (pos == 31) warp_total[warp] = inc;\n", count=1)
     got = broken.selective_scan_fwd(*args)
     assert rel_err(got[0], want[0]) > 1e-3
+
+
+def test_harness_catches_a_missing_barrier_before_the_myo_edge_gradients(cuda):
+    """The Myo backward reads the solution of every node and its parent for the edge gradients, in another
+    assignment of nodes to threads than the down-sweep that wrote them; without the barrier between the two,
+    warps read nodes of the last level that other warps have not written yet."""
+    args, x = myo_odd_case(0)
+    grad_x = randn(*x.shape, gen=torch.Generator().manual_seed(9))
+    want = OPS.myo_solve_bwd(grad_x, x, *args[1:])
+    assert_same(cuda.myo_solve_bwd(grad_x, x, *args[1:]), want, torch.float64)
+    broken = planted("myo.cu", "  __syncthreads();  // the gradient reads", "  // barrier removed; the gradient reads",
+                     count=1)
+    assert rel_err(broken.myo_solve_bwd(grad_x, x, *args[1:])[1], want[1]) > 1e-3
 
 
 def test_harness_catches_an_out_of_bounds_index(cuda):
@@ -329,7 +386,7 @@ def test_harness_reports_a_shuffle_with_exited_lanes_and_a_shared_memory_overrun
     assert code == 700 and "illegal address: 4-byte access" in message and "element 32 of an allocation of 32" in message
 
 
-@pytest.mark.parametrize("op", ["selective_scan", "essm", "qs_mix"])
+@pytest.mark.parametrize("op", ["selective_scan", "essm", "qs_mix", "myo"])
 def test_kernels_are_right_with_all_warps_running_concurrently(cuda, op):
     """The default schedule runs one warp at a time between barriers; the kernels must also be right when every
     warp of the block is a free-running OS thread (the interleavings the OS picks)."""
@@ -343,6 +400,12 @@ def test_kernels_are_right_with_all_warps_running_concurrently(cuda, op):
         elif op == "essm":
             args, want = essm_bwd_case()  # 256-thread blocks reducing through shared memory
             assert_same(cuda.essm_kernel_bwd(*args), want, torch.float64)
+        elif op == "myo":
+            args, want = myo_odd_case(0)  # level windows ordered by the reductions' barriers, atomics into parents
+            assert_same(cuda.myo_solve_fwd(*args), want, torch.float64)
+            grad_x = randn(*want.shape, gen=torch.Generator().manual_seed(8))
+            assert_same(cuda.myo_solve_bwd(grad_x, want, *args[1:]), OPS.myo_solve_bwd(grad_x, want, *args[1:]),
+                        torch.float64)
         else:
             args, gen = qs_args(torch.float64, *QS_CASES[0])  # 128-thread blocks, segmented warp sums
             g = randn(*args[0].shape, gen=gen)

@@ -1,9 +1,11 @@
-// Myosotis tree-solve CUDA kernel (spec myosotis.md §2.3, §2.9). One thread per (batch, channel) runs the
-// up-sweep over the nodes in storage order (children before parents) and the down-sweep in reverse, with
-// its pivots and right-hand sides in a (batch, N, C) scratch buffer: neighbouring threads are neighbouring
-// channels, so every access is coalesced. Linear in N, exact, deterministic (no atomics). The tiled
-// subtree decomposition of spec §6.2 (parallel over nodes as well) is a later optimisation.
-// No torch headers here (see setup.py).
+// Myosotis tree-solve CUDA kernel (spec myosotis.md §2.3, §2.9, §6.2). A block per (batch element, tile of up
+// to 32 channels) sweeps the tree level by level: the nodes of a level (a window of consecutive nodes no one of
+// which is another's parent) are solved in parallel, a node's channels by adjacent threads (coalesced), with
+// each thread's consecutive siblings summed before one atomic into their parent; barriers separate the levels.
+// Up-sweep pivots and right-hand sides, down-sweep back-substitution, then (backward) the edge gradients,
+// summed per thread while the level-shared row repeats before one atomic. Linear in N; the sums into a parent
+// are atomics, so results may differ between runs by rounding. The tiled subtree decomposition of spec §6.2
+// (several blocks per tree) is not done. No torch headers here (see setup.py).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -52,54 +54,147 @@ template <typename S> __device__ inline S store(typename Types<S>::Acc v) { retu
 template <> __device__ inline __half store<__half>(float v) { return __float2half(v); }
 template <> __device__ inline __nv_bfloat16 store<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
 
+constexpr int kThreads = 256;
+constexpr int kRun = 4;  // consecutive nodes per thread in a window: siblings' messages summed before one atomic
+
+template <typename T> __device__ inline void atomic_add(global_ptr<T> p, T v) { atomicAdd(p, v); }
+template <typename R> __device__ inline void atomic_add(global_ptr<Complex<R>> p, Complex<R> v) {
+  Complex<R>& cell = *p;  // one bounds check for both parts
+  atomicAdd(&cell.re, v.re);
+  atomicAdd(&cell.im, v.im);
+}
+
+// Block-wide min (or max) of one int64 per thread; every thread gets the result. `slots` holds one value per
+// warp; consecutive calls alternate between two slot arrays, so the barrier of call k + 1 (which every thread
+// reaches after reading call k's slots) orders call k's reads before call k + 2's writes: one barrier a call.
+template <bool kMax>
+__device__ inline int64_t block_reduce(int64_t v, int64_t* slots) {
+  for (int k = 16; k > 0; k /= 2) {
+    const int64_t o = __shfl_xor_sync(0xffffffffu, v, k);
+    v = kMax ? (o > v ? o : v) : (o < v ? o : v);
+  }
+  if ((threadIdx.x & 31u) == 0) slots[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = slots[0];
+  for (unsigned w = 1; w < blockDim.x / 32; ++w) v = kMax ? (slots[w] > v ? slots[w] : v) : (slots[w] < v ? slots[w] : v);
+  return v;
+}
+
+// A block solves one batch element's tree for a tile of `tile` channels: thread t holds channel c0 + t % tile
+// and node group t / tile. The tree is swept in windows of consecutive nodes (storage order) no one of which
+// is another's parent, so a window's nodes are independent: up-sweep windows [s, e) end at the first parent
+// of a node in them (e = min parent of [s, s + window), then every parent lies at or beyond e); down-sweep
+// windows [a, e) start after the last node whose parent lies inside. For level-major trees (myo_tree,
+// myo_quadtree) a window is a level, or a part of one when the level holds more than `window` nodes. Within a
+// window, group g takes kRun consecutive nodes (coalesced: a node's channels are adjacent), sums the messages
+// of consecutive siblings and adds each parent's sum with one atomic (several groups may share a parent);
+// a barrier separates windows. Work and pivots live in (batch, N, C) scratch (the parents' running sums).
 template <typename S>
-__global__ void solve_kernel(int64_t batch, int64_t N, int64_t C, int64_t batch_b, int64_t Nb, global_ptr<const S> rhs,
-                             global_ptr<const typename Types<S>::Acc> b, global_ptr<const int64_t> parent, global_ptr<const int64_t> b_index,
-                             typename Types<S>::Real sign, typename Types<S>::Real b_scale, global_ptr<S> out,
-                             global_ptr<typename Types<S>::Acc> work, global_ptr<typename Types<S>::Real> inv_pivot, global_ptr<const S> x_saved,
-                             global_ptr<typename Types<S>::Acc> grad_b) {
+__global__ void __launch_bounds__(kThreads) solve_kernel(
+    int64_t N, int64_t C, int tile, int64_t batch_b, int64_t Nb, global_ptr<const S> rhs,
+    global_ptr<const typename Types<S>::Acc> b, global_ptr<const int64_t> parent, global_ptr<const int64_t> b_index,
+    typename Types<S>::Real sign, typename Types<S>::Real b_scale, global_ptr<S> out,
+    global_ptr<typename Types<S>::Acc> work, global_ptr<typename Types<S>::Real> inv_pivot,
+    global_ptr<const S> x_saved, global_ptr<typename Types<S>::Acc> grad_b) {
   using acc_t = typename Types<S>::Acc;
   using real_t = typename Types<S>::Real;
-  const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (idx >= batch * C) return;
-  const int64_t bi = idx / C, c = idx % C;
-  const int64_t base = bi * N * C + c;  // element (bi, v, c) of a (batch, N, C) array is base + v * C
+  __shared__ int64_t slots[2][kThreads / 32];
+  int parity = 0;
+  const int64_t tiles = (C + tile - 1) / tile, bi = blockIdx.x / tiles;
+  const int64_t c = blockIdx.x % tiles * tile + threadIdx.x % tile;
+  const int64_t groups = kThreads / tile, group = threadIdx.x / tile, window = groups * kRun;
+  const bool active = group < groups && c < C;  // threads past the last group or channel only join barriers
+  const int64_t base = bi * N * C + c;          // element (bi, v, c) of a (batch, N, C) array is base + v * C
   const global_ptr<const acc_t> bb = b + (batch_b > 1 ? bi : 0) * Nb * C + c;
-  for (int64_t v = 0; v < N; ++v) {
-    work[base + v * C] = load(rhs[base + v * C]);
-    inv_pivot[base + v * C] = real_t(1);
-  }
-  for (int64_t v = 0; v < N; ++v) {  // up-sweep: y_v = ũ_v/α_v; α_p -= s|b_v|²/α_v; ũ_p -= s conj(b_v) y_v
-    const real_t iv = real_t(1) / inv_pivot[base + v * C];
-    const acc_t yv = iv * work[base + v * C];
-    inv_pivot[base + v * C] = iv;
-    work[base + v * C] = yv;
-    const int64_t p = parent[v];
-    if (p < 0) continue;
-    const acc_t w = b_scale * bb[(b_index ? b_index[v] : v) * C];
-    inv_pivot[base + p * C] -= sign * abs2(w) * iv;
-    work[base + p * C] = work[base + p * C] - sign * (conj_of(w) * yv);
-  }
-  for (int64_t v = N - 1; v >= 0; --v) {  // down-sweep: x_v = y_v - (b_v/α_v) x_p
-    acc_t xv = work[base + v * C];
-    const int64_t p = parent[v];
-    if (p >= 0) {
-      const acc_t w = b_scale * bb[(b_index ? b_index[v] : v) * C];
-      xv = xv - inv_pivot[base + v * C] * (w * work[base + p * C]);
-      work[base + v * C] = xv;
+  auto weight = [&](int64_t v) { return b_scale * bb[(b_index ? b_index[v] : v) * C]; };
+  if (active) {
+    for (int64_t v = group; v < N; v += groups) {
+      work[base + v * C] = load(rhs[base + v * C]);
+      inv_pivot[base + v * C] = real_t(1);
     }
-    out[base + v * C] = store<S>(xv);
+  }
+  // Up-sweep (the first window's block_reduce barrier orders the initialisation before it): y_v = ũ_v/α_v; α_p -= s|b_v|²/α_v; ũ_p -= s conj(b_v) y_v.
+  for (int64_t s = 0; s < N;) {
+    int64_t first_parent = N;
+    for (int64_t v = s + threadIdx.x; v < s + window && v < N; v += blockDim.x) {
+      const int64_t p = parent[v];
+      if (p >= 0 && p < first_parent) first_parent = p;
+    }
+    first_parent = block_reduce<false>(first_parent, slots[parity ^= 1]);
+    const int64_t e = first_parent < s + window ? first_parent : (s + window < N ? s + window : N);
+    if (active) {
+      int64_t run_parent = -1;
+      real_t run_pivot = 0;
+      acc_t run_rhs{};
+      for (int64_t v = s + group * kRun; v < s + (group + 1) * kRun && v < e; ++v) {
+        const real_t iv = real_t(1) / inv_pivot[base + v * C];
+        const acc_t yv = iv * work[base + v * C];
+        inv_pivot[base + v * C] = iv;
+        work[base + v * C] = yv;
+        const int64_t p = parent[v];
+        if (p != run_parent && run_parent >= 0) {
+          atomic_add(inv_pivot + base + run_parent * C, run_pivot);
+          atomic_add(work + base + run_parent * C, run_rhs);
+        }
+        if (p != run_parent) run_pivot = real_t(0), run_rhs = acc_t{}, run_parent = p;
+        if (p < 0) continue;
+        const acc_t w = weight(v);
+        run_pivot -= sign * abs2(w) * iv;
+        run_rhs = run_rhs - sign * (conj_of(w) * yv);
+      }
+      if (run_parent >= 0) {
+        atomic_add(inv_pivot + base + run_parent * C, run_pivot);
+        atomic_add(work + base + run_parent * C, run_rhs);
+      }
+    }
+    s = e;  // the next window's block_reduce barrier orders these writes before its reads
+  }
+  // Down-sweep: x_v = y_v - (b_v/α_v) x_p, parents before children.
+  for (int64_t e = N; e > 0;) {
+    const int64_t lo = e - window > 0 ? e - window : 0;
+    int64_t last_inner = lo - 1;  // the last node of [lo, e) whose parent is inside [lo, e)
+    for (int64_t v = lo + threadIdx.x; v < e; v += blockDim.x) {
+      const int64_t p = parent[v];
+      if (p >= 0 && p < e && v > last_inner) last_inner = v;
+    }
+    const int64_t a = block_reduce<true>(last_inner, slots[parity ^= 1]) + 1;
+    if (active) {
+      for (int64_t v = a + group * kRun; v < a + (group + 1) * kRun && v < e; ++v) {
+        acc_t xv = work[base + v * C];
+        const int64_t p = parent[v];
+        if (p >= 0) {
+          xv = xv - inv_pivot[base + v * C] * (weight(v) * work[base + p * C]);
+          work[base + v * C] = xv;
+        }
+        out[base + v * C] = store<S>(xv);
+      }
+    }
+    e = a;
   }
   if (grad_b == nullptr) return;
+  __syncthreads();  // the gradient reads the parents' solution, written by other threads
+  if (!active) return;
+  // grad_b_v = -(ḡ_v conj(x_p) + s conj(ḡ_p) x_v), ḡ the solution above. Per-node rows are this block's own;
+  // level-shared rows (b_index) take each group's run of consecutive nodes, summed while the row repeats.
   const global_ptr<acc_t> gb = grad_b + bi * Nb * C + c;
-  for (int64_t v = 0; v < N; ++v) {  // grad_b_v = -(ḡ_v conj(x_p) + s conj(ḡ_p) x_v)
+  const int64_t per_group = (N + groups - 1) / groups;
+  int64_t run_row = -1;
+  acc_t run_sum{};
+  for (int64_t v = group * per_group; v < (group + 1) * per_group && v < N; ++v) {
     const int64_t p = parent[v];
     if (p < 0) continue;
     const acc_t xv = load(x_saved[base + v * C]), xp = load(x_saved[base + p * C]);
     const acc_t term = work[base + v * C] * conj_of(xp) + sign * (conj_of(work[base + p * C]) * xv);
-    const int64_t row = (b_index ? b_index[v] : v) * C;
-    gb[row] = gb[row] - term;
+    if (!b_index) {
+      gb[v * C] = gb[v * C] - term;
+      continue;
+    }
+    const int64_t row = b_index[v];
+    if (row != run_row && run_row >= 0) atomic_add(gb + run_row * C, run_sum);
+    if (row != run_row) run_sum = acc_t{}, run_row = row;
+    run_sum = run_sum - term;
   }
+  if (run_row >= 0) atomic_add(gb + run_row * C, run_sum);
 }
 
 template <typename S>
@@ -110,11 +205,14 @@ void launch(int64_t batch, int64_t N, int64_t C, int64_t batch_b, int64_t Nb, co
   using real_t = typename Types<S>::Real;
   const real_t sign = skew ? real_t(-1) : real_t(1);
   const real_t b_scale = adjoint ? sign : real_t(1);  // Tᴴ: B_v -> conj(C_v) = s b_v
-  const int threads = 128;
-  const int64_t blocks = (batch * C + threads - 1) / threads;
-  launch_kernel(solve_kernel<S>, static_cast<unsigned>(blocks), threads, 0, stream,
-      batch, N, C, batch_b, Nb, static_cast<const S*>(rhs), static_cast<const acc_t*>(b), parent, b_index, sign,
-      b_scale, static_cast<S*>(out), static_cast<acc_t*>(work), static_cast<real_t*>(inv_pivot),
+  // Channel tiles of up to 32 (a warp reads one node's 32 adjacent channels); narrower, down to 8 channels
+  // (a 32-byte sector of floats), while there are fewer than ~128 blocks to fill the SMs.
+  int64_t tile = C < 32 ? C : 32;
+  while (tile > 8 && batch * ((C + tile - 1) / tile) < 128) tile /= 2;
+  const int64_t blocks = batch * ((C + tile - 1) / tile);
+  launch_kernel(solve_kernel<S>, static_cast<unsigned>(blocks), kThreads, 0, stream, N, C, static_cast<int>(tile), batch_b, Nb,
+      static_cast<const S*>(rhs), static_cast<const acc_t*>(b), parent, b_index, sign, b_scale,
+      static_cast<S*>(out), static_cast<acc_t*>(work), static_cast<real_t*>(inv_pivot),
       static_cast<const S*>(x_saved), static_cast<acc_t*>(grad_b));
 }
 

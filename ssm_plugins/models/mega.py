@@ -299,7 +299,8 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: VisionMega)
 
 
 def _create_vision_mega(variant: str, pretrained: bool = False, **kwargs) -> VisionMega:
-    out_indices = kwargs.pop('out_indices', 3)
+    # the last (up to) 3 blocks: timm reads an int as the last N, which must exist for feature_cls='fx'
+    out_indices = kwargs.pop('out_indices', min(3, kwargs.get('depth', 12)))
     return build_model_with_cfg(
         VisionMega,
         variant,

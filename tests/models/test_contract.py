@@ -324,6 +324,30 @@ def test_fx_trace_equals_eager_and_keeps_input_checks(name):
         traced(torch.randn(1, model.in_chans + 1, *family(name).sizes[0]))
 
 
+# timm's features_only=True, feature_cls='fx': the traced block / stage outputs, in the layout forward gives them
+# (channels last: NHWC maps, NLC tokens); the getter's maps are NCHW. Not essm_retrieval: one shared backbone runs
+# once per document, so a block has no single output (its features_only gives both documents' maps, getter only).
+FX_FEATURE_MODELS = [n for n in IMAGE_MODELS if re.search(r'^(essm|myo|mega)', n) and 'retrieval' not in n]
+
+
+@pytest.mark.parametrize('name', FX_FEATURE_MODELS)
+def test_fx_features_only_equal_the_getters(name):
+    fx = _create(name, features_only=True, feature_cls='fx').eval()
+    getter = _create(name, features_only=True).eval()
+    x = _input(getter, family(name).sizes[1], batch=2)
+    with torch.no_grad():
+        traced, maps = fx(x), getter(x)
+    assert [t.shape[-1] for t in traced] == fx.feature_info.channels() == getter.feature_info.channels()
+    for out, expected in zip(traced, maps):
+        if out.dim() == 4:  # NHWC map
+            torch.testing.assert_close(out.permute(0, 3, 1, 2), expected)
+        elif name.startswith('essm'):  # row-major pixel tokens
+            torch.testing.assert_close(out.transpose(1, 2).reshape(expected.shape), expected)
+        else:  # Myo: all tree nodes, mapped back to the image by the model's own leaf_map
+            model = _built(name)
+            torch.testing.assert_close(model.leaf_map(out, model._embed(x)[1]), expected)
+
+
 # Optional forward arguments become placeholders of the traced graph: they must act at run time as in eager mode.
 @pytest.mark.parametrize('name', ['essm_retrieval', 'essm_scifar_tiny', 'myo_smnist'])
 def test_fx_traced_optional_inputs_act_at_run_time(name):

@@ -103,7 +103,6 @@ def check_ssm2d_input(x: torch.Tensor, in_chans: int, patch_size: Tuple[int, int
     return x
 
 
-_check_input = check_ssm2d_input  # the name models/mega.py imports
 torch.fx.wrap('resample_abs_pos_embed_nhwc')  # shape-dependent (timm leaves it to the tracer)
 
 
@@ -282,7 +281,7 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: VisionTrans
 
 
 def _create_vision_transformer_ssm2d(variant: str, pretrained: bool = False, **kwargs) -> VisionTransformerSSM2D:
-    out_indices = kwargs.pop('out_indices', 3)
+    out_indices = kwargs.pop('out_indices', min(3, kwargs.get('depth', 12)))  # the last (up to) 3 blocks
     return build_model_with_cfg(
         VisionTransformerSSM2D,
         variant,

@@ -227,7 +227,7 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: SequenceMam
 
 
 def _create(variant: str, pretrained: bool = False, **kwargs) -> SequenceMambaMixer:
-    out_indices = kwargs.pop("out_indices", 4)
+    out_indices = kwargs.pop("out_indices", min(4, kwargs.get("depth", 12)))  # the last (up to) 4 blocks
     return build_model_with_cfg(SequenceMambaMixer, variant, pretrained, pretrained_filter_fn=checkpoint_filter_fn,
                                 feature_cfg=dict(out_indices=out_indices, feature_cls="getter"), **kwargs)
 

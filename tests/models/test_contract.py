@@ -330,6 +330,25 @@ def test_fx_trace_equals_eager_and_keeps_input_checks(name):
 FX_FEATURE_MODELS = [n for n in IMAGE_MODELS if re.search(r'^(essm|myo|mega)', n) and 'retrieval' not in n]
 
 
+# the other families' fx features are the blocks' token outputs (B, L, C) (timm's ViT convention), with as many
+# levels and channels as feature_info; small configs with fewer blocks than the default 3 / 4 levels included
+FX_TOKEN_FEATURE_MODELS = [n for n in IMAGE_MODELS if re.search(r'^(svim2|sviqs|vit_|deit_)', n)]
+
+
+@pytest.mark.parametrize('name', FX_TOKEN_FEATURE_MODELS)
+def test_fx_features_only_give_every_feature_level(name):
+    fx = _create(name, features_only=True, feature_cls='fx').eval()
+    getter = _create(name, features_only=True).eval()
+    x = _input(getter, family(name).sizes[1], batch=2)
+    with torch.no_grad():
+        traced, maps = fx(x), getter(x)
+    assert len(traced) == len(maps) == len(fx.feature_info) >= 1
+    for out, expected in zip(traced, maps):
+        assert out.shape[-1] == expected.shape[1] and out.shape[0] == expected.shape[0]
+        grid = expected.shape[2] * expected.shape[3]  # the map's tokens: the last grid positions of the sequence
+        torch.testing.assert_close(out[:, -grid:].transpose(1, 2).reshape(expected.shape), expected)
+
+
 @pytest.mark.parametrize('name', FX_FEATURE_MODELS)
 def test_fx_features_only_equal_the_getters(name):
     fx = _create(name, features_only=True, feature_cls='fx').eval()

@@ -59,22 +59,27 @@ QS_INLINE void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t p
   auto B_row = [&](int64_t t) QS_LAMBDA_INLINE { return d.B + b * d.B_s[0] + t * d.B_s[1] + g * d.B_s[2]; };
   auto C_row = [&](int64_t t) QS_LAMBDA_INLINE { return d.C + b * d.C_s[0] + t * d.C_s[1] + g * d.C_s[2]; };
   // state <- Ā_t state + B̄_t x_t, leaving Ā_t in `decay`
-  auto step = [&](int64_t t, acc_t* state, acc_t* decay) QS_LAMBDA_INLINE {
+  // next <- Ā_t state + B̄_t x_t (next may be state), leaving Ā_t in `decay`
+  auto step = [&](int64_t t, const acc_t* state, acc_t* next, acc_t* decay) QS_LAMBDA_INLINE {
     const acc_t delta = delta_at(t);
     load(f.x, f.x_s, t, w.xt);
     fill_decays(d, h, delta, N, decay);
     const acc_t* Bt = B_row(t);
     for (int64_t n = 0; n < N; ++n) {
       const acc_t dB = delta * Bt[n];
-      for (int64_t p = 0; p < P; ++p) state[n * P + p] = decay[n] * state[n * P + p] + dB * w.xt[p];
+      for (int64_t p = 0; p < P; ++p) next[n * P + p] = decay[n] * state[n * P + p] + dB * w.xt[p];
     }
   };
-  // Pass 1: the state entering each chunk (lam is free until pass 2).
+  // Pass 1: the state entering each chunk, stepped between lam and the first chunk state (both free until
+  // pass 2). One chunk (a row short enough to keep all its states) starts from zero: no pass 1.
   acc_t* lam = w.lam.data();
   std::fill(w.lam.begin(), w.lam.end(), acc_t(0));
-  for (int64_t i = 0; i < s.L; ++i) {
-    if (i % chunk == 0) std::copy(lam, lam + NP, w.ckpt.begin() + (i / chunk) * NP);
-    step(order(i), lam, w.chunk_decays.data());
+  std::copy(lam, lam + NP, w.ckpt.begin());
+  acc_t *cur = lam, *spare = w.chunk_states.data();
+  for (int64_t i = 0; n_chunks > 1 && i < s.L; ++i) {
+    if (i % chunk == 0) std::copy(cur, cur + NP, w.ckpt.begin() + (i / chunk) * NP);
+    step(order(i), cur, spare, w.chunk_decays.data());
+    std::swap(cur, spare);
   }
   // Pass 2: chunks from last to first, each replayed from its checkpoint, then walked back.
   std::fill(w.lam.begin(), w.lam.end(), acc_t(0));
@@ -89,8 +94,7 @@ QS_INLINE void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t p
       acc_t* decay = w.chunk_decays.data() + (i - i0) * N;
       if (i + 1 < i1) {
         acc_t* next = w.chunk_states.data() + (i - i0 + 1) * NP;
-        std::copy(next - NP, next, next);
-        step(order(i), next, decay);
+        step(order(i), next - NP, next, decay);
       } else {
         fill_decays(d, h, delta_at(order(i)), N, decay);
       }
@@ -273,7 +277,12 @@ void bwd_cpu_kernel(const BwdArgs<scalar_t>& a, int64_t parts) {
   using acc_t = at::opmath_type<scalar_t>;
   const MixShape& s = a.f.s;
   const BwdRowsFn<scalar_t> rows = pick_bwd_rows<scalar_t>();
-  const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(s.L)))));
+  // Chunks of ~sqrt(L) steps, or the whole row when its states fit in kWholeRowStates (per thread): then the
+  // backward re-runs each scan once instead of twice (checkpoints, then each chunk replayed).
+  constexpr int64_t kWholeRowStates = int64_t(1) << 20;  // 4 MB of float states
+  const int64_t chunk = s.L * s.N * s.P <= kWholeRowStates
+                            ? std::max<int64_t>(1, s.L)
+                            : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(s.L)))));
   for_each_part(s.batch * s.H, parts, [&](int64_t part, int64_t begin, int64_t end) {
     BwdScratch<acc_t> w(s, chunk);
     rows(a, part, begin, end, w);

@@ -8,12 +8,19 @@ Baselines: ``reference.selective_scan`` twice (PyTorch autograd for the backward
 has it, the compiled ``selective_scan`` twice.
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.ops --only qs_mix
+    .venv/bin/python -m benchmarks.ops_qs_mix [--threads 1 --clock cpu --repeat 9] [--write-readme]
+
+The second form writes its own section of benchmarks/README.md; ``--clock cpu`` takes the least process CPU
+time over the repeats, steadier than wall time on a shared machine (meaningful with one thread).
 """
 from __future__ import annotations
 
 import torch
 
-from benchmarks._common import seconds
+import argparse
+import time
+
+from benchmarks._common import add_write_readme, readme_section, seconds, table
 from ssm_plugins.ops import _backend, qs_mix, reference, selective_scan
 
 N_STATE = 16
@@ -66,15 +73,31 @@ def _qs_scalar(t):
                   dt_softplus=True)
 
 
+CLOCK = {"name": "wall", "repeat": 3}  # set by main(): "wall" (median) or "cpu" (least process CPU time)
+
+
+def _cpu_seconds(fn, repeat):
+    times = []
+    for _ in range(repeat):
+        start = time.process_time()
+        fn()
+        times.append(time.process_time() - start)
+    return min(times)
+
+
 def _timed(fn, t, backward):
-    """Median of 3 runs after a warm-up run; a warm-up slower than 2 s is the measurement (the slow
-    Python-loop baselines at L = 3136 would otherwise take minutes)."""
+    """Median wall time (or least CPU time) of the repeats after a warm-up run; a warm-up slower than 2 s is
+    the measurement (the slow Python-loop baselines at L = 3136 would otherwise take minutes)."""
     def call():
         y = fn(t)
         if backward:
             y.backward(torch.ones_like(y))
     first = seconds(call, repeat=1, warmup=0)
-    return first if first > 2.0 else seconds(call, repeat=3, warmup=0)
+    if first > 2.0:
+        return first
+    if CLOCK["name"] == "cpu":
+        return _cpu_seconds(call, CLOCK["repeat"])
+    return seconds(call, repeat=CLOCK["repeat"], warmup=0)
 
 
 def run(quick: bool) -> list[tuple]:
@@ -108,7 +131,23 @@ def run(quick: bool) -> list[tuple]:
     return rows
 
 
-if __name__ == "__main__":
-    from benchmarks._common import table
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--quick", action="store_true")
+    add_write_readme(parser)
+    args = parser.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    CLOCK.update(name=args.clock, repeat=args.repeat)
+    rows = run(quick=args.quick)
+    with readme_section("benchmarks.ops_qs_mix", args.write_readme, argv):
+        clock = "least process CPU time" if args.clock == "cpu" else "median wall time"
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {clock} of {args.repeat} runs")
+        print(table(["op", "case", "baseline", "baseline s", "ours s", "speed-up"], rows))
 
-    print(table(["op", "case", "baseline", "baseline s", "ours s", "speed-up"], run(quick=False)))
+
+if __name__ == "__main__":
+    main()

@@ -134,7 +134,10 @@ QS_CASES = [  # (batch, length, heads, feat, n_state, groups, scalar_a, strided_
     (2, 13, 4, 3, 5, 2, False, True),
     (1, 21, 3, 5, 2, 1, True, False),
     (3, 1, 2, 1, 3, 2, False, False),
-    (1, 6, 2, 3, 17, 1, False, True),  # N > 16: the kernels built for N <= 256 (state in local memory)
+    (1, 6, 2, 3, 17, 1, False, True),  # N > 16: two state groups (three in float64)
+    (1, 150, 6, 7, 3, 3, False, True),  # 3 chunks of 64 steps (the last one 22), 42 columns: 2 tiles of 32 lanes,
+                                        # warps across heads and groups
+    (2, 70, 2, 9, 17, 2, True, False),  # scalar A with state groups; the second chunk fills part of one segment
 ]
 
 
@@ -315,6 +318,18 @@ def test_harness_catches_a_missing_barrier_before_the_myo_edge_gradients(cuda):
     assert rel_err(broken.myo_solve_bwd(grad_x, x, *args[1:])[1], want[1]) > 1e-3
 
 
+def test_harness_catches_a_missing_barrier_in_the_qs_block_scan(cuda):
+    """The QS mixing kernels compose the time segments of a chunk through shared memory; without the barrier
+    between the segments' writes of their (decay product, state) pairs and the reads, a warp composes pairs
+    that the other warps have not written yet (NaN: the harness refills shared memory with NaN per block)."""
+    args, _ = qs_args(torch.float64, *QS_CASES[4])
+    want = OPS.qs_mix_fwd(*args, True, False)
+    assert_same(cuda.qs_mix_fwd(*args, True, False), want, torch.float64)
+    broken = planted("qs_mix.cu", "= h[n];\n  __syncthreads();\n", "= h[n];\n", count=1)
+    got = broken.qs_mix_fwd(*args, True, False)
+    assert not torch.isfinite(got).all() or rel_err(got, want) > 1e-3
+
+
 def test_harness_catches_an_out_of_bounds_index(cuda):
     """The forward's grid-stride loop with `<=` runs one element too far and reads the parameters of a mode that
     does not exist: the bounds-checked pointers turn that into cudaErrorIllegalAddress, which the launcher
@@ -407,7 +422,7 @@ def test_kernels_are_right_with_all_warps_running_concurrently(cuda, op):
             assert_same(cuda.myo_solve_bwd(grad_x, want, *args[1:]), OPS.myo_solve_bwd(grad_x, want, *args[1:]),
                         torch.float64)
         else:
-            args, gen = qs_args(torch.float64, *QS_CASES[0])  # 128-thread blocks, segmented warp sums
+            args, gen = qs_args(torch.float64, *QS_CASES[4])  # block scans over 8 segments, 3 chunks, warp sums
             g = randn(*args[0].shape, gen=gen)
             assert_same(cuda.qs_mix_bwd(g, *args, True, False), OPS.qs_mix_bwd(g, *args, True, False), torch.float64)
     finally:

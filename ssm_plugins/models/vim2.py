@@ -594,6 +594,11 @@ class VisionMambaMixer(nn.Module):
         return x if pre_logits else self.head(x)
 
     def forward(self, img):
+        if self.dense_outputs and is_fx_symbolic_tracing():
+            # features_only with feature_cls='fx' returns the nodes named in feature_info ('pyramid_norms.<i>'):
+            # the traced graph computes the pyramid, which the eager forward (a classifier's) never needs
+            tokens, _ = self.forward_intermediates(img)
+            return self.forward_head(tokens)
         return self.forward_head(self.forward_features(img))
 
 

@@ -367,6 +367,26 @@ def test_fx_features_only_equal_the_getters(name):
             torch.testing.assert_close(model.leaf_map(out, model._embed(x)[1]), expected)
 
 
+# ViM2 / ViQS with the conv branch: features_only builds the §3.6 pyramid, whose 4 levels the traced graph computes
+# under FX tracing only (pyramid_norms.<i> nodes); without it (noconv) the blocks' tokens, class token first.
+FX_PYRAMID_MODELS = [n for n in IMAGE_MODELS if re.fullmatch(r'(vim2|viqs)_t(_noconv)?', n)]
+
+
+@pytest.mark.parametrize('name', FX_PYRAMID_MODELS)
+def test_fx_features_only_of_vim2_equal_the_getters(name):
+    fx = _create(name, features_only=True, feature_cls='fx').eval()
+    getter = _create(name, features_only=True).eval()
+    x = _input(getter, family(name).sizes[1], batch=2)
+    with torch.no_grad():
+        traced, maps = fx(x), getter(x)
+    assert len(traced) == len(maps) == len(fx.feature_info) == (4 if 'noconv' not in name else len(maps))
+    assert fx.feature_info.channels() == getter.feature_info.channels()
+    for out, expected in zip(traced, maps):
+        if out.dim() == 3:  # tokens, class token first
+            out = out[:, 1:].transpose(1, 2).reshape(expected.shape)
+        torch.testing.assert_close(out, expected)
+
+
 # Optional forward arguments become placeholders of the traced graph: they must act at run time as in eager mode.
 @pytest.mark.parametrize('name', ['essm_retrieval', 'essm_scifar_tiny', 'myo_smnist'])
 def test_fx_traced_optional_inputs_act_at_run_time(name):

@@ -432,16 +432,16 @@ def test_kernels_are_right_with_all_warps_running_concurrently(cuda, op):
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.bfloat16])
 def test_qs_mix_and_myo_long_sequences_stay_finite(cuda, dtype):
-    """QS mixing with large steps (dt up to ~10 after softplus) over L = 16384 forward and L = 512 backward (its
-    per-step warp sums cost the harness ~1 s per 10 steps), and a Myo solve over 16384 leaves: 16-bit inputs,
-    float32 state, finite and equal to the CPU kernels."""
+    """QS mixing with large steps (dt up to ~10 after softplus) over L = 16384 forward (256 chunks carried
+    through the block scan) and L = 1024 backward (16 chunks; its per-step warp sums make the harness slow), and
+    a Myo solve over 16384 leaves: 16-bit inputs, float32 state, finite and equal to the CPU kernels."""
     args, gen = qs_args(dtype, 1, 16384, 2, 3, 4, 1, False, False)
     for i in (1, 5):  # dt, dt_rev
         args[i] = args[i] * 4 + 6
     got = cuda.qs_mix_fwd(*args, True, False)
     assert torch.isfinite(got.float()).all()
     assert_same(got, OPS.qs_mix_fwd(*args, True, False), dtype, "fwd")
-    args, gen = qs_args(dtype, 1, 512, 2, 3, 4, 1, False, False)
+    args, gen = qs_args(dtype, 1, 1024, 2, 3, 4, 1, False, False)
     for i in (1, 5):
         args[i] = args[i] * 4 + 6
     grad_y = randn(*args[0].shape, dtype=dtype, gen=gen)

@@ -154,8 +154,22 @@ def decompositions() -> Dict[torch._ops.OpOverload, Callable]:
     for name, fn in _FORWARD_OPS.items():
         packet = getattr(torch.ops.ssm_plugins, name, None)
         if packet is not None:
-            table[packet.default] = fn
+            table[packet.default] = _contiguous_outputs(fn)
     return table
+
+
+def _contiguous_outputs(fn: Callable) -> Callable:
+    """fn with contiguous tensor outputs, the layout the ops' fake kernels declare for contiguous inputs: the traced
+    graph may already hold views that rely on it (a ``reshape`` of the op's output traced as ``view``)."""
+    def contiguous_fn(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        if isinstance(out, tuple):
+            return tuple(t.contiguous() if isinstance(t, torch.Tensor) else t for t in out)
+        return out.contiguous()
+
+    contiguous_fn.__name__ = contiguous_fn.__qualname__ = fn.__name__
+    contiguous_fn.__doc__ = fn.__doc__
+    return contiguous_fn
 
 
 def _dynamic_batch(example: torch.Tensor, dynamic_batch: bool):

@@ -117,23 +117,26 @@ def _pairs(rng, utterances, count, min_f0_ratio):
 
 def generate_mixtures(out_dir, n_train: int = 64, n_valid: int = 16, n_test: int = 16, min_seconds: float = 1.0,
                       max_seconds: float = 2.0, sample_rate: int = 8000, seed: int = 0, min_f0_ratio: float = 1.25,
-                      n_speakers: int = 24, utterances_per_speaker: int = 10, overwrite: bool = False) -> dict:
+                      n_speakers: int = 24, utterances_per_speaker: int = 10, n_test_speakers: int = 12,
+                      overwrite: bool = False) -> dict:
     """Write the mixture set under ``out_dir`` (wsj0-2mix layout, see the module docstring) and its csv files.
 
     Training speakers (``n_speakers``, ``utterances_per_speaker`` utterances each) also go to
     ``<out_dir>/wsj0/si_tr_s/<spk>/<utt>.wav`` (the dynamic-mixing source folder, ``base_folder_dm``); the
     training mixtures pair those utterances, the validation mixtures other utterances of the same speakers, the
-    test mixtures utterances of ``n_speakers // 2`` (at least 2) unseen speakers, as in wsj0-2mix.
+    test mixtures utterances of ``n_test_speakers`` unseen speakers, as in wsj0-2mix. The test speakers come from
+    their own random stream: the test set does not depend on the training set's size (n_speakers, n_train).
     Returns ``{"tr": csv path, "cv": ..., "tt": ...}``. Deterministic in its arguments; a folder generated
     with the same arguments is reused unless ``overwrite``.
     """
     counts = {"tr": n_train, "cv": n_valid, "tt": n_test}
     for name, value in (("n_train", n_train), ("n_valid", n_valid), ("n_test", n_test), ("n_speakers", n_speakers),
-                        ("utterances_per_speaker", utterances_per_speaker)):
+                        ("utterances_per_speaker", utterances_per_speaker), ("n_test_speakers", n_test_speakers)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if n_speakers < 2:
-        raise ValueError(f"n_speakers must be >= 2 (mixtures pair two speakers), got {n_speakers}")
+    if min(n_speakers, n_test_speakers) < 2:
+        raise ValueError(f"n_speakers and n_test_speakers must be >= 2 (mixtures pair two speakers), got "
+                         f"{n_speakers}, {n_test_speakers}")
     if not 0 < min_seconds <= max_seconds:
         raise ValueError(f"need 0 < min_seconds <= max_seconds, got {min_seconds}, {max_seconds}")
     if not 1.0 <= min_f0_ratio <= 1.5:
@@ -142,7 +145,7 @@ def generate_mixtures(out_dir, n_train: int = 64, n_valid: int = 16, n_test: int
 
     settings = dict(counts=counts, min_seconds=min_seconds, max_seconds=max_seconds, sample_rate=sample_rate,
                     seed=seed, min_f0_ratio=min_f0_ratio, n_speakers=n_speakers,
-                    utterances_per_speaker=utterances_per_speaker, version=2)
+                    utterances_per_speaker=utterances_per_speaker, n_test_speakers=n_test_speakers, version=3)
     manifest = os.path.join(out_dir, _MANIFEST)
     csvs = {split: os.path.join(out_dir, f"wsj_{split}.csv") for split in SPLITS}
     if not overwrite and os.path.exists(manifest) and all(os.path.exists(p) for p in csvs.values()):
@@ -154,9 +157,9 @@ def generate_mixtures(out_dir, n_train: int = 64, n_valid: int = 16, n_test: int
         os.makedirs(os.path.dirname(path), exist_ok=True)
         soundfile.write(path, wav.astype(np.float32), sample_rate, subtype="FLOAT")
 
-    rng = np.random.default_rng([seed, 99])
-    speakers = {"train": [make_speaker(rng, f"s{i:02d}") for i in range(n_speakers)],
-                "test": [make_speaker(rng, f"e{i:02d}") for i in range(max(2, n_speakers // 2))]}
+    train_rng, test_rng = np.random.default_rng([seed, 99]), np.random.default_rng([seed, 98])
+    speakers = {"train": [make_speaker(train_rng, f"s{i:02d}") for i in range(n_speakers)],
+                "test": [make_speaker(test_rng, f"e{i:02d}") for i in range(n_test_speakers)]}
     root = os.path.join(out_dir, "wav8k" if sample_rate == 8000 else f"wav{sample_rate // 1000}k", "min")
     for offset, split in enumerate(SPLITS):
         rng = np.random.default_rng([seed, offset])  # each split its own stream: sizes do not shift the others

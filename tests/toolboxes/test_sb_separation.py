@@ -137,6 +137,21 @@ def test_generated_mixtures_are_wsj0mix_shaped_and_deterministic(tiny_data, tmp_
     np.testing.assert_array_equal(soundfile.read(first["mix_wav"])[0], soundfile.read(second["mix_wav"])[0])
 
 
+def test_test_set_does_not_depend_on_the_training_set_size(tmp_path):
+    """More training speakers or mixtures leave the test set (unseen speakers, their own stream) as it was."""
+    import soundfile
+
+    small = dict(n_valid=1, n_test=2, utterances_per_speaker=1, n_test_speakers=3, min_seconds=0.2, max_seconds=0.3,
+                 seed=5)
+    few = generate_mixtures(str(tmp_path / "few"), n_train=2, n_speakers=3, **small)
+    many = generate_mixtures(str(tmp_path / "many"), n_train=4, n_speakers=6, **small)
+    test_few, test_many = _rows(few["tt"]), _rows(many["tt"])
+    assert [r["ID"] for r in test_few] == [r["ID"] for r in test_many]
+    for a, b in zip(test_few, test_many):
+        np.testing.assert_array_equal(soundfile.read(a["mix_wav"])[0], soundfile.read(b["mix_wav"])[0])
+    assert len(_rows(many["tr"])) == 4 and {r["ID"][:3] for r in test_many}.isdisjoint({r["ID"][:3] for r in _rows(many["tr"])})
+
+
 def test_prepare_reads_a_wsj0mix_folder(tiny_data, tmp_path):
     csvs = prepare_wsjmix_csv(str(tiny_data), str(tmp_path))
     assert [len(_rows(csvs[s])) for s in ("tr", "cv", "tt")] == [6, 2, 3]

@@ -9,6 +9,9 @@ Measured on the 2-core development machine, one thread, empty inductor cache (TO
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import timm
 import torch
@@ -68,3 +71,25 @@ def test_inductor_transposed_inputs_to_the_ops():
     with torch._inductor.config.patch(fx_graph_cache=False):
         for fn, args in ((scan, scan_args), (solve, solve_args)):
             torch.testing.assert_close(torch.compile(fn)(*args), fn(*args), rtol=1e-4, atol=1e-5)
+
+
+# Every registered image model, at test_contract's reduced sizes: one graph (fullgraph=True raises on any graph
+# break) through AOTAutograd, which runs the ops' fake kernels and autograd formulas as inductor does, forward and
+# backward equal to eager. Inductor itself (C++ code generation, minutes per model) runs on the four cases above.
+sys.path.insert(0, str(Path(__file__).parent / "models"))
+from test_contract import IMAGE_MODELS, _input, family  # noqa: E402
+
+
+@pytest.mark.parametrize("name", IMAGE_MODELS)
+def test_every_model_compiles_in_one_graph(name):
+    torch.manual_seed(0)
+    model = timm.create_model(name, **family(name).small).eval()
+    x = _input(model, family(name).sizes[0], batch=2)
+    out, grads = _forward_backward(model, model, x)
+    torch._dynamo.reset()
+    compiled_out, compiled_grads = _forward_backward(torch.compile(model, backend="aot_eager", fullgraph=True),
+                                                     model, x)
+    torch.testing.assert_close(compiled_out, out, rtol=1e-4, atol=1e-4)
+    assert compiled_grads.keys() == grads.keys() and len(grads) > 0
+    for key, grad in grads.items():
+        torch.testing.assert_close(compiled_grads[key], grad, rtol=1e-3, atol=1e-4, msg=key)

@@ -344,9 +344,9 @@ class BatchNormNLC(nn.BatchNorm1d):
     batch and every other position (time, or the pixels of an (B, H, W, C) map). Same state_dict as BatchNorm1d."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape = x.shape
-        y = super().forward(x.reshape(shape[0], -1, shape[-1]).transpose(1, 2))
-        return y.transpose(1, 2).reshape(shape)
+        # as (positions, C) rows, BatchNorm1d's 2-D form: no transposed views, whose eval-mode backward layout
+        # AOTAutograd's fake tensors mispredict (torch.compile failed with "view size is not compatible")
+        return super().forward(x.reshape(-1, x.shape[-1])).reshape(x.shape)
 
 
 def make_norm(kind: str, dim: int, device=None, dtype=None) -> nn.Module:

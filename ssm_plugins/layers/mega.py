@@ -27,7 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import ops
-from .essm import hippo_diagonal_init
+from .essm import BatchNormNLC, hippo_diagonal_init
 from .mambamixer import _drop_path
 from .ssm2d import SSM2D, grid_to_nchw
 
@@ -320,12 +320,9 @@ def make_spatial_mixer(
 # ---- Mega block ------------------------------------------------------------------------------------------------
 
 
-class BatchNormNHWC(nn.BatchNorm1d):
+class BatchNormNHWC(BatchNormNLC):
     """BatchNorm over the channels of a channels-last tensor (..., C): statistics over the batch and every
     token, as Mega's ``SequenceNorm('batchnorm')`` on (L, B, C) sequences (Mega's LRA models)."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(x.reshape(-1, x.shape[-1])).reshape(x.shape)
 
 
 class DropPath(nn.Module):

@@ -106,6 +106,13 @@ def _mix(s1, s2, level_db):
 
 def _pairs(rng, utterances, count, min_f0_ratio):
     """``count`` pairs of utterances of two different speakers whose f0 differ by at least ``min_f0_ratio``."""
+    speakers = np.array([u[0] for u in utterances])
+    f0 = np.array([u[1] for u in utterances], dtype=np.float64)
+    ratio = np.maximum(f0[:, None], f0[None, :]) / np.minimum(f0[:, None], f0[None, :])
+    if not ((speakers[:, None] != speakers[None, :]) & (ratio >= min_f0_ratio)).any():  # else no draw ends
+        raise ValueError(f"no two utterances of different speakers have f0 at least {min_f0_ratio}x apart among "
+                         f"{len(utterances)} utterances of {len(set(speakers.tolist()))} speakers: raise the "
+                         f"number of speakers or lower min_f0_ratio")
     pairs = []
     while len(pairs) < count:
         a, b = rng.choice(len(utterances), 2, replace=False)
@@ -236,11 +243,16 @@ def main(argv=None) -> dict:
     parser.add_argument("--test", type=int, default=16)
     parser.add_argument("--min-seconds", type=float, default=1.0)
     parser.add_argument("--max-seconds", type=float, default=2.0)
+    parser.add_argument("--speakers", type=int, default=24, help="training speakers")
+    parser.add_argument("--utterances-per-speaker", type=int, default=10)
+    parser.add_argument("--test-speakers", type=int, default=12, help="unseen speakers of the test mixtures")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
     csvs = generate_mixtures(args.out, args.train, args.valid, args.test, args.min_seconds, args.max_seconds,
-                             seed=args.seed, overwrite=args.overwrite)
+                             seed=args.seed, n_speakers=args.speakers,
+                             utterances_per_speaker=args.utterances_per_speaker,
+                             n_test_speakers=args.test_speakers, overwrite=args.overwrite)
     print(json.dumps(csvs))
     return csvs
 

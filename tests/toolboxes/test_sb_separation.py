@@ -152,6 +152,26 @@ def test_test_set_does_not_depend_on_the_training_set_size(tmp_path):
     assert len(_rows(many["tr"])) == 4 and {r["ID"][:3] for r in test_many}.isdisjoint({r["ID"][:3] for r in _rows(many["tr"])})
 
 
+def test_mixtures_command_line_sizes_the_speaker_sets(tmp_path):
+    from ssm_plugins.data import mixtures
+
+    csvs = mixtures.main(["--out", str(tmp_path), "--train", "2", "--valid", "1", "--test", "2", "--speakers", "6",
+                          "--utterances-per-speaker", "1", "--test-speakers", "4", "--min-seconds", "0.2",
+                          "--max-seconds", "0.3"])
+    assert sorted(os.listdir(tmp_path / "wsj0" / "si_tr_s")) == [f"s{i:02d}" for i in range(6)]
+    assert len(_rows(csvs["tr"])) == 2 and len(_rows(csvs["tt"])) == 2
+
+
+def test_mixtures_without_a_valid_pair_raise():
+    """Speakers of close pitch cannot form a mixture: an error naming the cause, not an endless draw."""
+    from ssm_plugins.data.mixtures import _pairs
+
+    utterances = [("s00", 100.0, None, None), ("s01", 110.0, None, None), ("s01", 160.0, None, None)]
+    with pytest.raises(ValueError, match="f0 at least 1.7x apart"):
+        _pairs(np.random.default_rng(0), utterances, 1, 1.7)
+    assert all(sorted(pair) == [0, 2] for pair in _pairs(np.random.default_rng(0), utterances, 2, 1.5))
+
+
 def test_prepare_reads_a_wsj0mix_folder(tiny_data, tmp_path):
     csvs = prepare_wsjmix_csv(str(tiny_data), str(tmp_path))
     assert [len(_rows(csvs[s])) for s in ("tr", "cv", "tt")] == [6, 2, 3]

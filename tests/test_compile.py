@@ -77,10 +77,10 @@ def test_inductor_transposed_inputs_to_the_ops():
 # break) through AOTAutograd, which runs the ops' fake kernels and autograd formulas as inductor does, forward and
 # backward equal to eager. Inductor itself (C++ code generation, minutes per model) runs on the four cases above.
 sys.path.insert(0, str(Path(__file__).parent / "models"))
-from test_contract import IMAGE_MODELS, _input, family  # noqa: E402
+from test_contract import IMAGE_MODELS, _input, family, sweep_params  # noqa: E402
 
 
-@pytest.mark.parametrize("name", IMAGE_MODELS)
+@pytest.mark.parametrize("name", sweep_params(IMAGE_MODELS))
 def test_every_model_compiles_in_one_graph(name):
     torch.manual_seed(0)
     model = timm.create_model(name, **family(name).small).eval()

@@ -344,14 +344,19 @@ def _celeba(tmp):
 
 
 def _coco(tmp):
-    from mmdet.datasets import CocoDataset
+    from mmengine.config import Config
+    from mmengine.registry import DefaultScope
+    from mmdet.registry import DATASETS
 
+    import ssm_plugins.mmdet  # noqa: F401  (NamedCocoDataset)
     from ssm_plugins.data.coco_digits import coco_digits
 
     root = _copy(coco_digits(), tmp / "coco")
     _corrupt(root / "annotations" / "instances_val2017.json", b'{"images": [')
-    CocoDataset(data_root=str(root), ann_file="annotations/instances_val2017.json", data_prefix=dict(img="val2017/"),
-                pipeline=[])
+    config = Config.fromfile(str(REPO / "configs_mmdet" / "vim2" / "mask-rcnn_vim2-t_fpn_1x_coco.py"))
+    dataset = dict(config.val_dataloader.dataset, data_root=str(root), pipeline=[])  # the configs' dataset type
+    with DefaultScope.overwrite_default_scope("mmdet"):
+        DATASETS.build(dataset)
 
 
 DATA = [
@@ -367,10 +372,7 @@ DATA = [
     ("tiny-imagenet-corrupt-annotations", lambda tmp: _tiny_imagenet(tmp, True),
      r"/tin/val/val_annotations.txt line 1: expected"),
     ("celeba-corrupt-annotations", _celeba, r"/celeba/list_attr_celeba.txt line \d+: expected .* 40 values"),
-    pytest.param("coco-corrupt-annotations", _coco, r"instances_val2017.json",
-                 marks=xfail("mmdet's CocoDataset (pycocotools COCO) json.loads the annotation file and raises "
-                             "JSONDecodeError without its name; needs a dataset type of ours (ssm_plugins.mmdet) that "
-                             "re-raises naming ann_file, and configs_mmdet/ using it")),
+    ("coco-corrupt-annotations", _coco, r"^ann_file .*/coco/annotations/instances_val2017.json: not a COCO"),
     ("mixtures-generator-arguments", lambda tmp: __import__("ssm_plugins.data.mixtures", fromlist=["x"])
      .generate_mixtures(tmp, n_train=0), r"^n_train must be a positive int, got 0"),
 ]

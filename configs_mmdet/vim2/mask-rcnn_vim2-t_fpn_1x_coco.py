@@ -44,6 +44,11 @@ optim_wrapper = dict(
             'ssm.D': dict(decay_mult=0.),
         }))
 
+# mmdet's CocoDataset, except that a corrupt annotation file raises an error naming it (ssm_plugins.mmdet)
+train_dataloader = dict(dataset=dict(type='NamedCocoDataset'))
+val_dataloader = dict(dataset=dict(type='NamedCocoDataset'))
+test_dataloader = dict(dataset=dict(type='NamedCocoDataset'))
+
 # data_root (default data/coco/) is baked into the dataloaders and evaluators when the config is read; to move it
 # override train_dataloader.dataset.data_root, val_dataloader.dataset.data_root, test_dataloader.dataset.data_root,
 # val_evaluator.ann_file and test_evaluator.ann_file (see configs_mmdet/README.md).

@@ -3,7 +3,8 @@
 Generates a small two-source set with ``ssm_plugins.data.mixtures`` (128 train / 16 valid / 16 test mixtures of
 1-2 s at 8 kHz, 192 training speakers, 12 unseen test speakers), evaluates the untrained model on its test set
 (``--N_epochs 0``: no checkpoint, the seed's initialisation), trains a small shape of
-``hparams/mambamixer.yaml`` for a few epochs through the recipe's own command line and evaluates again. Prints test SI-SNRi / SDRi before and after, then one JSON line.
+``hparams/mambamixer.yaml`` for a few epochs through the recipe's own command line and evaluates again. Prints
+test SI-SNRi / SDRi before and after, then one JSON line.
 
     .venv/bin/python scripts/main_speech.py                 # about 4 minutes on one core
     .venv/bin/python scripts/main_speech.py --epochs 2 --recipe qsmixer

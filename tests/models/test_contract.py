@@ -332,6 +332,16 @@ def test_fx_trace_equals_eager_and_keeps_input_checks(name):
         traced(torch.randn(1, model.in_chans + 1, *family(name).sizes[0]))
 
 
+def _fx_and_getter_features(name):
+    """timm's features_only=True models with feature_cls='fx' and 'getter', and their outputs on one input:
+    (fx model, getter model, traced outputs, getter's maps, the input)."""
+    fx = _create(name, features_only=True, feature_cls='fx').eval()
+    getter = _create(name, features_only=True).eval()
+    x = _input(getter, family(name).sizes[1], batch=2)
+    with torch.no_grad():
+        return fx, getter, fx(x), getter(x), x
+
+
 # timm's features_only=True, feature_cls='fx': the traced block / stage outputs, in the layout forward gives them
 # (channels last: NHWC maps, NLC tokens); the getter's maps are NCHW. Not essm_retrieval: one shared backbone runs
 # once per document, so a block has no single output (its features_only gives both documents' maps, getter only).
@@ -345,11 +355,7 @@ FX_TOKEN_FEATURE_MODELS = [n for n in IMAGE_MODELS if re.search(r'^(svim2|sviqs|
 
 @pytest.mark.parametrize('name', FX_TOKEN_FEATURE_MODELS)
 def test_fx_features_only_give_every_feature_level(name):
-    fx = _create(name, features_only=True, feature_cls='fx').eval()
-    getter = _create(name, features_only=True).eval()
-    x = _input(getter, family(name).sizes[1], batch=2)
-    with torch.no_grad():
-        traced, maps = fx(x), getter(x)
+    fx, getter, traced, maps, x = _fx_and_getter_features(name)
     assert len(traced) == len(maps) == len(fx.feature_info) >= 1
     for out, expected in zip(traced, maps):
         assert out.shape[-1] == expected.shape[1] and out.shape[0] == expected.shape[0]
@@ -359,11 +365,7 @@ def test_fx_features_only_give_every_feature_level(name):
 
 @pytest.mark.parametrize('name', FX_FEATURE_MODELS)
 def test_fx_features_only_equal_the_getters(name):
-    fx = _create(name, features_only=True, feature_cls='fx').eval()
-    getter = _create(name, features_only=True).eval()
-    x = _input(getter, family(name).sizes[1], batch=2)
-    with torch.no_grad():
-        traced, maps = fx(x), getter(x)
+    fx, getter, traced, maps, x = _fx_and_getter_features(name)
     assert [t.shape[-1] for t in traced] == fx.feature_info.channels() == getter.feature_info.channels()
     for out, expected in zip(traced, maps):
         if out.dim() == 4:  # NHWC map
@@ -382,11 +384,7 @@ FX_PYRAMID_MODELS = [n for n in IMAGE_MODELS if re.fullmatch(r'(vim2|viqs)_t(_no
 
 @pytest.mark.parametrize('name', FX_PYRAMID_MODELS)
 def test_fx_features_only_of_vim2_equal_the_getters(name):
-    fx = _create(name, features_only=True, feature_cls='fx').eval()
-    getter = _create(name, features_only=True).eval()
-    x = _input(getter, family(name).sizes[1], batch=2)
-    with torch.no_grad():
-        traced, maps = fx(x), getter(x)
+    fx, getter, traced, maps, x = _fx_and_getter_features(name)
     assert len(traced) == len(maps) == len(fx.feature_info) == (4 if 'noconv' not in name else len(maps))
     assert fx.feature_info.channels() == getter.feature_info.channels()
     for out, expected in zip(traced, maps):

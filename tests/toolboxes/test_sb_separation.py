@@ -149,7 +149,8 @@ def test_test_set_does_not_depend_on_the_training_set_size(tmp_path):
     assert [r["ID"] for r in test_few] == [r["ID"] for r in test_many]
     for a, b in zip(test_few, test_many):
         np.testing.assert_array_equal(soundfile.read(a["mix_wav"])[0], soundfile.read(b["mix_wav"])[0])
-    assert len(_rows(many["tr"])) == 4 and {r["ID"][:3] for r in test_many}.isdisjoint({r["ID"][:3] for r in _rows(many["tr"])})
+    train_many = _rows(many["tr"])
+    assert len(train_many) == 4 and {r["ID"][:3] for r in test_many}.isdisjoint({r["ID"][:3] for r in train_many})
 
 
 def test_mixtures_command_line_sizes_the_speaker_sets(tmp_path):

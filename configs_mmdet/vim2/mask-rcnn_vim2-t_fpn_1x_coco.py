@@ -4,6 +4,8 @@
 _base_ = ['mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py']
 
 custom_imports = dict(imports=['ssm_plugins.mmdet'], allow_failed_imports=False)
+# --resume continues the interrupted run's random streams (ssm_plugins.openmmlab.RandomStateHook)
+custom_hooks = [dict(type='RandomStateHook')]
 
 # ImageNet-1K checkpoint of the timm model (vim2_t) on local disk; nothing is downloaded. Set it with
 # --cfg-options model.backbone.init_cfg.checkpoint=PATH (or model.backbone.init_cfg=None to start from scratch).

@@ -16,6 +16,8 @@ _base_ = [
 ]
 
 custom_imports = dict(imports=['ssm_plugins.mmpretrain'], allow_failed_imports=False)
+# --resume continues the interrupted run's random streams (ssm_plugins.openmmlab.RandomStateHook)
+custom_hooks = [dict(type='RandomStateHook')]
 
 model = dict(
     type='TimmClassifier',

@@ -10,6 +10,8 @@ _base_ = [
 ]
 
 custom_imports = dict(imports=['ssm_plugins.mmpretrain'], allow_failed_imports=False)
+# --resume continues the interrupted run's random streams (ssm_plugins.openmmlab.RandomStateHook)
+custom_hooks = [dict(type='RandomStateHook')]
 
 # The timm model itself (ssm_plugins registers it); its checkpoint keys are timm's, so the Mask R-CNN / UperNet
 # configs load work_dirs/<this config>/epoch_300.pth through init_cfg=dict(type='Pretrained', checkpoint=...).

@@ -5,6 +5,8 @@
 _base_ = ['mmseg::swin/swin-tiny-patch4-window7-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py']
 
 custom_imports = dict(imports=['ssm_plugins.mmseg'], allow_failed_imports=False)
+# --resume continues the interrupted run's random streams (ssm_plugins.openmmlab.RandomStateHook)
+custom_hooks = [dict(type='RandomStateHook')]
 
 # ImageNet-1K checkpoint of the timm model (vim2_t) on local disk; nothing is downloaded. Set it with
 # --cfg-options model.backbone.init_cfg.checkpoint=PATH (or model.backbone.init_cfg=None to start from scratch).

@@ -90,8 +90,8 @@ def derived_config(folder: Path, base: Path, image_size: Optional[int] = None, i
 
     * ``image_size`` (MMPretrain configs): the training pipeline becomes one without random transforms (resize the
       short edge, centre crop: the test pipeline's steps), so that an image becomes the same tensor in every process
-      and after a resume (mmengine saves no RNG state; RandAugment, random crops, flips and erasing draw from it);
-      use with ``mmpretrain_tiny_options(image_size=image_size)``.
+      (RandAugment, random crops, flips and erasing draw from each process's own generators): the 1-vs-2-process
+      tests compare weights; use with ``mmpretrain_tiny_options(image_size=image_size)``.
     * ``iterations``: the loop becomes mmengine's IterBasedTrainLoop (``--cfg-options train_cfg.max_iters=N``; no
       validation) over an InfiniteSampler, with a checkpoint every 4 iterations. (The epoch loop's keys cannot be
       removed with ``--cfg-options``, hence the file.)"""

@@ -29,6 +29,7 @@ def test_config_is_offline_and_loads_its_adapter(path):
     urls = [(key, value) for key, value in config_strings(cfg.to_dict()) if "://" in value]
     assert urls == [], f"downloadable references left in {path.name}: {urls}"
     assert cfg.custom_imports == dict(imports=[f"ssm_plugins.{toolbox_of(path)}"], allow_failed_imports=False)
+    assert dict(type="RandomStateHook") in cfg.custom_hooks  # exact --resume (tests/toolboxes/test_resume.py)
     assert cfg.load_from is None
     init = cfg.model.backbone.init_cfg
     assert init["type"] == "Pretrained" and init["checkpoint"].startswith("checkpoints/")

@@ -8,6 +8,8 @@
 _base_ = ['mmpretrain::_base_/default_runtime.py']
 
 custom_imports = dict(imports=['ssm_plugins.mmpretrain'], allow_failed_imports=False)
+# --resume continues the interrupted run's random streams (ssm_plugins.openmmlab.RandomStateHook)
+custom_hooks = [dict(type='RandomStateHook')]
 
 # each row config sets model_name (a timm model of ssm_plugins) and the row's options
 model = dict(

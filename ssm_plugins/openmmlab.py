@@ -327,17 +327,34 @@ class RandomStateHook(Hook):
     states, warns and continues from the re-seeded generators.
     """
 
-    priority = "VERY_LOW"  # restore after every other hook's before_train
+    # before CheckpointHook (VERY_LOW) in after_train_iter/epoch, after the other hooks' before_train
+    priority = "LOW"
 
     def __init__(self) -> None:
         self._saved: Optional[List[dict]] = None
         self._saved_iter: Optional[int] = None
         self._outside_evaluation: Optional[dict] = None
+        self._gathered: Optional[Tuple[int, List[dict]]] = None
+
+    def _gather(self, runner) -> None:
+        """Every rank's states, collected where all ranks are (mmengine saves checkpoints on rank 0 only): one
+        all_gather_object of about 13 KB a process per iteration, in multi-process runs only."""
+        if runner.world_size > 1:
+            from mmengine.dist import all_gather_object
+
+            self._gathered = (runner.iter, all_gather_object(_random_states()))
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        self._gather(runner)
+
+    def after_train_epoch(self, runner) -> None:
+        self._gather(runner)
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
-        from mmengine.dist import all_gather_object
-
-        checkpoint["random_states"] = all_gather_object(_random_states())  # every rank calls save_checkpoint
+        if runner.world_size == 1:  # (saved during validation, e.g. save_best: the states validation started from)
+            checkpoint["random_states"] = [self._outside_evaluation or _random_states()]
+        elif self._gathered is not None and self._gathered[0] == runner.iter:
+            checkpoint["random_states"] = self._gathered[1]
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         self._saved = checkpoint.get("random_states")

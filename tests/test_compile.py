@@ -24,6 +24,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 CASES = [
     ("vim2_t", dict(img_size=64, embed_dim=32, depth=2, n_interactions=2, spm_inplanes=8, headdim=16, d_state=4),
      (64, 64)),
+    ("viqs_t", dict(img_size=64, embed_dim=32, depth=2, n_interactions=2, spm_inplanes=8, headdim=16, d_state=4),
+     (64, 64)),  # the QS mixing op (qs_mix)
     ("vit_cifar_patch4_32_ssm2d", dict(embed_dim=32, depth=2, num_heads=2, ssm_d_state=4, ssm_n_ssm=2), (32, 32)),
     ("essm_scifar_tiny", dict(d_model=16, depth=2, d_state=16, n_heads=4), (8, 8)),
     ("myopix_zcifar", dict(embed_dim=32, depth=2, state_size=16, blocks=1), (8, 8)),
@@ -75,9 +77,16 @@ def test_inductor_transposed_inputs_to_the_ops():
 
 # Every registered image model, at test_contract's reduced sizes: one graph (fullgraph=True raises on any graph
 # break) through AOTAutograd, which runs the ops' fake kernels and autograd formulas as inductor does, forward and
-# backward equal to eager. Inductor itself (C++ code generation, minutes per model) runs on the four cases above.
+# backward equal to eager. Inductor itself (C++ code generation, 45 s to 4 min per model here) runs on the cases
+# above in every CI run, and with fullgraph=True on one model per model family of test_contract, the OpenMMLab
+# backbones and the SpeechBrain blocks under the ``exhaustive`` marker (make test; 2026-11-26: 23 compiles).
 sys.path.insert(0, str(Path(__file__).parent / "models"))
-from test_contract import IMAGE_MODELS, _input, family, sweep_params  # noqa: E402
+from test_contract import FAMILIES, IMAGE_MODELS, _input, family, sweep_params  # noqa: E402
+
+FAMILY_REPRESENTATIVES = [next(n for n in IMAGE_MODELS if family(n) is fam) for fam in FAMILIES
+                          if any(family(n) is fam for n in IMAGE_MODELS)]
+BACKBONES = ["ViM2", "ViQS", "SwinSSM2D", "ESSM2D", "MyoNet"]
+SB_BLOCKS = ["SBMambaMixerBlock", "SBQSMixerBlock", "SBESSMBlock", "SBMyoBlock"]
 
 
 @pytest.mark.parametrize("name", sweep_params(IMAGE_MODELS))
@@ -87,8 +96,17 @@ def test_every_model_compiles_in_one_graph(name):
     _assert_compiles_in_one_graph(model, _input(model, family(name).sizes[0], batch=2))
 
 
-def _assert_compiles_in_one_graph(model, x):
-    """fullgraph AOTAutograd forward + backward of ``model`` (eval) on x equals eager (outputs: a tensor or maps)."""
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("name", FAMILY_REPRESENTATIVES)
+def test_inductor_one_model_per_family_in_one_graph(name):
+    torch.manual_seed(0)
+    model = timm.create_model(name, **family(name).small).eval()
+    _assert_compiles_in_one_graph(model, _input(model, family(name).sizes[0], batch=2), backend="inductor")
+
+
+def _assert_compiles_in_one_graph(model, x, backend="aot_eager"):
+    """fullgraph forward + backward of ``model`` (eval) on x through ``backend`` equals eager (outputs: a tensor or
+    maps)."""
     def run(fn):
         model.zero_grad(set_to_none=True)
         out = fn(x)
@@ -99,7 +117,7 @@ def _assert_compiles_in_one_graph(model, x):
 
     outs, grads = run(model)
     torch._dynamo.reset()
-    compiled_outs, compiled_grads = run(torch.compile(model, backend="aot_eager", fullgraph=True))
+    compiled_outs, compiled_grads = run(torch.compile(model, backend=backend, fullgraph=True))
     for got, expected in zip(compiled_outs, outs, strict=True):
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
     assert compiled_grads.keys() == grads.keys() and len(grads) > 0
@@ -109,9 +127,8 @@ def _assert_compiles_in_one_graph(model, x):
                                    msg=lambda m: f"{key}: {m}")
 
 
-@pytest.mark.parametrize("backbone", ["ViM2", "ViQS", "SwinSSM2D", "ESSM2D", "MyoNet"])
-def test_openmmlab_backbones_compile_in_one_graph(backbone):
-    """The mmdet/mmseg backbones (their four feature maps) at test_mm_backbones' small sizes."""
+def _openmmlab_backbone(backbone):
+    """The mmdet/mmseg backbone (its four feature maps) at test_mm_backbones' small sizes, and an input."""
     pytest.importorskip("mmdet")
     sys.path.insert(0, str(Path(__file__).parent / "toolboxes"))
     from test_mm_backbones import SMALL, _small
@@ -119,17 +136,34 @@ def test_openmmlab_backbones_compile_in_one_graph(backbone):
     from ssm_plugins import openmmlab
     model = _small(getattr(openmmlab, backbone)).eval()
     size = SMALL[type(model)].get("img_size", 64)
-    _assert_compiles_in_one_graph(model, torch.randn(2, 3, size, size))
+    return model, torch.randn(2, 3, size, size)
 
 
-@pytest.mark.parametrize("block", ["SBMambaMixerBlock", "SBQSMixerBlock", "SBESSMBlock", "SBMyoBlock"])
-def test_speechbrain_blocks_compile_in_one_graph(block):
-    """The dual-path separation blocks on [B*S, K, N] chunks (16 steps, 32 features)."""
+def _speechbrain_block(block):
+    """The dual-path separation block on [B*S, K, N] chunks (16 steps, 32 features), and an input."""
     pytest.importorskip("speechbrain")
     from ssm_plugins import speechbrain as sb
 
     torch.manual_seed(0)
     kwargs = {"SBMambaMixerBlock": dict(num_tokens=16), "SBQSMixerBlock": dict(num_tokens=16),
               "SBESSMBlock": dict(d_state=16), "SBMyoBlock": dict(state_size=16)}[block]
-    model = getattr(sb, block)(2, 32, **kwargs).eval()
-    _assert_compiles_in_one_graph(model, torch.randn(3, 16, 32))
+    return getattr(sb, block)(2, 32, **kwargs).eval(), torch.randn(3, 16, 32)
+
+
+@pytest.mark.parametrize("backbone", BACKBONES)
+def test_openmmlab_backbones_compile_in_one_graph(backbone):
+    _assert_compiles_in_one_graph(*_openmmlab_backbone(backbone))
+
+
+@pytest.mark.parametrize("block", SB_BLOCKS)
+def test_speechbrain_blocks_compile_in_one_graph(block):
+    _assert_compiles_in_one_graph(*_speechbrain_block(block))
+
+
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("part", [("backbone", b) for b in BACKBONES] + [("block", b) for b in SB_BLOCKS],
+                         ids=lambda part: part[1])
+def test_inductor_toolbox_parts_in_one_graph(part):
+    kind, name = part
+    model, x = _openmmlab_backbone(name) if kind == "backbone" else _speechbrain_block(name)
+    _assert_compiles_in_one_graph(model, x, backend="inductor")

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from _openmmlab import (MMDET_VIM2, MMSEG_VIM2, REPO, checkpoint_state, deterministic_mmpretrain_config,
                         max_abs_difference, tiny_mask_rcnn_options, tiny_upernet_options, tiny_vim2_options)
@@ -162,6 +163,9 @@ def test_mmpretrain_two_processes_end_with_the_weights_of_one_process(mmpretrain
     # per-process BatchNorm statistics (measured: weights 5.0e-3 apart, running statistics 2.6e-2): the tolerance
     # above is not met by chance
     assert max_abs_difference(one, unsynced) > 1e-4
+    # RandomStateHook (the configs' custom hook) saved each process's generators, gathered to rank 0's checkpoint
+    states = torch.load(tmp / "two" / "epoch_1.pth", map_location="cpu", weights_only=True)["random_states"]
+    assert len(states) == 2 and all(set(state) >= {"python", "numpy", "torch"} for state in states)
 
 
 @pytest.mark.slow

@@ -23,6 +23,7 @@ weights exist; load a local checkpoint with ``pretrained=True, pretrained_cfg_ov
 multi-head EMA on the row-major flattened tokens, "Swin w/ EMA": ``ssm_d_state`` is the EMA dimension) and
 ``'none'`` (the plain ViT / Swin: "ViT", "Swin-reprod."); ``mixer_kwargs`` passes further layer arguments.
 """
+import math
 from functools import partial
 from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
@@ -33,7 +34,7 @@ from timm.layers import register_notrace_function, register_notrace_module, resa
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 from timm.models._features import feature_take_indices
 from timm.models._manipulate import checkpoint
-from timm.models.swin_transformer import SwinTransformer, SwinTransformerBlock
+from timm.models.swin_transformer import SwinTransformer, SwinTransformerBlock, window_partition
 from timm.models.swin_transformer import checkpoint_filter_fn as swin_checkpoint_filter_fn
 from timm.models.vision_transformer import Block, VisionTransformer
 from timm.models.vision_transformer import checkpoint_filter_fn as vit_checkpoint_filter_fn
@@ -306,6 +307,33 @@ class SwinTransformerSSM2DBlock(SwinTransformerBlock):
         block.__class__ = cls
         block.ssm = ssm
         return block
+
+    def get_attn_mask(self, x: Optional[torch.Tensor] = None, device: Optional[torch.device] = None,
+                      dtype: Optional[torch.dtype] = None) -> Optional[torch.Tensor]:
+        """timm's shifted-window mask (same values), with the 3 x 3 regions computed by index comparisons instead of
+        slice assignments into a zero map: torch 2.11's inductor fails to compile timm's version in the per-forward
+        (``dynamic_mask``) path, which timm takes without ``strict_img_size`` (our default), with a C++ error
+        (``decltype(tmp)::blendv`` on a scalar); timm's own Swin fails the same way with ``strict_img_size=False``."""
+        if not any(self.shift_size):
+            return None
+        if x is not None:
+            (height, width), device, dtype = x.shape[1:3], x.device, x.dtype
+        else:
+            height, width = (math.ceil(n / w) * w for n, w in zip(self.input_resolution, self.window_size))
+
+        def region(n: int, window: int, shift: int) -> torch.Tensor:
+            # timm's slices (0, -window), (-window, -shift), (-shift, None) in order; with shift 0 the last one
+            # covers every index
+            index = torch.arange(n, device=device)
+            if shift == 0:
+                return torch.zeros_like(index)
+            return (index >= n - window).long() + (index >= n - shift).long()
+
+        regions = (3 * region(height, self.window_size[0], self.shift_size[0])[:, None]
+                   + region(width, self.window_size[1], self.shift_size[1])[None, :])
+        windows = window_partition(regions[None, :, :, None].to(dtype), self.window_size).view(-1, self.window_area)
+        different = windows.unsqueeze(1) != windows.unsqueeze(2)
+        return torch.zeros(different.shape, device=device, dtype=dtype).masked_fill(different, -100.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, H, W, C = x.shape

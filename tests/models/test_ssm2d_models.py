@@ -292,3 +292,25 @@ def test_traces_with_torch_compile_fullgraph():
     images = torch.randn(1, 3, 24, 40)
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(model, backend='eager', fullgraph=True)(images), model(images))
+
+
+@pytest.mark.parametrize("grid,window,shift", [((7, 7), (7, 7), (3, 3)), ((14, 21), (7, 7), (3, 3)),
+                                               ((5, 9), (4, 4), (2, 2)), ((8, 8), (4, 7), (0, 3)),
+                                               ((8, 12), (4, 4), (3, 0)), ((4, 4), (4, 4), (1, 2))])
+def test_swin_block_attention_mask_equals_timms(grid, window, shift):
+    """Our block's shifted-window mask (index comparisons, compiles with inductor) equals timm's (slice assignments),
+    from the padded input (dynamic mask) and from input_resolution (buffer)."""
+    from timm.models.swin_transformer import SwinTransformerBlock
+
+    from ssm_plugins.models.ssm2d import SwinTransformerSSM2DBlock
+
+    block = SwinTransformerBlock(dim=8, input_resolution=grid, num_heads=1, window_size=window, shift_size=0,
+                                 dynamic_mask=True)
+    block.window_size, block.shift_size, block.window_area = window, shift, window[0] * window[1]
+    padded = torch.zeros(1, -(-grid[0] // window[0]) * window[0], -(-grid[1] // window[1]) * window[1], 8)
+    expected = SwinTransformerBlock.get_attn_mask(block, padded)
+    assert (expected != 0).any() and (expected == 0).any()
+    assert torch.equal(SwinTransformerSSM2DBlock.get_attn_mask(block, padded), expected)
+    from_size = dict(device=torch.device("cpu"), dtype=torch.float32)
+    assert torch.equal(SwinTransformerSSM2DBlock.get_attn_mask(block, **from_size),
+                       SwinTransformerBlock.get_attn_mask(block, **from_size))

@@ -110,7 +110,7 @@ def _assert_compiles_in_one_graph(model, x, backend="aot_eager"):
     """fullgraph forward + backward of ``model`` (eval) on x through ``backend`` equals eager (outputs: a tensor or
     maps). Inductor reorders float32 sums (fused, vectorised reductions), which deep networks carry to their first
     layers' gradients (1e-3 of the gradient's scale here): its gradients are compared with a float64 eager run, and
-    their error may be a few times eager float32's own, no more."""
+    their error may be 10x eager float32's own (plus 1e-5 of the scale: float32 rounding), no more."""
     def run(fn, inputs, module):
         module.zero_grad(set_to_none=True)
         out = fn(inputs)
@@ -132,7 +132,7 @@ def _assert_compiles_in_one_graph(model, x, backend="aot_eager"):
             scale = exact_grads[key].abs().max().item()
             eager_error = (grad.double() - exact_grads[key]).abs().max().item()
             compiled_error = (compiled_grads[key].double() - exact_grads[key]).abs().max().item()
-            assert compiled_error <= 10 * eager_error + 1e-6 * scale, (key, compiled_error, eager_error, scale)
+            assert compiled_error <= 10 * eager_error + 1e-5 * scale, (key, compiled_error, eager_error, scale)
         return
     for key, grad in grads.items():  # summation order differs: tolerance relative to the gradient's scale
         scale = grad.abs().max().item()

@@ -279,7 +279,7 @@ def _random_states() -> dict:
 
 
 def _set_random_states(states: dict) -> None:
-    random.setstate(tuple(tuple(s) if isinstance(s, list) else s for s in states["python"]))
+    random.setstate(states["python"])  # torch.save/load keep its tuples
     numpy_state = states["numpy"]
     np.random.set_state({"bit_generator": "MT19937",
                          "state": {"key": numpy_state["key"].cpu().numpy().astype(np.uint32), "pos": numpy_state["pos"]},

@@ -3,6 +3,8 @@
 // qs_mix_cpu.h.
 #include "qs_mix_cpu.h"
 
+#include <type_traits>
+
 namespace ssm_plugins {
 namespace {
 
@@ -30,6 +32,59 @@ struct BwdScratch {
         chunk_decays(chunk_ * s.N), lam(s.N * s.P), xt(s.P), gt(s.P), g_next(s.P), bv(s.N), cv(s.N),
         dx_terms(s.N), ddelta_terms(s.N), dlogdecay(s.N), dx_acc(s.L * s.P) {}
 };
+
+// One backward step of the head layout (P > 1) for N = 16 float states: the block loop of
+// scan_direction_bwd with the per-state sums over p (dC, λ·x, μ·h) kept as one vector per state and summed
+// across lanes by one transposed tree for all 16 states (an `omp simd` reduction ends each (state, block) with
+// a serial sum over the lanes: ~50 cycles of latency, 96 of them per step at P = 64). Adds Δ Bᵀλ to dx_t.
+template <typename acc_t>
+QS_INLINE void bwd_step16(const acc_t* hprev, acc_t* lam, const acc_t* g, const acc_t* x, const acc_t* Bv,
+                          const acc_t* Cv, const acc_t* decay, acc_t delta, int64_t P, bool hydra, acc_t* dx_t,
+                          acc_t* dC_sum, acc_t* lamx_sum, acc_t* muh_sum) {
+  using S = Simd<acc_t>;
+  using V = typename S::V;
+  constexpr int W = S::W;
+  V part[3][W];
+  acc_t tail[3][W] = {};
+  const int64_t Pv = P / W * W;
+  for (int n = 0; n < W; ++n) {
+    const acc_t Cn = Cv[n], dn = decay[n], dBn = delta * Bv[n];
+    const acc_t* hp = hprev + n * P;
+    acc_t* ln = lam + n * P;
+    V dC{}, lx{}, mh{};
+    for (int64_t p = 0; p < Pv; p += W) {
+      const V h = S::load(hp + p), l = S::load(ln + p), gv = S::load(g + p), xv = S::load(x + p);
+      const V mu = l + Cn * gv;  // exact: adjoint of Ā_t h_{t-1}; hydra: λ_t += C_t g_{t+1}
+      V dxv = S::load(dx_t + p);
+      if (hydra) {
+        dC += gv * (dn * h + dBn * xv);  // g_{t+1} · h_t
+        lx += mu * xv;
+        dxv += dBn * mu;
+      } else {
+        dC += gv * (dn * h);  // g_t · (Ā_t h_{t-1})
+        lx += l * xv;
+        dxv += dBn * l;
+      }
+      mh += mu * h;
+      S::store(dx_t + p, dxv);
+      S::store(ln + p, dn * mu);
+    }
+    part[0][n] = dC;
+    part[1][n] = lx;
+    part[2][n] = mh;
+    for (int64_t p = Pv; p < P; ++p) {  // the last P % W features
+      const acc_t mu = ln[p] + Cn * g[p];
+      tail[0][n] += g[p] * (hydra ? dn * hp[p] + dBn * x[p] : dn * hp[p]);
+      tail[1][n] += (hydra ? mu : ln[p]) * x[p];
+      tail[2][n] += mu * hp[p];
+      dx_t[p] += dBn * (hydra ? mu : ln[p]);
+      ln[p] = dn * mu;
+    }
+  }
+  S::store(dC_sum, TreeSum<V, W, W>::run(part[0]) + S::load(tail[0]));
+  S::store(lamx_sum, TreeSum<V, W, W>::run(part[1]) + S::load(tail[1]));
+  S::store(muh_sum, TreeSum<V, W, W>::run(part[2]) + S::load(tail[2]));
+}
 
 // Gradient of one direction for row (b, h): adds to w.dx_acc[t * P + p] and to this part's dB/dC partial
 // sums, writes ddt and adds the row's dA. Adjoint recursion, with λ_t the adjoint of h_t and g_t = dL/dy_t:
@@ -147,6 +202,14 @@ QS_INLINE void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t p
         std::fill(lamx_sum, lamx_sum + N, acc_t(0));
         std::fill(muh_sum, muh_sum + N, acc_t(0));
         const acc_t* xt = w.xt.data();
+        bool vectorised = false;
+        if constexpr (std::is_same<acc_t, float>::value) {
+          if (N == Simd<float>::W) {
+            bwd_step16(hprev, lam, g_read, xt, w.bv.data(), w.cv.data(), decay, delta, P, hydra, dx_t, dC_sum,
+                       lamx_sum, muh_sum);
+            vectorised = true;
+          }
+        }
         // The sums over p are reductions: without `omp simd reduction` the compiler may not reorder them
         // and leaves the loop scalar (the backward ran at 12x its forward on K2's heads of 64).
         auto block = [&](int64_t p0, int64_t width, acc_t* dx_block) QS_LAMBDA_INLINE {
@@ -183,7 +246,7 @@ QS_INLINE void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t p
             muh_sum[n] += mu_h;
           }
         };
-        int64_t p0 = 0;
+        int64_t p0 = vectorised ? P : 0;
         for (; p0 + kBlock <= P; p0 += kBlock) {
           acc_t dx_block[kBlock] = {};
           block(p0, kBlock, dx_block);
@@ -195,12 +258,21 @@ QS_INLINE void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t p
           block(p0, P - p0, dx_block);
           for (int64_t p = 0; p < P - p0; ++p) dx_t[p0 + p] += delta * dx_block[p];
         }
+        // Per state n; the sums over n in partial sums (a serial sum, and a scalar A's dA_row[0] added to
+        // through memory once per state, were a latency chain of ~100 cycles per step).
+        acc_t* d_logdecay = muh_sum;  // d/d(Δ A_n) = Ā_t Σ_p μ h, in place
         for (int64_t n = 0; n < N; ++n) {
           dC_t[n] += dC_sum[n];
           dB_t[n] += delta * lamx_sum[n];
-          const acc_t d_logdecay = muh_sum[n] * decay[n];
-          ddelta += w.bv[n] * lamx_sum[n] + d_logdecay * Arow[n * a_step];
-          dA_row[n * a_step] += d_logdecay * delta;
+          d_logdecay[n] *= decay[n];
+        }
+        acc_t* ddelta_terms = dC_sum;
+        for (int64_t n = 0; n < N; ++n) ddelta_terms[n] = w.bv[n] * lamx_sum[n] + d_logdecay[n] * Arow[n * a_step];
+        ddelta += sum(ddelta_terms, N);
+        if (a_step == 0) {
+          dA_row[0] += delta * sum(d_logdecay, N);
+        } else {
+          for (int64_t n = 0; n < N; ++n) dA_row[n] += d_logdecay[n] * delta;
         }
       }
       a.ddt[dir][(b * s.L + t) * s.H + h] = f.softplus_dt ? ddelta * softplus_grad(v) : ddelta;

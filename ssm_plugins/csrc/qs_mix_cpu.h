@@ -2,6 +2,7 @@
 // kernels share.
 #pragma once
 #include "qs_mix.h"
+#include "simd_cpu.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -55,6 +56,9 @@ inline QsIsa qs_isa() {
 
 // Features per register block of the head layout's loops over p (two AVX-512 vectors of float).
 constexpr int64_t kBlock = 32;
+// Features per vector of the forward's register-blocked path (one AVX-512 vector of float), and P rounded up to it.
+constexpr int64_t kLanes = 16;
+inline int64_t padded(int64_t P) { return (P + kLanes - 1) / kLanes * kLanes; }
 
 // Δ before the softplus: dt + dt_bias.
 template <typename acc_t>

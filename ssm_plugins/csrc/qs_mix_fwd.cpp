@@ -2,15 +2,79 @@
 // (batch, head) row. Shared pieces in qs_mix_cpu.h.
 #include "qs_mix_cpu.h"
 
+#include <type_traits>
+
 namespace ssm_plugins {
 namespace {
 
-// Per-task scratch of the forward: the state (N, P), and per step x_t (P) and Ā_t, B̄_t, C (N each).
+// Per-task scratch of the forward: the state (N, P), and per step x_t (P) and Ā_t, B̄_t, C (N each); for the
+// register-blocked path the whole row's x (L, P padded to kLanes) and its steps' Ā, B̄, C (L, N each).
 template <typename acc_t>
 struct FwdScratch {
-  std::vector<acc_t> state, xt, decay, dB, c, term;
-  FwdScratch(int64_t N, int64_t P) : state(N * P), xt(P), decay(N), dB(N), c(N), term(N) {}
+  std::vector<acc_t> state, xt, decay, dB, c, term, xrow, steps;
+  FwdScratch(int64_t N, int64_t P, int64_t L)
+      : state(N * P), xt(P), decay(N), dB(N), c(N), term(N), xrow(L * padded(P) + kLanes), steps(3 * L * N) {}
 };
+
+// ---- the register-blocked path: float32, N = 16, P > 1 ---------------------------------------------------
+// kLanes features at a time keep their (N, kLanes) state in N vector registers for the whole row (the loop
+// over p inside n re-reads and re-writes the state from memory at every step): per state and step one
+// multiply and two FMAs on registers. The steps' scalars (Ā, Δ B, the C the output reads) are computed once
+// per direction.
+static_assert(kLanes == Simd<float>::W, "one float vector per feature block");
+
+// Ā_t, Δ_t B_t and the C that out_t reads, for the steps of one direction in scan order, as (L, N) each.
+template <typename scalar_t>
+QS_INLINE void step_scalars(const FwdArgs<scalar_t>& a, const Direction<float>& d, bool reverse, int64_t b, int64_t h,
+                            float* decay, float* dB, float* c) {
+  const MixShape& s = a.s;
+  const int64_t g = h / (s.H / s.G), N = s.N;
+  const float* C_prev = nullptr;
+  for (int64_t i = 0; i < s.L; ++i) {
+    const int64_t t = reverse ? s.L - 1 - i : i;
+    float delta = raw_delta(d, b, t, h);
+    if (a.softplus_dt) delta = softplus(delta);
+    const float* Bt = d.B + b * d.B_s[0] + t * d.B_s[1] + g * d.B_s[2];
+    const float* Ct = d.C + b * d.C_s[0] + t * d.C_s[1] + g * d.C_s[2];
+    const float* C_read = a.hydra_shift ? C_prev : Ct;
+    fill_decays(d, h, delta, N, decay + i * N);
+    for (int64_t n = 0; n < N; ++n) {
+      dB[i * N + n] = delta * Bt[n];
+      c[i * N + n] = C_read ? C_read[n] : 0.0f;
+    }
+    C_prev = Ct;
+  }
+}
+
+// One direction's strict scan added to out (L, Ppad) from xrow (L, Ppad), NS = N states.
+template <int NS, typename scalar_t>
+QS_INLINE void scan_direction_blocked(const FwdArgs<scalar_t>& a, const Direction<float>& d, bool reverse,
+                                      int64_t b, int64_t h, FwdScratch<float>& w, float* out) {
+  const MixShape& s = a.s;
+  const int64_t L = s.L, Ppad = padded(s.P);
+  float *decay = w.steps.data(), *dB = decay + L * NS, *c = dB + L * NS;
+  step_scalars(a, d, reverse, b, h, decay, dB, c);
+  using V = Simd<float>::V;
+  const float* xrow = w.xrow.data();
+  const bool hydra = a.hydra_shift;
+  for (int64_t p0 = 0; p0 < Ppad; p0 += kLanes) {
+    V state[NS] = {};
+    for (int64_t i = 0; i < L; ++i) {
+      const int64_t t = reverse ? L - 1 - i : i;
+      const V xv = Simd<float>::load(xrow + t * Ppad + p0);
+      const float *decay_i = decay + i * NS, *dB_i = dB + i * NS, *c_i = c + i * NS;
+      V acc = {};
+#pragma GCC unroll 16
+      for (int n = 0; n < NS; ++n) {
+        const V z = decay_i[n] * state[n];
+        acc += c_i[n] * (hydra ? state[n] : z);
+        state[n] = z + dB_i[n] * xv;
+      }
+      float* yt = out + t * Ppad + p0;
+      Simd<float>::store(yt, Simd<float>::load(yt) + acc);
+    }
+  }
+}
 
 // Adds one direction's strict-scan output for row (b, h) to out[t * P + p].
 template <typename scalar_t>
@@ -88,17 +152,33 @@ QS_INLINE void fwd_rows(const FwdArgs<scalar_t>& a, int64_t begin, int64_t end,
                         FwdScratch<at::opmath_type<scalar_t>>& scratch, std::vector<at::opmath_type<scalar_t>>& out) {
   using acc_t = at::opmath_type<scalar_t>;
   const MixShape& s = a.s;
+  const bool blocked = std::is_same<acc_t, float>::value && s.N == 16 && s.P > 1;
+  const int64_t stride = blocked ? padded(s.P) : s.P;  // of out and xrow: (L, stride)
   for (int64_t row = begin; row < end; ++row) {
     const int64_t b = row / s.H, h = row % s.H;
     std::fill(out.begin(), out.end(), acc_t(0));
-    scan_direction(a, a.fwd, false, b, h, scratch, out);
-    scan_direction(a, a.rev, true, b, h, scratch, out);
+    if constexpr (std::is_same<acc_t, float>::value) {
+      if (blocked) {
+        float* xr = scratch.xrow.data();
+        for (int64_t t = 0; t < s.L; ++t) {
+          const scalar_t* xt = a.x + b * a.x_s[0] + t * a.x_s[1] + h * a.x_s[2];
+          for (int64_t p = 0; p < s.P; ++p) xr[t * stride + p] = static_cast<float>(xt[p * a.x_s[3]]);
+          std::fill(xr + t * stride + s.P, xr + (t + 1) * stride, 0.0f);
+        }
+        scan_direction_blocked<16>(a, a.fwd, false, b, h, scratch, out.data());
+        scan_direction_blocked<16>(a, a.rev, true, b, h, scratch, out.data());
+      }
+    }
+    if (!blocked) {
+      scan_direction(a, a.fwd, false, b, h, scratch, out);
+      scan_direction(a, a.rev, true, b, h, scratch, out);
+    }
     for (int64_t t = 0; t < s.L; ++t) {
       const acc_t gam = a.gamma[b * a.gamma_s[0] + t * a.gamma_s[1] + h * a.gamma_s[2]];
       const scalar_t* xrow = a.x + b * a.x_s[0] + t * a.x_s[1] + h * a.x_s[2];
       scalar_t* yrow = a.y + b * a.y_s[0] + t * a.y_s[1] + h * a.y_s[2];
       for (int64_t p = 0; p < s.P; ++p) {
-        yrow[p * a.y_s[3]] = static_cast<scalar_t>(out[t * s.P + p] + gam * static_cast<acc_t>(xrow[p * a.x_s[3]]));
+        yrow[p * a.y_s[3]] = static_cast<scalar_t>(out[t * stride + p] + gam * static_cast<acc_t>(xrow[p * a.x_s[3]]));
       }
     }
   }
@@ -151,8 +231,8 @@ void fwd_cpu_kernel(const FwdArgs<scalar_t>& a) {
   // handed out in grabs of about 32k state updates (one row at the head layout's P = 64).
   const int64_t grab = std::max<int64_t>(1, 32768 / (2 * s.L * s.N * s.P + 1));
   dynamic_for_intra(s.batch * s.H, grab, at::get_num_threads(), [&](auto take) {
-    FwdScratch<acc_t> scratch(s.N, s.P);
-    std::vector<acc_t> out(s.L * s.P);
+    FwdScratch<acc_t> scratch(s.N, s.P, s.L);
+    std::vector<acc_t> out(s.L * padded(s.P));
     for (int64_t begin, end; take(begin, end);) rows(a, begin, end, scratch, out);
   });
 }

@@ -5,17 +5,19 @@
 namespace ssm_plugins {
 namespace {
 
-// In: x (u), dt (delta, raw), z (or null). Out: y = out before the cast, hlast (nv*W), dt (dt).
+// In: x (u), dt (delta, raw), z (or null). Out: y = out before the cast, hlast (nv*W), dt (dt), dx (dt * x).
 template <typename acc_t, int NV>
-SSM_INLINE void fwd_core(const RowParams<acc_t>& p, const acc_t* x, acc_t* dt, const acc_t* z, acc_t* y,
-                         acc_t* hlast, acc_t* ring, typename Simd<acc_t>::V* scratch) {
+SSM_INLINE void fwd_core(const RowParams<acc_t>& p, const acc_t* x, acc_t* dt, acc_t* dx, const acc_t* z,
+                         acc_t* y, acc_t* hlast, acc_t* ring, typename Simd<acc_t>::V* scratch) {
   using S = Simd<acc_t>;
   using V = typename S::V;
   constexpr int W = S::W;
   const int64_t nv = NV ? NV : p.nv, L = p.L, Lpad = round_up(L, W), stride = nv * W;
   for (int64_t t = 0; t < Lpad; t += W) {
     V v = S::load(dt + t) + p.bias;
-    S::store(dt + t, p.softplus_dt ? S::softplus(v) : v);
+    v = p.softplus_dt ? S::softplus(v) : v;
+    S::store(dt + t, v);
+    S::store(dx + t, v * S::load(x + t));
   }
   V h_local[NV ? 2 * NV : 1];
   V* h = NV ? h_local : scratch;
@@ -24,16 +26,17 @@ SSM_INLINE void fwd_core(const RowParams<acc_t>& p, const acc_t* x, acc_t* dt, c
     h[j] = V{};
     Av[j] = S::load(p.A + j * W);
   }
+  const acc_t *BT = p.BT, *CT = p.CT;  // local copies: the ring's stores cannot move them
   for (int64_t tb = 0; tb < L; tb += W) {
     const int64_t te = std::min<int64_t>(tb + W, L);
     if (te - tb < W) std::fill(ring, ring + W * W, acc_t(0));
     for (int64_t t = tb; t < te; ++t) {
-      const acc_t d = dt[t], dx = d * x[t];
-      const acc_t* Bt = p.BT + t * stride;
-      const acc_t* Ct = p.CT + t * stride;
+      const acc_t d = dt[t], dxt = dx[t];
+      const acc_t* Bt = BT + t * stride;
+      const acc_t* Ct = CT + t * stride;
       V acc{};
       for (int64_t j = 0; j < nv; ++j) {
-        h[j] = S::exp(Av[j] * d) * h[j] + dx * S::load(Bt + j * W);
+        h[j] = S::exp(Av[j] * d) * h[j] + dxt * S::load(Bt + j * W);
         acc += S::load(Ct + j * W) * h[j];
       }
       S::store(ring + (t - tb) * W, acc);
@@ -55,6 +58,7 @@ struct FwdRow {
   RowParams<acc_t> p;
   const acc_t* x;
   acc_t* dt;
+  acc_t* dx;
   const acc_t* z;
   acc_t* y;
   acc_t* hlast;
@@ -68,7 +72,7 @@ using FwdFn = void (*)(const FwdRow<acc_t>&);
 #define SSM_SCAN_FWD_VARIANT(NAME, ATTR)                                                               \
   template <typename acc_t, int NV>                                                                    \
   ATTR void fwd_##NAME(const FwdRow<acc_t>& r) {                                                       \
-    fwd_core<acc_t, NV>(r.p, r.x, r.dt, r.z, r.y, r.hlast, r.ring, r.scratch);                         \
+    fwd_core<acc_t, NV>(r.p, r.x, r.dt, r.dx, r.z, r.y, r.hlast, r.ring, r.scratch);                         \
   }                                                                                                    \
   template <typename acc_t>                                                                            \
   FwdFn<acc_t> pick_fwd_##NAME(int64_t nv) {                                                           \
@@ -116,7 +120,7 @@ void fwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tensor& d
   acc_t* last_p = last_state.data_ptr<acc_t>();
   const int64_t updates = s.batch * s.dim * s.L * s.N;
   dynamic_for(s.batch * s.dim, row_grab(s), threads_for(updates), [&](auto take) {
-    AlignedBuffer<acc_t> buf(4 * Lpad + Npad), ring(W * W), scratch(2 * nv * W);
+    AlignedBuffer<acc_t> buf(5 * Lpad + Npad), ring(W * W), scratch(2 * nv * W);
     FwdRow<acc_t> r;
     acc_t* x = buf.data();
     acc_t* zb = x + 2 * Lpad;
@@ -124,7 +128,8 @@ void fwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tensor& d
     r.dt = x + Lpad;
     r.z = z_p ? zb : nullptr;
     r.y = x + 3 * Lpad;
-    r.hlast = x + 4 * Lpad;
+    r.dx = x + 4 * Lpad;
+    r.hlast = x + 5 * Lpad;
     r.ring = ring.data();
     r.scratch = scratch.template as<typename S::V>();
     r.p.L = s.L;

@@ -137,6 +137,8 @@ SHAPES = [  # batch, L, H, P, N, groups
     (1, 7, 6, 1, 16, 3),
     (3, 2, 2, 5, 1, 1),
     (1, 31, 2, 8, 4, 2),
+    (2, 9, 3, 20, 16, 1),  # N = 16, P > 1: the forward's register-blocked path, P not a whole number of vectors
+    (1, 6, 2, 64, 16, 2),  # ... the QSMixer head layout (P = 64)
 ]
 
 
@@ -162,7 +164,7 @@ def test_cpu_kernel_matches_reference(monkeypatch, shape, qs_shift):
 def test_strided_sequence_axis_channel_mixer(monkeypatch):
     """The channel mixer's call: scan along D of u (batch, tokens, D) without materialising the transpose."""
     gen = torch.Generator().manual_seed(2)
-    batch, tokens, dim, n_state = 2, 7, 12, 3
+    batch, tokens, dim, n_state = 2, 21, 12, 16
     u = torch.randn(batch, tokens, dim, generator=gen)
     x = u.transpose(1, 2).unsqueeze(2)  # (batch, L=dim, H=1, P=tokens); sequence stride 1, feature stride dim
     sel = torch.randn(batch, n_state * 4 + 1, dim, generator=gen)  # projections from one matmul, sliced

@@ -130,6 +130,42 @@ def test_noncontiguous_inputs():
 
 
 @needs_kernel
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("softplus", [True, False])
+@pytest.mark.parametrize("where", ["delta", "A", "u", "B"])
+def test_nan_propagates_like_the_reference(monkeypatch, isa, softplus, where):
+    """A NaN input gives NaN where the reference's is NaN and the reference's numbers elsewhere (the vector exp
+    once clamped a NaN argument to a finite decay: a NaN Δ or A gave a finite, wrong output)."""
+    monkeypatch.setenv("SSM_PLUGINS_CPU_ISA", isa)
+    kw = make(1, 3, 21, 16, None, torch.float32, z=False)
+    index = {"delta": (0, 1, 5), "A": (1, 7), "u": (0, 1, 5), "B": (0, 4, 5)}[where]
+    kw[where] = kw[where].clone()
+    kw[where][index] = float("nan")
+    out, last = selective_scan(**kw, delta_softplus=softplus, return_last_state=True)
+    ref_out, ref_last = reference.selective_scan(**kw, delta_softplus=softplus, return_last_state=True)
+    assert ref_out.isnan().any()
+    assert torch.equal(out.isnan(), ref_out.isnan()) and torch.equal(last.isnan(), ref_last.isnan())
+    finite = ~ref_out.isnan()
+    assert rel_err(out[finite], ref_out[finite]) < 1e-5
+
+
+@needs_kernel
+@pytest.mark.parametrize("isa", ISAS)
+def test_decays_across_the_exponent_range(monkeypatch, isa):
+    """Δ·A from -200 (below float32's smallest normal exp, clamped) to +5 (growth): the vector exp's reduction
+    and exponent arithmetic against the reference (float64 oracle) in every lane."""
+    monkeypatch.setenv("SSM_PLUGINS_CPU_ISA", isa)
+    kw = make(2, 4, 12, 32, None, torch.float32, z=False, bias=False)
+    kw["A"] = torch.linspace(-200, 5, 4 * 32).view(4, 32)
+    kw["delta"] = torch.rand(2, 4, 12, generator=torch.Generator().manual_seed(2)) + 0.5
+    out, last = selective_scan(**kw, delta_softplus=False, return_last_state=True)
+    ref = {k: None if v is None else v.double() for k, v in kw.items()}
+    ref_out, ref_last = reference.selective_scan(**ref, delta_softplus=False, return_last_state=True)
+    assert torch.isfinite(out).all()
+    assert rel_err(out, ref_out) < 1e-5 and rel_err(last, ref_last) < 1e-5
+
+
+@needs_kernel
 def test_threads_agree():
     """Enough work for helper threads (~4M state updates): the same numbers as one thread."""
     kw = make(2, 64, 2048, 16, 2, torch.float32, seed=5)

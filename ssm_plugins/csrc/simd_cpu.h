@@ -1,0 +1,174 @@
+// SIMD helpers of the CPU kernels (selective_scan_*.cpp, qs_mix_*.cpp): 64-byte GCC vector types, which GCC
+// lowers to one zmm, two ymm or four xmm registers per the instruction set the including function is compiled
+// for (the kernels compile their per-row cores for AVX-512, AVX2 and baseline x86-64 and pick one at run time),
+// a vectorised float exp / log1p / softplus / sigmoid, and transposed sums of W vectors.
+#pragma once
+#include "common.h"
+
+#include <cstring>
+#include <utility>
+
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+#if defined(__GNUC__) && !defined(__clang__)
+#define SSM_INLINE inline __attribute__((always_inline))
+#else
+#define SSM_INLINE inline
+#endif
+
+namespace ssm_plugins {
+namespace {  // internal linkage in every including source, as the kernels' own helpers
+
+// ---- SIMD helpers (64-byte vectors; GCC lowers them to zmm, 2 ymm or 4 xmm per the target) ----------
+
+typedef float f32x16 __attribute__((vector_size(64)));
+typedef int32_t i32x16 __attribute__((vector_size(64)));
+typedef double f64x8 __attribute__((vector_size(64)));
+typedef int64_t i64x8 __attribute__((vector_size(64)));
+
+template <typename V>
+struct LaneIndex;  // the integer vector that indexes V's lanes (for __builtin_shuffle)
+template <>
+struct LaneIndex<f32x16> {
+  using type = i32x16;
+};
+template <>
+struct LaneIndex<f64x8> {
+  using type = i64x8;
+};
+
+// Transposed reduction of W vectors: lane i of the result is the sum of the lanes of vector i. Each
+// level adds pairs of vectors whose lanes hold per-source partial sums in groups of G lanes, halving G.
+constexpr int tree_lo(int W, int G, int i) {
+  return (i < W / 2 ? 0 : W) + ((i % (W / 2)) / (G / 2)) * G + (i % (W / 2)) % (G / 2);
+}
+
+template <typename V, int W, int G, size_t... I>
+SSM_INLINE V tree_combine(V x, V y, std::index_sequence<I...>) {
+#if defined(__clang__) || __GNUC__ >= 12
+  return __builtin_shufflevector(x, y, tree_lo(W, G, I)...) + __builtin_shufflevector(x, y, (tree_lo(W, G, I) + G / 2)...);
+#else  // GCC 11 and older: no __builtin_shufflevector
+  using IV = typename LaneIndex<V>::type;
+  return __builtin_shuffle(x, y, IV{tree_lo(W, G, I)...}) + __builtin_shuffle(x, y, IV{(tree_lo(W, G, I) + G / 2)...});
+#endif
+}
+
+template <typename V, int W, int G>
+struct TreeSum {  // v holds G vectors with groups of G lanes
+  static SSM_INLINE V run(V* v) {
+    for (int i = 0; i < G / 2; ++i) v[i] = tree_combine<V, W, G>(v[2 * i], v[2 * i + 1], std::make_index_sequence<W>{});
+    return TreeSum<V, W, G / 2>::run(v);
+  }
+};
+template <typename V, int W>
+struct TreeSum<V, W, 1> {
+  static SSM_INLINE V run(V* v) { return v[0]; }
+};
+
+template <typename T>
+struct Simd;
+
+template <>
+struct Simd<float> {
+  using V = f32x16;
+  static constexpr int W = 16;
+  static SSM_INLINE V splat(float s) { return V{} + s; }
+  static SSM_INLINE V load(const float* p) {
+    V v;
+    std::memcpy(&v, p, sizeof(V));
+    return v;
+  }
+  static SSM_INLINE void store(float* p, V v) { std::memcpy(p, &v, sizeof(V)); }
+  static SSM_INLINE float hsum(V v) {  // (epilogues only)
+    float sum = 0;
+    for (int i = 0; i < W; ++i) sum += v[i];
+    return sum;
+  }
+  // exp: k = round(x / ln2) and r = x - k ln2 in [-ln2/2, ln2/2] (Cody-Waite), e^r = 1 + r + r^2 q(r) with
+  // q cubic and minimax (relative error < 2e-7 in float32, the degree-6 Taylor series' 2.4e-7 for one FMA
+  // less; 1 + r stays exact, so a decay near 1 has no bias for 16k steps to compound), and p * 2^k as an
+  // integer add of k to p's exponent field (no multiply). The argument is clamped to [-87.3, 88]: below,
+  // the result is ~1.2e-38 instead of 0; above, exp(88). The clamps compare so that a NaN fails both, and
+  // NaN's k converts to 0x80000000, whose shifted bits are 0: NaN stays NaN.
+  static SSM_INLINE V exp(V x) {
+    const V lo = splat(-87.33654f), hi = splat(88.0f);
+    V xc = x < lo ? lo : x;
+    xc = xc > hi ? hi : xc;
+    const V magic = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
+    const V t = xc * 1.44269504088896341f + magic;
+    const V k = t - magic;
+    V r = xc - k * 0.693359375f;
+    r = r - k * -2.12194440e-4f;
+    V p = splat(8.3125252e-3f);
+    p = p * r + 4.1890115e-2f;
+    p = p * r + 0.16667114f;
+    p = p * r + 0.49999231f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    return (V)((i32x16)p + (__builtin_convertvector(k, i32x16) << 23));  // p * 2^k: k added to p's exponent
+  }
+  // log1p(y) for y in [0, 1]: 2 atanh(s), s = y / (2 + y) <= 1/3, series to s^13 (error < 1e-8).
+  static SSM_INLINE V log1p_unit(V y) {
+    V s = y / (y + 2.0f);
+    V s2 = s * s;
+    V p = splat(1.0f / 13);
+    p = p * s2 + 1.0f / 11;
+    p = p * s2 + 1.0f / 9;
+    p = p * s2 + 1.0f / 7;
+    p = p * s2 + 1.0f / 5;
+    p = p * s2 + 1.0f / 3;
+    p = p * s2 + 1.0f;
+    return 2.0f * s * p;
+  }
+  // torch's softplus (beta 1, threshold 20): x above 20, else log1p(exp(x)) = max(x,0) + log1p(exp(-|x|))
+  static SSM_INLINE V softplus(V x) {
+    V ax = x < 0.0f ? -x : x;
+    V pos = x > 0.0f ? x : V{};
+    V sp = pos + log1p_unit(exp(-ax));
+    return x > 20.0f ? x : sp;
+  }
+  static SSM_INLINE V sigmoid(V x) { return 1.0f / (1.0f + exp(-x)); }
+};
+
+template <>
+struct Simd<double> {
+  using V = f64x8;
+  static constexpr int W = 8;
+  static SSM_INLINE V splat(double s) { return V{} + s; }
+  static SSM_INLINE V load(const double* p) {
+    V v;
+    std::memcpy(&v, p, sizeof(V));
+    return v;
+  }
+  static SSM_INLINE void store(double* p, V v) { std::memcpy(p, &v, sizeof(V)); }
+  static SSM_INLINE double hsum(V v) {
+    double sum = 0;
+    for (int i = 0; i < W; ++i) sum += v[i];
+    return sum;
+  }
+  // float64 is the checking precision (gradcheck): libm per lane.
+  static SSM_INLINE V exp(V x) {
+    for (int i = 0; i < W; ++i) x[i] = std::exp(x[i]);
+    return x;
+  }
+  static SSM_INLINE V softplus(V x) {
+    for (int i = 0; i < W; ++i) x[i] = ssm_plugins::softplus(x[i]);
+    return x;
+  }
+  static SSM_INLINE V sigmoid(V x) {
+    for (int i = 0; i < W; ++i) x[i] = 1.0 / (1.0 + std::exp(-x[i]));
+    return x;
+  }
+};
+
+// W consecutive vectors at p (W*W values) -> vector of their lane sums.
+template <typename acc_t>
+SSM_INLINE typename Simd<acc_t>::V block_sums(const acc_t* p) {
+  using S = Simd<acc_t>;
+  typename S::V v[S::W];
+  for (int i = 0; i < S::W; ++i) v[i] = S::load(p + i * S::W);
+  return TreeSum<typename S::V, S::W, S::W>::run(v);
+}
+
+}  // namespace
+}  // namespace ssm_plugins

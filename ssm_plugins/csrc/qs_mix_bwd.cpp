@@ -26,11 +26,12 @@ template <typename acc_t>
 struct BwdScratch {
   int64_t chunk;
   std::vector<acc_t> ckpt, chunk_states, chunk_decays, lam, xt, gt, g_next, bv, cv, dx_terms, ddelta_terms,
-      dlogdecay, dx_acc;
+      dlogdecay, dx_acc, rowbuf;
   BwdScratch(const MixShape& s, int64_t chunk_)
       : chunk(chunk_), ckpt((s.L + chunk_ - 1) / chunk_ * s.N * s.P), chunk_states(chunk_ * s.N * s.P),
         chunk_decays(chunk_ * s.N), lam(s.N * s.P), xt(s.P), gt(s.P), g_next(s.P), bv(s.N), cv(s.N),
-        dx_terms(s.N), ddelta_terms(s.N), dlogdecay(s.N), dx_acc(s.L * s.P) {}
+        dx_terms(s.N), ddelta_terms(s.N), dlogdecay(s.N), dx_acc(s.L * s.P),
+        rowbuf(3 * round_steps(s.L)) {}
 };
 
 // One backward step of the head layout (P > 1) for N = 16 float states: the block loop of
@@ -103,10 +104,10 @@ QS_INLINE void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t p
   const acc_t* Arow = d.A + h * d.A_cols;
   const int64_t a_step = d.A_cols == 1 ? 0 : 1;  // Arow[n * a_step] is A[h, n]
   auto order = [&](int64_t i) QS_LAMBDA_INLINE { return reverse ? s.L - 1 - i : i; };
-  auto delta_at = [&](int64_t t) QS_LAMBDA_INLINE {
-    const acc_t v = raw_delta(d, b, t, h);
-    return f.softplus_dt ? softplus(v) : v;
-  };
+  const int64_t Lpad = round_steps(s.L);
+  acc_t *deltas = w.rowbuf.data(), *dsoftplus = deltas + Lpad, *decay1 = deltas + 2 * Lpad;
+  row_steps(d, f.softplus_dt, b, h, s.L, deltas, dsoftplus, decay1);
+  auto delta_at = [&](int64_t t) QS_LAMBDA_INLINE { return deltas[t]; };
   auto load = [&](const scalar_t* base, const int64_t* st, int64_t t, std::vector<acc_t>& dst) QS_LAMBDA_INLINE {
     const scalar_t* row = base + b * st[0] + t * st[1] + h * st[2];
     for (int64_t p = 0; p < P; ++p) dst[p] = static_cast<acc_t>(row[p * st[3]]);
@@ -118,7 +119,7 @@ QS_INLINE void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t p
   auto step = [&](int64_t t, const acc_t* state, acc_t* next, acc_t* decay) QS_LAMBDA_INLINE {
     const acc_t delta = delta_at(t);
     load(f.x, f.x_s, t, w.xt);
-    fill_decays(d, h, delta, N, decay);
+    step_decays(d, h, delta, decay1[t], N, decay);
     const acc_t* Bt = B_row(t);
     for (int64_t n = 0; n < N; ++n) {
       const acc_t dB = delta * Bt[n];
@@ -151,15 +152,14 @@ QS_INLINE void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t p
         acc_t* next = w.chunk_states.data() + (i - i0 + 1) * NP;
         step(order(i), next - NP, next, decay);
       } else {
-        fill_decays(d, h, delta_at(order(i)), N, decay);
+        step_decays(d, h, delta_at(order(i)), decay1[order(i)], N, decay);
       }
     }
     for (int64_t i = i1 - 1; i >= i0; --i) {
       const int64_t t = order(i);
       const acc_t* hprev = w.chunk_states.data() + (i - i0) * NP;  // state before step t
       const acc_t* decay = w.chunk_decays.data() + (i - i0) * N;
-      const acc_t v = raw_delta(d, b, t, h);
-      const acc_t delta = f.softplus_dt ? softplus(v) : v;
+      const acc_t delta = delta_at(t);
       load(f.x, f.x_s, t, w.xt);
       load(a.grad, a.grad_s, t, w.gt);
       const acc_t* Bt = B_row(t);
@@ -275,7 +275,7 @@ QS_INLINE void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t p
           for (int64_t n = 0; n < N; ++n) dA_row[n] += d_logdecay[n] * delta;
         }
       }
-      a.ddt[dir][(b * s.L + t) * s.H + h] = f.softplus_dt ? ddelta * softplus_grad(v) : ddelta;
+      a.ddt[dir][(b * s.L + t) * s.H + h] = ddelta * dsoftplus[t];
       if (hydra) std::copy(w.gt.begin(), w.gt.end(), w.g_next.begin());  // step i-1's next output is t
     }
   }

@@ -11,9 +11,10 @@ namespace {
 // register-blocked path the whole row's x (L, P padded to kLanes) and its steps' Ā, B̄, C (L, N each).
 template <typename acc_t>
 struct FwdScratch {
-  std::vector<acc_t> state, xt, decay, dB, c, term, xrow, steps;
+  std::vector<acc_t> state, xt, decay, dB, c, term, xrow, steps, rowbuf;
   FwdScratch(int64_t N, int64_t P, int64_t L)
-      : state(N * P), xt(P), decay(N), dB(N), c(N), term(N), xrow(L * padded(P) + kLanes), steps(3 * L * N) {}
+      : state(N * P), xt(P), decay(N), dB(N), c(N), term(N), xrow(L * padded(P)), steps(3 * L * N),
+        rowbuf(3 * round_steps(L)) {}
 };
 
 // ---- the register-blocked path: float32, N = 16, P > 1 ---------------------------------------------------
@@ -26,18 +27,19 @@ static_assert(kLanes == Simd<float>::W, "one float vector per feature block");
 // Ā_t, Δ_t B_t and the C that out_t reads, for the steps of one direction in scan order, as (L, N) each.
 template <typename scalar_t>
 QS_INLINE void step_scalars(const FwdArgs<scalar_t>& a, const Direction<float>& d, bool reverse, int64_t b, int64_t h,
-                            float* decay, float* dB, float* c) {
+                            float* rowbuf, float* decay, float* dB, float* c) {
   const MixShape& s = a.s;
   const int64_t g = h / (s.H / s.G), N = s.N;
   const float* C_prev = nullptr;
+  float *deltas = rowbuf, *decay1 = rowbuf + 2 * round_steps(s.L);
+  row_steps(d, a.softplus_dt, b, h, s.L, deltas, rowbuf + round_steps(s.L), decay1);
   for (int64_t i = 0; i < s.L; ++i) {
     const int64_t t = reverse ? s.L - 1 - i : i;
-    float delta = raw_delta(d, b, t, h);
-    if (a.softplus_dt) delta = softplus(delta);
+    const float delta = deltas[t];
     const float* Bt = d.B + b * d.B_s[0] + t * d.B_s[1] + g * d.B_s[2];
     const float* Ct = d.C + b * d.C_s[0] + t * d.C_s[1] + g * d.C_s[2];
     const float* C_read = a.hydra_shift ? C_prev : Ct;
-    fill_decays(d, h, delta, N, decay + i * N);
+    step_decays(d, h, delta, decay1[t], N, decay + i * N);
     for (int64_t n = 0; n < N; ++n) {
       dB[i * N + n] = delta * Bt[n];
       c[i * N + n] = C_read ? C_read[n] : 0.0f;
@@ -53,7 +55,7 @@ QS_INLINE void scan_direction_blocked(const FwdArgs<scalar_t>& a, const Directio
   const MixShape& s = a.s;
   const int64_t L = s.L, Ppad = padded(s.P);
   float *decay = w.steps.data(), *dB = decay + L * NS, *c = dB + L * NS;
-  step_scalars(a, d, reverse, b, h, decay, dB, c);
+  step_scalars(a, d, reverse, b, h, w.rowbuf.data(), decay, dB, c);
   using V = Simd<float>::V;
   const float* xrow = w.xrow.data();
   const bool hydra = a.hydra_shift;

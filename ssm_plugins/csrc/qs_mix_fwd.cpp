@@ -12,9 +12,9 @@ namespace {
 template <typename acc_t>
 struct FwdScratch {
   std::vector<acc_t> state, xt, decay, dB, c, term, xrow, steps, rowbuf;
-  FwdScratch(int64_t N, int64_t P, int64_t L)
-      : state(N * P), xt(P), decay(N), dB(N), c(N), term(N), xrow(L * padded(P)), steps(3 * L * N),
-        rowbuf(3 * round_steps(L)) {}
+  FwdScratch(int64_t N, int64_t P, int64_t L, bool blocked)
+      : state(blocked ? 0 : N * P), xt(P), decay(N), dB(N), c(N), term(N), xrow(blocked ? L * padded(P) : 0),
+        steps(blocked ? 3 * L * N : 0), rowbuf(blocked ? 3 * round_steps(L) : 0) {}
 };
 
 // ---- the register-blocked path: float32, N = 16, P > 1 ---------------------------------------------------
@@ -23,6 +23,11 @@ struct FwdScratch {
 // multiply and two FMAs on registers. The steps' scalars (Ā, Δ B, the C the output reads) are computed once
 // per direction.
 static_assert(kLanes == Simd<float>::W, "one float vector per feature block");
+
+template <typename acc_t>
+bool uses_blocked_path(const MixShape& s) {
+  return std::is_same<acc_t, float>::value && s.N == 16 && s.P > 1;
+}
 
 // Ā_t, Δ_t B_t and the C that out_t reads, for the steps of one direction in scan order, as (L, N) each.
 template <typename scalar_t>
@@ -154,7 +159,7 @@ QS_INLINE void fwd_rows(const FwdArgs<scalar_t>& a, int64_t begin, int64_t end,
                         FwdScratch<at::opmath_type<scalar_t>>& scratch, std::vector<at::opmath_type<scalar_t>>& out) {
   using acc_t = at::opmath_type<scalar_t>;
   const MixShape& s = a.s;
-  const bool blocked = std::is_same<acc_t, float>::value && s.N == 16 && s.P > 1;
+  const bool blocked = uses_blocked_path<acc_t>(s);
   const int64_t stride = blocked ? padded(s.P) : s.P;  // of out and xrow: (L, stride)
   for (int64_t row = begin; row < end; ++row) {
     const int64_t b = row / s.H, h = row % s.H;
@@ -233,8 +238,9 @@ void fwd_cpu_kernel(const FwdArgs<scalar_t>& a) {
   // handed out in grabs of about 32k state updates (one row at the head layout's P = 64).
   const int64_t grab = std::max<int64_t>(1, 32768 / (2 * s.L * s.N * s.P + 1));
   dynamic_for_intra(s.batch * s.H, grab, at::get_num_threads(), [&](auto take) {
-    FwdScratch<acc_t> scratch(s.N, s.P, s.L);
-    std::vector<acc_t> out(s.L * padded(s.P));
+    const bool blocked = uses_blocked_path<acc_t>(s);
+    FwdScratch<acc_t> scratch(s.N, s.P, s.L, blocked);
+    std::vector<acc_t> out(s.L * (blocked ? padded(s.P) : s.P));
     for (int64_t begin, end; take(begin, end);) rows(a, begin, end, scratch, out);
   });
 }

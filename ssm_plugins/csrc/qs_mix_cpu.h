@@ -58,7 +58,7 @@ inline QsIsa qs_isa() {
 constexpr int64_t kBlock = 32;
 // Features per vector of the forward's register-blocked path (one AVX-512 vector of float), and P rounded up to it.
 constexpr int64_t kLanes = 16;
-inline int64_t padded(int64_t P) { return (P + kLanes - 1) / kLanes * kLanes; }
+inline int64_t padded(int64_t P) { return round_up(P, kLanes); }
 
 // Δ before the softplus: dt + dt_bias.
 template <typename acc_t>
@@ -66,28 +66,17 @@ QS_INLINE acc_t raw_delta(const Direction<acc_t>& d, int64_t b, int64_t t, int64
   return d.dt[b * d.dt_s[0] + t * d.dt_s[1] + h * d.dt_s[2]] + (d.bias ? d.bias[h] : acc_t(0));
 }
 
-// v[n] <- exp(v[n]) for float32 in two loops the compiler vectorises (libm's expf is a scalar call, and a
-// clamp inside the polynomial loop defeats the vectoriser): clamp to [-87, 88] (below -87 the result is
-// ~1e-38 instead of a subnormal or 0), then 2^k e^r with k = round(v / ln 2), |r| <= ln2 / 2 and e^r by its
-// Taylor polynomial to r^7 (truncation < 6e-9; measured max relative error 2.1e-7 over the range).
+// v[n] <- exp(v[n]) for float32 with the kernels' vector exp (simd_cpu.h; libm's expf is a scalar call), the
+// last N % 16 values through a zero-padded vector.
 QS_INLINE void exp_in_place(float* v, int64_t N) {
-  for (int64_t n = 0; n < N; ++n) v[n] = v[n] < -87.0f ? -87.0f : (v[n] > 88.0f ? 88.0f : v[n]);
-  for (int64_t n = 0; n < N; ++n) {
-    const float round_magic = 12582912.0f;  // 1.5 * 2^23: adding and subtracting it rounds to an integer
-    const float k = (v[n] * 1.44269504088896341f + round_magic) - round_magic;
-    const float r = (v[n] - k * 0.693145751953125f) - k * 1.42860682030941723212e-6f;  // ln 2 split hi + lo
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
-    float scale;
-    std::memcpy(&scale, &bits, sizeof(scale));
-    v[n] = p * scale;
+  using S = Simd<float>;
+  int64_t n = 0;
+  for (; n + S::W <= N; n += S::W) S::store(v + n, S::exp(S::load(v + n)));
+  if (n < N) {
+    float tail[S::W] = {};
+    std::copy(v + n, v + N, tail);
+    S::store(tail, S::exp(S::load(tail)));
+    std::copy(tail, tail + (N - n), v + n);
   }
 }
 
@@ -110,7 +99,7 @@ QS_INLINE void fill_decays(const Direction<acc_t>& d, int64_t h, acc_t delta, in
 // Per step t of row (b, h), in time order: Δ_t (softplus applied when asked), the softplus' derivative at
 // dt + dt_bias (1 without the softplus) and, for a scalar A, Ā_t = exp(Δ_t A). Buffers of round_steps(L).
 // float runs the vector softplus / sigmoid / exp over the row (libm per step was ~15 % of the backward).
-inline int64_t round_steps(int64_t L) { return (L + 15) / 16 * 16; }
+inline int64_t round_steps(int64_t L) { return round_up(L, 16); }  // whole vectors of float and double
 
 template <typename acc_t>
 QS_INLINE void row_steps(const Direction<acc_t>& d, bool softplus_dt, int64_t b, int64_t h, int64_t L, acc_t* delta,

@@ -34,8 +34,6 @@
 namespace ssm_plugins {
 namespace {  // the op's private helpers keep internal linkage, as when the op was one file
 
-inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
 // Zeroed thread-local buffer whose data() is 64-byte aligned (the vectors' alignment).
 template <typename T>
 class AlignedBuffer {

@@ -68,22 +68,29 @@ struct TreeSum<V, W, 1> {
 template <typename T>
 struct Simd;
 
-template <>
-struct Simd<float> {
-  using V = f32x16;
-  static constexpr int W = 16;
-  static SSM_INLINE V splat(float s) { return V{} + s; }
-  static SSM_INLINE V load(const float* p) {
+inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// What both specialisations share: lane count, broadcast, unaligned load/store, lane sum.
+template <typename T, typename Vec>
+struct SimdCommon {
+  using V = Vec;
+  static constexpr int W = sizeof(Vec) / sizeof(T);
+  static SSM_INLINE V splat(T s) { return V{} + s; }
+  static SSM_INLINE V load(const T* p) {
     V v;
     std::memcpy(&v, p, sizeof(V));
     return v;
   }
-  static SSM_INLINE void store(float* p, V v) { std::memcpy(p, &v, sizeof(V)); }
-  static SSM_INLINE float hsum(V v) {  // (epilogues only)
-    float sum = 0;
+  static SSM_INLINE void store(T* p, V v) { std::memcpy(p, &v, sizeof(V)); }
+  static SSM_INLINE T hsum(V v) {  // (epilogues only)
+    T sum = 0;
     for (int i = 0; i < W; ++i) sum += v[i];
     return sum;
   }
+};
+
+template <>
+struct Simd<float> : SimdCommon<float, f32x16> {
   // exp: k = round(x / ln2) and r = x - k ln2 in [-ln2/2, ln2/2] (Cody-Waite), e^r = 1 + r + r^2 q(r) with
   // q cubic and minimax (relative error < 2e-7 in float32, the degree-6 Taylor series' 2.4e-7 for one FMA
   // less; 1 + r stays exact, so a decay near 1 has no bias for 16k steps to compound), and p * 2^k as an
@@ -131,21 +138,7 @@ struct Simd<float> {
 };
 
 template <>
-struct Simd<double> {
-  using V = f64x8;
-  static constexpr int W = 8;
-  static SSM_INLINE V splat(double s) { return V{} + s; }
-  static SSM_INLINE V load(const double* p) {
-    V v;
-    std::memcpy(&v, p, sizeof(V));
-    return v;
-  }
-  static SSM_INLINE void store(double* p, V v) { std::memcpy(p, &v, sizeof(V)); }
-  static SSM_INLINE double hsum(V v) {
-    double sum = 0;
-    for (int i = 0; i < W; ++i) sum += v[i];
-    return sum;
-  }
+struct Simd<double> : SimdCommon<double, f64x8> {
   // float64 is the checking precision (gradcheck): libm per lane.
   static SSM_INLINE V exp(V x) {
     for (int i = 0; i < W; ++i) x[i] = std::exp(x[i]);

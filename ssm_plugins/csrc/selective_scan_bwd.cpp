@@ -12,13 +12,14 @@ namespace {
 // Out: gx (grad u), g (grad delta), gz (grad z), gA (nv*W), *gD, *gbias. Accumulates into dB, dC
 // ((L, nv*W)). Scratch: gy, dsp (Lpad each), ring1, ring2 (W*W each), states (chunk*2*nv*W),
 // ckpt (ceil(L/chunk)*nv*W).
-template <typename acc_t, int NV>
+template <typename acc_t, int NV, bool kAvx512>
 SSM_INLINE void bwd_core(const RowParams<acc_t>& p, const acc_t* x, acc_t* dt, const acc_t* z, acc_t* g,
                          const acc_t* glast, acc_t* gx, acc_t* gz, acc_t* gA, acc_t* gD, acc_t* gbias,
                          acc_t* dB, acc_t* dC, acc_t* gy, acc_t* dsp, acc_t* ring1, acc_t* ring2,
                          acc_t* states, acc_t* ckpt, typename Simd<acc_t>::V* scratch) {
   using S = Simd<acc_t>;
   using V = typename S::V;
+  using E = Decay<acc_t, kAvx512>;
   constexpr int W = S::W;
   const int64_t nv = NV ? NV : p.nv, L = p.L, Lpad = round_up(L, W), stride = nv * W;
   // dt and d(dt)/d(delta); gy = grad of the pre-gate output; the gz factor (kept in gz).
@@ -41,14 +42,16 @@ SSM_INLINE void bwd_core(const RowParams<acc_t>& p, const acc_t* x, acc_t* dt, c
     }
   }
 
-  V local[NV ? 4 * NV : 1];
+  V local[NV ? 5 * NV : 1];
   V* h = NV ? local : scratch;
   V* Av = h + nv;
   V* gh = h + 2 * nv;
   V* gAv = h + 3 * nv;
+  V* Ae = h + 4 * nv;  // A in the decay's scale
   for (int64_t j = 0; j < nv; ++j) {
     h[j] = V{};
     Av[j] = S::load(p.A + j * W);
+    Ae[j] = Av[j] * E::scale;
   }
   // Pass 1, forward: checkpoints (or, for a short row, all the states), grad C, and y (before the
   // gate) for grad z.
@@ -68,7 +71,7 @@ SSM_INLINE void bwd_core(const RowParams<acc_t>& p, const acc_t* x, acc_t* dt, c
       acc_t* st = states + t * 2 * stride;
       V acc{};
       for (int64_t j = 0; j < nv; ++j) {
-        const V a = S::exp(Av[j] * d);
+        const V a = E::of(Ae[j] * d);
         h[j] = a * h[j] + dx * S::load(Bt + j * W);
         if (keep_all) {
           S::store(st + j * W, a);
@@ -97,7 +100,7 @@ SSM_INLINE void bwd_core(const RowParams<acc_t>& p, const acc_t* x, acc_t* dt, c
       const acc_t* Bt = p.BT + t * stride;
       acc_t* st = states + (t - t0) * 2 * stride;
       for (int64_t j = 0; j < nv; ++j) {
-        const V a = S::exp(Av[j] * d);
+        const V a = E::of(Ae[j] * d);
         h[j] = a * h[j] + dx * S::load(Bt + j * W);
         S::store(st + j * W, a);
         S::store(st + stride + j * W, h[j]);
@@ -158,10 +161,10 @@ struct BwdRow {
 template <typename acc_t>
 using BwdFn = void (*)(const BwdRow<acc_t>&);
 
-#define SSM_SCAN_BWD_VARIANT(NAME, ATTR)                                                               \
+#define SSM_SCAN_BWD_VARIANT(NAME, ATTR, AVX512)                                                       \
   template <typename acc_t, int NV>                                                                    \
   ATTR void bwd_##NAME(const BwdRow<acc_t>& r) {                                                       \
-    bwd_core<acc_t, NV>(r.p, r.x, r.dt, r.z, r.g, r.glast, r.gx, r.gz, r.gA, r.gD, r.gbias, r.dB, r.dC, \
+    bwd_core<acc_t, NV, AVX512>(r.p, r.x, r.dt, r.z, r.g, r.glast, r.gx, r.gz, r.gA, r.gD, r.gbias, r.dB, r.dC, \
                         r.gy, r.dsp, r.ring1, r.ring2, r.states, r.ckpt, r.scratch);                   \
   }                                                                                                    \
   template <typename acc_t>                                                                            \
@@ -171,10 +174,10 @@ using BwdFn = void (*)(const BwdRow<acc_t>&);
     return &bwd_##NAME<acc_t, 0>;                                                                      \
   }
 
-SSM_SCAN_BWD_VARIANT(generic, )
+SSM_SCAN_BWD_VARIANT(generic, , false)
 #ifdef SSM_X86_VARIANTS
-SSM_SCAN_BWD_VARIANT(avx2, SSM_TARGET_AVX2)
-SSM_SCAN_BWD_VARIANT(avx512, SSM_TARGET_AVX512)
+SSM_SCAN_BWD_VARIANT(avx2, SSM_TARGET_AVX2, false)
+SSM_SCAN_BWD_VARIANT(avx512, SSM_TARGET_AVX512, true)
 #endif
 
 template <typename acc_t>
@@ -230,7 +233,7 @@ BwdResult bwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tens
   dynamic_for(tasks, grab, threads_for(updates), [&](auto take) {
     const int64_t chunk = bwd_chunk<acc_t>(s.L, Npad);
     AlignedBuffer<acc_t> buf(8 * Lpad), rings(2 * W * W), states(chunk * 2 * Npad),
-        ckpt((s.L + chunk - 1) / chunk * Npad), scratch(4 * nv * W), glast(Npad), dBC(2 * bc_size);
+        ckpt((s.L + chunk - 1) / chunk * Npad), scratch(5 * nv * W), glast(Npad), dBC(2 * bc_size);
     BwdRow<acc_t> r;
     acc_t* x = buf.data();
     acc_t* zb = x + 2 * Lpad;

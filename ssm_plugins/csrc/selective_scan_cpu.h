@@ -24,13 +24,6 @@
 #include <utility>
 #include <vector>
 
-// Instruction sets the per-row cores are compiled for (selective_scan_{fwd,bwd}.cpp), picked at run time.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define SSM_X86_VARIANTS 1
-#define SSM_TARGET_AVX2 __attribute__((target("avx2,fma,bmi2")))
-#define SSM_TARGET_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma,bmi2")))
-#endif
-
 namespace ssm_plugins {
 namespace {  // the op's private helpers keep internal linkage, as when the op was one file
 

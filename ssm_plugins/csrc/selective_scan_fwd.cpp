@@ -6,11 +6,12 @@ namespace ssm_plugins {
 namespace {
 
 // In: x (u), dt (delta, raw), z (or null). Out: y = out before the cast, hlast (nv*W), dt (dt), dx (dt * x).
-template <typename acc_t, int NV>
+template <typename acc_t, int NV, bool kAvx512>
 SSM_INLINE void fwd_core(const RowParams<acc_t>& p, const acc_t* x, acc_t* dt, acc_t* dx, const acc_t* z,
                          acc_t* y, acc_t* hlast, acc_t* ring, typename Simd<acc_t>::V* scratch) {
   using S = Simd<acc_t>;
   using V = typename S::V;
+  using E = Decay<acc_t, kAvx512>;
   constexpr int W = S::W;
   const int64_t nv = NV ? NV : p.nv, L = p.L, Lpad = round_up(L, W), stride = nv * W;
   for (int64_t t = 0; t < Lpad; t += W) {
@@ -24,7 +25,7 @@ SSM_INLINE void fwd_core(const RowParams<acc_t>& p, const acc_t* x, acc_t* dt, a
   V* Av = h + nv;
   for (int64_t j = 0; j < nv; ++j) {
     h[j] = V{};
-    Av[j] = S::load(p.A + j * W);
+    Av[j] = S::load(p.A + j * W) * E::scale;
   }
   const acc_t *BT = p.BT, *CT = p.CT;  // local copies: the ring's stores cannot move them
   for (int64_t tb = 0; tb < L; tb += W) {
@@ -36,7 +37,7 @@ SSM_INLINE void fwd_core(const RowParams<acc_t>& p, const acc_t* x, acc_t* dt, a
       const acc_t* Ct = CT + t * stride;
       V acc{};
       for (int64_t j = 0; j < nv; ++j) {
-        h[j] = S::exp(Av[j] * d) * h[j] + dxt * S::load(Bt + j * W);
+        h[j] = E::of(Av[j] * d) * h[j] + dxt * S::load(Bt + j * W);
         acc += S::load(Ct + j * W) * h[j];
       }
       S::store(ring + (t - tb) * W, acc);
@@ -69,10 +70,10 @@ struct FwdRow {
 template <typename acc_t>
 using FwdFn = void (*)(const FwdRow<acc_t>&);
 
-#define SSM_SCAN_FWD_VARIANT(NAME, ATTR)                                                               \
+#define SSM_SCAN_FWD_VARIANT(NAME, ATTR, AVX512)                                                       \
   template <typename acc_t, int NV>                                                                    \
   ATTR void fwd_##NAME(const FwdRow<acc_t>& r) {                                                       \
-    fwd_core<acc_t, NV>(r.p, r.x, r.dt, r.dx, r.z, r.y, r.hlast, r.ring, r.scratch);                         \
+    fwd_core<acc_t, NV, AVX512>(r.p, r.x, r.dt, r.dx, r.z, r.y, r.hlast, r.ring, r.scratch);           \
   }                                                                                                    \
   template <typename acc_t>                                                                            \
   FwdFn<acc_t> pick_fwd_##NAME(int64_t nv) {                                                           \
@@ -81,10 +82,10 @@ using FwdFn = void (*)(const FwdRow<acc_t>&);
     return &fwd_##NAME<acc_t, 0>;                                                                      \
   }
 
-SSM_SCAN_FWD_VARIANT(generic, )
+SSM_SCAN_FWD_VARIANT(generic, , false)
 #ifdef SSM_X86_VARIANTS
-SSM_SCAN_FWD_VARIANT(avx2, SSM_TARGET_AVX2)
-SSM_SCAN_FWD_VARIANT(avx512, SSM_TARGET_AVX512)
+SSM_SCAN_FWD_VARIANT(avx2, SSM_TARGET_AVX2, false)
+SSM_SCAN_FWD_VARIANT(avx512, SSM_TARGET_AVX512, true)
 #endif
 
 template <typename acc_t>

@@ -158,6 +158,11 @@ def _take_tokens(x, index):
     return x.reshape(batch * length, channels).index_select(0, rows.reshape(-1)).view(batch, length, channels)
 
 
+def _no_grad() -> bool:
+    """Inference (no_grad / inference_mode): element-wise steps may overwrite their inputs, as autograd keeps none."""
+    return not torch.is_grad_enabled()
+
+
 def _channel_major_linear(x, weight):
     """x (batch, L, C_in) -> (weight x_l)_l as a contiguous (batch, C_out, L): one batched matmul reading x
     transposed (torch.matmul would compute the token-major product and copy it transposed)."""
@@ -212,7 +217,7 @@ class VisionTokenMixer(SelectiveTokenMixer):
         weight = self.in_proj.weight
         patches = _channel_major_linear(u[:, 1:], weight)  # (batch, E, h*w)
         patches = self.conv2d(patches.view(u.shape[0], self.inner, height, width)).flatten(2)
-        return F.silu(torch.cat([patches, F.linear(u[:, 0], weight)[:, :, None]], dim=2))
+        return F.silu(torch.cat([patches, F.linear(u[:, 0], weight)[:, :, None]], dim=2), inplace=_no_grad())
 
     def _mix_s6_bi(self, u, xbar, perm):
         """Forward + backward S6 along the scan ``perm`` (batch, L); returns W_out's output (batch, L, dim) in
@@ -220,7 +225,7 @@ class VisionTokenMixer(SelectiveTokenMixer):
         batch, length, _ = u.shape
         inner, rank, n_state = self.inner, self.fwd.dt_rank, self.d_state
         proj = self._scanned_projections(_take_tokens(u, perm), channel_major=True)
-        gate = F.silu(proj[:, :inner])
+        gate = F.silu(proj[:, :inner], inplace=_no_grad())
         sel_fwd, sel_bwd = proj[:, inner:].chunk(2, dim=1)
         sel = torch.stack([sel_fwd, sel_bwd.flip(-1)], dim=1)  # (batch, 2, dt_rank + 2N, L), the reverse flipped
         dt = torch.matmul(torch.stack([self.fwd.dt_proj.weight, self.bwd.dt_proj.weight]), sel[:, :, :rank])
@@ -233,7 +238,10 @@ class VisionTokenMixer(SelectiveTokenMixer):
             -torch.exp(torch.cat([self.fwd.A_log, self.bwd.A_log])), sel[:, :, rank:rank + n_state],
             sel[:, :, rank + n_state:], torch.cat([self.D, torch.zeros_like(self.D)]),
             delta_bias=torch.cat([self.fwd.dt_bias, self.bwd.dt_bias]), delta_softplus=True)
-        y = (y[:, :inner] + y[:, inner:].flip(-1)) * gate
+        if _no_grad():  # in place: every (batch, E, L) temporary is memory the allocator may have to fault in again
+            y = y[:, :inner].add_(y[:, inner:].flip(-1)).mul_(gate)
+        else:
+            y = (y[:, :inner] + y[:, inner:].flip(-1)) * gate
         return torch.bmm(y.transpose(1, 2), self.out_proj.weight.t().expand(batch, -1, -1))  # BLAS reads y^T
 
     # ---- 'qs' (ViQS): token-major ------------------------------------------------------------------------------

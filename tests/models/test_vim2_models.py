@@ -159,3 +159,17 @@ def test_layer_decay_follows_depth():
     stem, last_block, head = (scale[params[n]] for n in ("patch_embed.proj.weight", "blocks.3.norm1.weight",
                                                           "head.weight"))
     assert stem < last_block < head
+
+
+@pytest.mark.parametrize("name", ["vim2_t", "viqs_t"])
+def test_inference_path_equals_the_autograd_path(name):
+    """Without grad the token mixer works in place (fewer (batch, E, L) temporaries): the same logits, bit for bit,
+    as with autograd recording, under no_grad and inference_mode."""
+    model = _tiny(name).eval()
+    x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(3))
+    want = model(x)
+    assert want.requires_grad
+    with torch.no_grad():
+        assert torch.equal(model(x), want)
+    with torch.inference_mode():
+        assert torch.equal(model(x), want)

@@ -25,6 +25,7 @@ import torch
 
 from .ops import reference
 from .ops.myo import static_solve
+from .ops.reference.selective_scan import low_rank_delta
 
 __all__ = ["decompositions", "export_program", "export_onnx", "fold_weight_only"]
 
@@ -52,11 +53,12 @@ def linear_recurrence(log_a: torch.Tensor, b: torch.Tensor, chunk: int = 32) -> 
     return torch.cat(states, dim=2)
 
 
-def _selective_scan_fwd(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False):
+def _selective_scan_fwd(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, delta_proj=None):
     """The S6 scan (same contract as ``ops.reference.selective_scan`` with the last state) via linear_recurrence."""
     acc = torch.float64 if u.dtype == torch.float64 else torch.float32
     batch, dim, length = u.shape
-    x, dt = u.to(acc), delta.to(acc)
+    x = u.to(acc)
+    dt = delta.to(acc) if delta_proj is None else low_rank_delta(delta, delta_proj, acc)
     if delta_bias is not None:
         dt = dt + delta_bias.to(acc)[:, None]
     if delta_softplus:

@@ -20,19 +20,21 @@ std::tuple<at::Tensor, at::Tensor> selective_scan_fwd_cuda(const at::Tensor& u_,
                                                            const at::Tensor& C_, const c10::optional<at::Tensor>& D_,
                                                            const c10::optional<at::Tensor>& z_,
                                                            const c10::optional<at::Tensor>& delta_bias_,
-                                                           bool delta_softplus) {
-  const ScanShape s = check_fwd(u_, delta_, A_, B_, C_, D_, z_, delta_bias_);
+                                                           bool delta_softplus,
+                                                           const c10::optional<at::Tensor>& delta_proj_) {
+  const ScanShape s = check_fwd(u_, delta_, A_, B_, C_, D_, z_, delta_bias_, delta_proj_);
   const c10::cuda::CUDAGuard guard(u_.device());
   auto u = u_.contiguous(), delta = delta_.contiguous(), A = A_.contiguous(), B = B_.contiguous(),
        C = C_.contiguous();
   auto D = opt_contiguous(D_), z = opt_contiguous(z_), bias = opt_contiguous(delta_bias_);
+  auto proj = opt_contiguous(delta_proj_);
   auto out = at::empty_like(u, at::MemoryFormat::Contiguous);
   auto last_state = at::zeros({s.batch, s.dim, s.N}, A.options());
   auto ptr = [](const c10::optional<at::Tensor>& t) -> const void* { return t ? t->data_ptr() : nullptr; };
   cuda::selective_scan_fwd_launch(static_cast<int>(dtype_code(u)), s.batch, s.dim, s.L, s.N, s.groups,
                                   u.data_ptr(), delta.data_ptr(), ptr(z), A.data_ptr(), B.data_ptr(), C.data_ptr(),
-                                  ptr(D), ptr(bias), delta_softplus, out.data_ptr(), last_state.data_ptr(),
-                                  c10::cuda::getCurrentCUDAStream().stream());
+                                  ptr(D), ptr(bias), delta_softplus, ptr(proj), s.rank, s.delta_groups,
+                                  out.data_ptr(), last_state.data_ptr(), c10::cuda::getCurrentCUDAStream().stream());
   return {out, last_state};
 }
 
@@ -84,7 +86,7 @@ BwdResult selective_scan_bwd_cuda(const at::Tensor& u_, const at::Tensor& delta_
 TORCH_LIBRARY_FRAGMENT(ssm_plugins, m) {
   m.def(
       "selective_scan_fwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
-      "Tensor? delta_bias, bool delta_softplus) -> (Tensor out, Tensor last_state)");
+      "Tensor? delta_bias, bool delta_softplus, Tensor? delta_proj=None) -> (Tensor out, Tensor last_state)");
   m.def(
       "selective_scan_bwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
       "Tensor? delta_bias, bool delta_softplus, Tensor grad_out, Tensor? grad_last_state) -> "

@@ -13,6 +13,10 @@
 //   out           (batch, dim, L)         dtype of u;  last_state (batch, dim, N) accumulation dtype
 // h_t = exp(dt_t A) h_{t-1} + dt_t B_t u_t ;  y_t = C_t . h_t + D u_t ;  out = y * silu(z)
 // with dt_t = delta_t + delta_bias, passed through softplus when delta_softplus.
+// selective_scan_fwd's optional delta_proj (dim, R), accumulation dtype, makes delta low rank: delta is then
+// (batch, delta_groups, R, L) in u's dtype (dim % delta_groups == 0) and channel d's delta_t is
+// delta_proj[d] . delta[b, d / (dim / delta_groups), :, t] (Mamba's dt_proj, computed per row by the kernel
+// instead of materialised as a (batch, dim, L) tensor).
 //
 // selective_scan_bwd takes the forward's inputs plus grad_out (batch, dim, L) and an optional
 // grad_last_state (batch, dim, N) and returns the gradients of u, delta, A, B, C, D, z, delta_bias
@@ -27,18 +31,32 @@ namespace {  // the op's private helpers keep internal linkage, as when the op w
 
 struct ScanShape {
   int64_t batch, dim, L, N, groups;
+  int64_t rank = 0, delta_groups = 0;  // low-rank delta (delta_proj given), else 0
 };
 
 inline ScanShape check_fwd(const at::Tensor& u, const at::Tensor& delta, const at::Tensor& A, const at::Tensor& B,
                            const at::Tensor& C, const c10::optional<at::Tensor>& D, const c10::optional<at::Tensor>& z,
-                           const c10::optional<at::Tensor>& delta_bias) {
+                           const c10::optional<at::Tensor>& delta_bias,
+                           const c10::optional<at::Tensor>& delta_proj = c10::nullopt) {
   SSM_CHECK(u.dim() == 3, "selective_scan: u must be (batch, dim, L)");
   SSM_CHECK(A.dim() == 2 && A.size(0) == u.size(1), "selective_scan: A must be (dim, N)");
   SSM_CHECK(B.dim() == 4, "selective_scan: B must be (batch, groups, N, L)");
   ScanShape s{u.size(0), u.size(1), u.size(2), A.size(1), B.size(1)};
-  SSM_CHECK(delta.sizes() == u.sizes() && delta.scalar_type() == u.scalar_type(),
-            "selective_scan: delta must match u in shape and dtype");
   const auto acc = A.scalar_type();
+  if (delta_proj.has_value()) {
+    SSM_CHECK(delta_proj->dim() == 2 && delta_proj->size(0) == s.dim && delta_proj->scalar_type() == acc,
+              "selective_scan: delta_proj must be (dim, R) in A's dtype");
+    SSM_CHECK(delta.dim() == 4 && delta.size(0) == s.batch && delta.size(2) == delta_proj->size(1) &&
+                  delta.size(3) == s.L && delta.scalar_type() == u.scalar_type(),
+              "selective_scan: with delta_proj, delta must be (batch, delta_groups, R, L) in u's dtype");
+    SSM_CHECK(delta.size(1) > 0 && s.dim % delta.size(1) == 0,
+              "selective_scan: dim must be a multiple of delta's groups");
+    s.rank = delta_proj->size(1);
+    s.delta_groups = delta.size(1);
+  } else {
+    SSM_CHECK(delta.sizes() == u.sizes() && delta.scalar_type() == u.scalar_type(),
+              "selective_scan: delta must match u in shape and dtype");
+  }
   SSM_CHECK(acc == (u.scalar_type() == at::kDouble ? at::kDouble : at::kFloat),
             "selective_scan: A must be float64 for float64 input, else float32");
   for (const at::Tensor* t : {&B, &C}) {
@@ -90,7 +108,8 @@ std::tuple<at::Tensor, at::Tensor> selective_scan_fwd_cpu(const at::Tensor& u, c
                                                           const at::Tensor& C, const c10::optional<at::Tensor>& D,
                                                           const c10::optional<at::Tensor>& z,
                                                           const c10::optional<at::Tensor>& delta_bias,
-                                                          bool delta_softplus);
+                                                          bool delta_softplus,
+                                                          const c10::optional<at::Tensor>& delta_proj);
 BwdResult selective_scan_bwd_cpu(const at::Tensor& u, const at::Tensor& delta, const at::Tensor& A,
                                  const at::Tensor& B, const at::Tensor& C, const c10::optional<at::Tensor>& D,
                                  const c10::optional<at::Tensor>& z, const c10::optional<at::Tensor>& delta_bias,

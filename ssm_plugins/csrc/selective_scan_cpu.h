@@ -70,6 +70,9 @@ struct RowParams {
   const acc_t* A;   // (nv*W)
   const acc_t* BT;  // (L, nv*W)
   const acc_t* CT;
+  int64_t rank = 0;             // forward with a low-rank delta: dt = proj . low, else 0
+  const acc_t* proj = nullptr;  // (rank): delta_proj's row
+  const acc_t* low = nullptr;   // (rank, Lpad): delta of the row's batch and group
 };
 
 // The widest instruction set this CPU has; SSM_PLUGINS_CPU_ISA=generic|avx2|avx512 narrows it (tests).

@@ -5,7 +5,8 @@
 namespace ssm_plugins {
 namespace {
 
-// In: x (u), dt (delta, raw), z (or null). Out: y = out before the cast, hlast (nv*W), dt (dt), dx (dt * x).
+// In: x (u), dt (delta, raw; unread with a low-rank delta, p.rank > 0), z (or null).
+// Out: y = out before the cast, hlast (nv*W), dt (dt), dx (dt * x).
 template <typename acc_t, int NV, bool kAvx512>
 SSM_INLINE void fwd_core(const RowParams<acc_t>& p, const acc_t* x, acc_t* dt, acc_t* dx, const acc_t* z,
                          acc_t* y, acc_t* hlast, acc_t* ring, typename Simd<acc_t>::V* scratch) {
@@ -15,7 +16,9 @@ SSM_INLINE void fwd_core(const RowParams<acc_t>& p, const acc_t* x, acc_t* dt, a
   constexpr int W = S::W;
   const int64_t nv = NV ? NV : p.nv, L = p.L, Lpad = round_up(L, W), stride = nv * W;
   for (int64_t t = 0; t < Lpad; t += W) {
-    V v = S::load(dt + t) + p.bias;
+    V v = p.rank ? V{} : S::load(dt + t);
+    for (int64_t j = 0; j < p.rank; ++j) v += p.proj[j] * S::load(p.low + j * Lpad + t);
+    v = v + p.bias;
     v = p.softplus_dt ? S::softplus(v) : v;
     S::store(dt + t, v);
     S::store(dx + t, v * S::load(x + t));
@@ -104,8 +107,8 @@ template <typename scalar_t>
 void fwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tensor& delta,
                     const c10::optional<at::Tensor>& z, const at::Tensor& A, const at::Tensor& B,
                     const at::Tensor& C, const c10::optional<at::Tensor>& D,
-                    const c10::optional<at::Tensor>& delta_bias, bool softplus_dt, at::Tensor& out,
-                    at::Tensor& last_state) {
+                    const c10::optional<at::Tensor>& delta_bias, bool softplus_dt,
+                    const c10::optional<at::Tensor>& delta_proj, at::Tensor& out, at::Tensor& last_state) {
   using acc_t = at::opmath_type<scalar_t>;
   using S = Simd<acc_t>;
   constexpr int W = S::W;
@@ -117,6 +120,11 @@ void fwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tensor& d
   const scalar_t* z_p = opt_ptr<scalar_t>(z);
   const acc_t *A_p = prep.A.data(), *B_p = prep.BT.data(), *C_p = prep.CT.data();
   const acc_t *D_p = opt_ptr<acc_t>(D), *bias_p = opt_ptr<acc_t>(delta_bias);
+  // A low-rank delta in the accumulation dtype, its rows padded to Lpad: (batch * delta_groups * rank, Lpad).
+  const int64_t low_rows = s.batch * s.delta_groups * s.rank, per_delta_group = s.rank ? s.dim / s.delta_groups : 1;
+  AlignedBuffer<acc_t> low(low_rows * Lpad);
+  for (int64_t i = 0; i < low_rows; ++i) load_row(low.data() + i * Lpad, delta_p + i * s.L, s.L, Lpad);
+  const acc_t* proj_p = opt_ptr<acc_t>(delta_proj);
   scalar_t* out_p = out.data_ptr<scalar_t>();
   acc_t* last_p = last_state.data_ptr<acc_t>();
   const int64_t updates = s.batch * s.dim * s.L * s.N;
@@ -137,6 +145,7 @@ void fwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tensor& d
     r.p.nv = nv;
     r.p.chunk = s.L;
     r.p.softplus_dt = softplus_dt;
+    r.p.rank = s.rank;
     for (int64_t begin, end; take(begin, end);) {
       for (int64_t row = begin; row < end; ++row) {
         const int64_t b = row / s.dim, d = row % s.dim, g = d / per_group;
@@ -147,7 +156,12 @@ void fwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tensor& d
         r.p.bias = bias_p ? bias_p[d] : acc_t(0);
         r.p.skip = D_p ? D_p[d] : acc_t(0);
         load_row(x, u_p + off, s.L, Lpad);
-        load_row(r.dt, delta_p + off, s.L, Lpad);
+        if (s.rank) {
+          r.p.proj = proj_p + d * s.rank;
+          r.p.low = low.data() + (b * s.delta_groups + d / per_delta_group) * s.rank * Lpad;
+        } else {
+          load_row(r.dt, delta_p + off, s.L, Lpad);
+        }
         if (z_p) load_row(zb, z_p + off, s.L, Lpad);
         core(r);
         store_row(out_p + off, r.y, s.L);
@@ -164,15 +178,17 @@ std::tuple<at::Tensor, at::Tensor> selective_scan_fwd_cpu(const at::Tensor& u_, 
                                                           const at::Tensor& C, const c10::optional<at::Tensor>& D_,
                                                           const c10::optional<at::Tensor>& z_,
                                                           const c10::optional<at::Tensor>& delta_bias_,
-                                                          bool delta_softplus) {
-  const ScanShape s = check_fwd(u_, delta_, A, B, C, D_, z_, delta_bias_);
+                                                          bool delta_softplus,
+                                                          const c10::optional<at::Tensor>& delta_proj_) {
+  const ScanShape s = check_fwd(u_, delta_, A, B, C, D_, z_, delta_bias_, delta_proj_);
   auto u = u_.contiguous(), delta = delta_.contiguous();
   auto D = opt_contiguous(D_), z = opt_contiguous(z_), bias = opt_contiguous(delta_bias_);
+  auto proj = opt_contiguous(delta_proj_);
   auto out = at::empty_like(u, at::MemoryFormat::Contiguous);
   if (s.batch * s.dim == 0 || s.L == 0) return {out, at::zeros({s.batch, s.dim, s.N}, A.options())};
   auto last_state = at::empty({s.batch, s.dim, s.N}, A.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, u.scalar_type(), "selective_scan_fwd_cpu", [&] {
-    fwd_cpu_kernel<scalar_t>(s, u, delta, z, A, B, C, D, bias, delta_softplus, out, last_state);
+    fwd_cpu_kernel<scalar_t>(s, u, delta, z, A, B, C, D, bias, delta_softplus, proj, out, last_state);
   });
   return {out, last_state};
 }

@@ -228,16 +228,17 @@ class VisionTokenMixer(SelectiveTokenMixer):
         gate = F.silu(proj[:, :inner], inplace=_no_grad())
         sel_fwd, sel_bwd = proj[:, inner:].chunk(2, dim=1)
         sel = torch.stack([sel_fwd, sel_bwd.flip(-1)], dim=1)  # (batch, 2, dt_rank + 2N, L), the reverse flipped
-        dt = torch.matmul(torch.stack([self.fwd.dt_proj.weight, self.bwd.dt_proj.weight]), sel[:, :, :rank])
         # x̄ in both scan orders in one gather (the class token is x̄'s last column)
         index = torch.where(perm == 0, length - 1, perm - 1)
         index = torch.stack([index, index.flip(-1)], dim=1)[:, :, None].expand(batch, 2, inner, length)
         x_scan = torch.gather(xbar[:, None].expand(batch, 2, inner, length), 3, index)
+        # Δ low rank: each direction's dt_proj applied per row inside the scan (no (batch, 2E, L) Δ tensor)
         y = ops.selective_scan(
-            x_scan.view(batch, 2 * inner, length), dt.view(batch, 2 * inner, length),
+            x_scan.view(batch, 2 * inner, length), sel[:, :, :rank],
             -torch.exp(torch.cat([self.fwd.A_log, self.bwd.A_log])), sel[:, :, rank:rank + n_state],
             sel[:, :, rank + n_state:], torch.cat([self.D, torch.zeros_like(self.D)]),
-            delta_bias=torch.cat([self.fwd.dt_bias, self.bwd.dt_bias]), delta_softplus=True)
+            delta_bias=torch.cat([self.fwd.dt_bias, self.bwd.dt_bias]), delta_softplus=True,
+            delta_proj=torch.cat([self.fwd.dt_proj.weight, self.bwd.dt_proj.weight]))
         if _no_grad():  # in place: every (batch, E, L) temporary is memory the allocator may have to fault in again
             y = y[:, :inner].add_(y[:, inner:].flip(-1)).mul_(gate)
         else:

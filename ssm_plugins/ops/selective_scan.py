@@ -12,13 +12,25 @@ _BWD = "selective_scan_bwd"
 _COMPILED = hasattr(torch.ops.ssm_plugins, _OP) and hasattr(torch.ops.ssm_plugins, _BWD)
 
 
-def _normalise(u, delta, A, B, C, D, z, delta_bias):
+def _normalise(u, delta, A, B, C, D, z, delta_bias, delta_proj=None):
     """Validate user input (ValueError naming the argument) and bring it to the raw op's contract."""
     u = _validate.tensor("u", u, 3, "(batch, dim, L)")
     batch, dim, length = u.shape
-    delta = _validate.tensor("delta", delta, 3, "(batch, dim, L)")
-    if delta.shape != u.shape:
-        raise ValueError(f"delta must have u's shape {tuple(u.shape)}, got {tuple(delta.shape)}")
+    if delta_proj is None:
+        delta = _validate.tensor("delta", delta, 3, "(batch, dim, L)")
+        if delta.shape != u.shape:
+            raise ValueError(f"delta must have u's shape {tuple(u.shape)}, got {tuple(delta.shape)}")
+    else:
+        delta_proj = _validate.tensor("delta_proj", delta_proj, 2, "(dim, R)")
+        _validate.size("delta_proj", delta_proj, 0, dim, "(dim, R)")
+        what = "(batch, R, L) or (batch, groups, R, L) with delta_proj"
+        delta = _validate.tensor("delta", delta, (3, 4), what)
+        delta = delta if delta.dim() == 4 else delta.unsqueeze(1)
+        if delta.shape[0] != batch or delta.shape[2] != delta_proj.shape[1] or delta.shape[3] != length:
+            raise ValueError(f"delta must have shape {what}, batch={batch}, R={delta_proj.shape[1]}, L={length}, "
+                             f"got {tuple(delta.shape)}")
+        if delta.shape[1] == 0 or dim % delta.shape[1] != 0:
+            raise ValueError(f"delta: groups ({delta.shape[1]}) must divide dim ({dim})")
     A = _validate.tensor("A", A, 2, "(dim, N)")
     _validate.size("A", A, 0, dim, "(dim, N)")
     n_state = A.shape[1]
@@ -43,29 +55,33 @@ def _normalise(u, delta, A, B, C, D, z, delta_bias):
         z = _validate.tensor("z", z, 3, "(batch, dim, L)")
         if z.shape != u.shape:
             raise ValueError(f"z must have u's shape {tuple(u.shape)}, got {tuple(z.shape)}")
-    _validate.same_device(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=delta_bias)
+    _validate.same_device(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=delta_bias, delta_proj=delta_proj)
     acc = _validate.compute_dtype(u.dtype)
     cast = (lambda t: None if t is None else t.to(acc))
     return (u, delta.to(u.dtype), A.to(acc), B4.to(acc), C4.to(acc), cast(D),
-            None if z is None else z.to(u.dtype), cast(delta_bias))
+            None if z is None else z.to(u.dtype), cast(delta_bias)), cast(delta_proj)
 
 
 def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
-                   return_last_state=False):
+                   return_last_state=False, delta_proj=None):
     """The S6 scan (mambamixer.md §1.1), same contract as ``mamba_ssm.selective_scan_fn``.
 
     Args:
         u, delta, z: (batch, dim, L). A: (dim, N), real. B, C: (batch, N, L) or (batch, groups, N, L).
         D, delta_bias: (dim,). delta_softplus: apply softplus to delta + delta_bias.
+        delta_proj: (dim, R), or None. Given, delta is low rank, (batch, R, L) or (batch, groups, R, L), and channel
+            d's delta is ``delta_proj[d] @ delta[:, group of d]`` (Mamba's dt_proj): the kernels compute it per row,
+            so the (batch, dim, L) delta is never stored in the forward (the backward forms it once).
     Returns:
         out (batch, dim, L) in u's dtype, and the last state (batch, dim, N) in the accumulation dtype
         (float32; float64 for float64 input) when ``return_last_state``.
     """
-    args = _normalise(u, delta, A, B, C, D, z, delta_bias)
+    args, delta_proj = _normalise(u, delta, A, B, C, D, z, delta_bias, delta_proj)
     if _backend.use_kernel(_OP, args[0]) and _COMPILED:
-        out, last_state = torch.ops.ssm_plugins.selective_scan_fwd(*args, bool(delta_softplus))
+        out, last_state = torch.ops.ssm_plugins.selective_scan_fwd(*args, bool(delta_softplus), delta_proj)
     else:
-        out, last_state = reference.selective_scan(*args, delta_softplus=delta_softplus, return_last_state=True)
+        out, last_state = reference.selective_scan(*args, delta_softplus=delta_softplus, return_last_state=True,
+                                                   delta_proj=delta_proj)
     return (out, last_state) if return_last_state else out
 
 
@@ -75,7 +91,7 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
 if _COMPILED:
 
     @torch.library.register_fake(f"ssm_plugins::{_OP}")
-    def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus):
+    def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, delta_proj=None):
         # The kernel reads contiguous copies and writes contiguous outputs, whatever u's layout: declare the
         # same (empty_like would promise a transposed u's layout, and inductor asserts the promise).
         return u.new_empty(u.shape), u.new_empty((u.shape[0], u.shape[1], A.shape[1]), dtype=A.dtype)
@@ -86,28 +102,42 @@ if _COMPILED:
         return (like(u), like(u), like(A), like(B), like(C), like(D), None if z is None else like(u), like(delta_bias))
 
     def _setup_context(ctx, inputs, output):
-        ctx.save_for_backward(*[t for t in inputs[:8] if t is not None])
-        ctx.present = [t is not None for t in inputs[:8]]
+        tensors = [*inputs[:8], inputs[9] if len(inputs) > 9 else None]  # the 8 scan inputs and delta_proj
+        ctx.save_for_backward(*[t for t in tensors if t is not None])
+        ctx.present = [t is not None for t in tensors]
         ctx.delta_softplus = inputs[8]
         ctx.set_materialize_grads(False)  # an unused last_state needs no zero gradient
 
     def _backward(ctx, grad_out, grad_last_state):
         saved = iter(ctx.saved_tensors)
-        u, delta, A, B, C, D, z, delta_bias = [next(saved) if p else None for p in ctx.present]
+        u, delta, A, B, C, D, z, delta_bias, delta_proj = [next(saved) if p else None for p in ctx.present]
         if grad_out is None:  # only last_state was used
             grad_out = torch.zeros_like(u)
-        grads = torch.ops.ssm_plugins.selective_scan_bwd(u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus,
-                                                         grad_out, grad_last_state)
-        return (*grads, None)
+        low = delta
+        if delta_proj is not None:  # the backward kernel takes the full delta
+            delta = reference.low_rank_delta(low, delta_proj, A.dtype).to(u.dtype)
+        grads = list(torch.ops.ssm_plugins.selective_scan_bwd(u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus,
+                                                              grad_out, grad_last_state))
+        grad_proj = None
+        if delta_proj is not None:  # chain rule through delta = delta_proj @ low, per group
+            batch, groups, rank, length = low.shape
+            grad_delta = grads[1].to(A.dtype).view(batch, groups, -1, length)
+            proj = delta_proj.view(groups, -1, rank)
+            grads[1] = torch.einsum("gcr,bgcl->bgrl", proj, grad_delta).to(low.dtype)
+            grad_proj = torch.einsum("bgcl,bgrl->gcr", grad_delta, low.to(A.dtype)).reshape(delta_proj.shape)
+        return (*grads, None, grad_proj)
 
     torch.library.register_autograd(f"ssm_plugins::{_OP}", _backward, setup_context=_setup_context)
 
     @register_flop_formula(getattr(torch.ops.ssm_plugins, _OP))
-    def _fwd_flops(u, delta, A, B, C, D, z, delta_bias, delta_softplus, out_shape=None, **kwargs):
-        # mamba_ssm's count: 9 flops per (batch, dim, L, N) step, plus the D skip and the z gate.
+    def _fwd_flops(u, delta, A, B, C, D, z, delta_bias, delta_softplus, delta_proj=None, out_shape=None, **kwargs):
+        # mamba_ssm's count: 9 flops per (batch, dim, L, N) step, plus the D skip and the z gate (and a low-rank
+        # delta's 2 R per (batch, dim, L), the dt_proj matmul it replaces).
         batch, dim, length = u
         flops = 9 * batch * dim * length * A[1]
         flops += batch * dim * length * ((D is not None) + (z is not None))
+        if delta_proj is not None:
+            flops += 2 * batch * dim * length * delta_proj[1]
         return flops
 
     @register_flop_formula(getattr(torch.ops.ssm_plugins, _BWD))

@@ -71,10 +71,11 @@ void cuda_harness_clear() {
 
 int selective_scan_fwd(int dtype, int64_t batch, int64_t dim, int64_t L, int64_t N, int64_t groups, const void* u,
                        const void* delta, const void* z, const void* A, const void* B, const void* C, const void* D,
-                       const void* delta_bias, bool delta_softplus, void* out, void* last_state) {
+                       const void* delta_bias, bool delta_softplus, const void* delta_proj, int64_t rank,
+                       int64_t delta_groups, void* out, void* last_state) {
   return guarded([&] {
     sc::selective_scan_fwd_launch(dtype, batch, dim, L, N, groups, u, delta, z, A, B, C, D, delta_bias,
-                                  delta_softplus, out, last_state, nullptr);
+                                  delta_softplus, delta_proj, rank, delta_groups, out, last_state, nullptr);
   });
 }
 

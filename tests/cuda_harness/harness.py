@@ -216,15 +216,16 @@ class Harness:
             raise HarnessError(f"{fn}: {self.lib.cuda_harness_error().decode()}")
 
     # -- selective scan ------------------------------------------------------------------------------------
-    def selective_scan_fwd(self, u, delta, A, B, C, D, z, delta_bias, delta_softplus):
-        u, delta, A, B, C, D, z, bias = map(_contig, (u, delta, A, B, C, D, z, delta_bias))
+    def selective_scan_fwd(self, u, delta, A, B, C, D, z, delta_bias, delta_softplus, delta_proj=None):
+        u, delta, A, B, C, D, z, bias, proj = map(_contig, (u, delta, A, B, C, D, z, delta_bias, delta_proj))
         batch, dim, L = u.shape
         N, groups = A.shape[1], B.shape[1]
+        rank, delta_groups = (0, 0) if proj is None else (proj.shape[1], delta.shape[1])
         out = _empty(dtype=u.dtype, like=u)
         last_state = torch.zeros(batch, dim, N, dtype=A.dtype)
-        self._run("selective_scan_fwd", (u, delta, A, B, C, D, z, bias, out, last_state), DTYPE_CODE[u.dtype],
+        self._run("selective_scan_fwd", (u, delta, A, B, C, D, z, bias, proj, out, last_state), DTYPE_CODE[u.dtype],
                   batch, dim, L, N, groups, _p(u), _p(delta), _p(z), _p(A), _p(B), _p(C), _p(D), _p(bias),
-                  bool(delta_softplus), _p(out), _p(last_state))
+                  bool(delta_softplus), _p(proj), rank, delta_groups, _p(out), _p(last_state))
         return out, last_state
 
     def selective_scan_bwd(self, u, delta, A, B, C, D, z, delta_bias, delta_softplus, grad_out, grad_last_state):

@@ -111,6 +111,16 @@ def test_selective_scan(cuda, dtype, case):
                 dtype, "bwd")
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_selective_scan_low_rank_delta(cuda, dtype):
+    """delta_proj: each row's delta formed from the low-rank delta chunk by chunk (rank coalesced loads)."""
+    args, gen = scan_args(dtype, 2, 6, 150, 3, 2, ("D", "z", "bias", "softplus"))
+    low = randn(2, 3, 2, 150, dtype=dtype, gen=gen, scale=0.5)  # (batch, 3 delta groups, rank 2, L)
+    proj = randn(6, 2, dtype=args[2].dtype, gen=gen)
+    args = (args[0], low, *args[2:], proj)
+    assert_same(cuda.selective_scan_fwd(*args), OPS.selective_scan_fwd(*args), dtype, "fwd")
+
+
 # ---- quasi-separable mixing -------------------------------------------------------------------------------
 
 def qs_args(dtype, batch, length, heads, feat, n_state, groups, scalar_a, strided_x, seed=0):

@@ -335,6 +335,83 @@ def test_flop_counts():
     assert counts[torch.ops.ssm_plugins.selective_scan_bwd] == 22 * steps * n_state + 6 * steps
 
 
+# ---- low-rank delta (delta_proj) -----------------------------------------------------------------------
+
+def make_low_rank(batch=2, dim=6, length=37, n_state=4, rank=3, delta_groups=2, dtype=torch.float32, seed=0):
+    """make()'s inputs with delta low rank: (batch, delta_groups, rank, L), or (batch, rank, L) for None."""
+    kw = make(batch, dim, length, n_state, 2, dtype, seed=seed)
+    g = torch.Generator().manual_seed(seed + 7)
+    acc = torch.float64 if dtype == torch.float64 else torch.float32
+    shape = (batch, rank, length) if delta_groups is None else (batch, delta_groups, rank, length)
+    kw["delta"] = (0.5 * torch.randn(*shape, generator=g, dtype=torch.float64)).to(dtype)
+    kw["delta_proj"] = torch.randn(dim, rank, generator=g, dtype=torch.float64).to(acc)
+    return kw
+
+
+def with_full_delta(kw):
+    """The same scan with delta_proj applied outside: the (batch, dim, L) delta of the plain contract."""
+    acc = kw["delta_proj"].dtype
+    low = kw["delta"] if kw["delta"].dim() == 4 else kw["delta"][:, None]
+    full = dict(kw, delta=reference.low_rank_delta(low, kw["delta_proj"], acc).to(kw["u"].dtype))
+    del full["delta_proj"]
+    return full
+
+
+@needs_kernel
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("dtype,delta_groups", [(torch.float32, 2), (torch.float64, 3), (torch.float32, None),
+                                                (torch.bfloat16, 2)])
+def test_low_rank_delta_matches_the_full_delta(monkeypatch, isa, dtype, delta_groups):
+    """delta_proj applied per row by the kernel = the plain scan on delta_proj @ delta, forward and gradients (of u, the
+    low-rank delta and delta_proj through the autograd registration, the rest as before)."""
+    monkeypatch.setenv("SSM_PLUGINS_CPU_ISA", isa)
+    kw = make_low_rank(dtype=dtype, delta_groups=delta_groups)
+    out, last, got = grads(selective_scan, kw, True)
+    ref_out, ref_last, want = grads(reference.selective_scan, kw, True)
+    tol = {torch.float64: 1e-12, torch.float32: 2e-6, torch.bfloat16: 2e-2}[dtype]
+    assert rel_err(out, ref_out) < tol and rel_err(last, ref_last) < max(tol, 1e-6)
+    assert set(got) == set(want) >= {"u", "delta", "delta_proj"}
+    for name in want:
+        assert got[name].shape == kw[name].shape and got[name].dtype == kw[name].dtype, name
+        assert rel_err(got[name], want[name]) < max(tol, 1e-5), name
+    full_out = selective_scan(**with_full_delta(kw), delta_softplus=True)
+    assert rel_err(out, full_out) < max(tol, 1e-6)
+
+
+@needs_kernel
+def test_low_rank_delta_gradcheck():
+    kw = make_low_rank(1, 4, 11, 3, 2, 2, torch.float64)
+    names = ("u", "delta", "delta_proj", "A", "delta_bias")
+    rest = {k: v for k, v in kw.items() if k not in names}
+    fn = lambda *ts: selective_scan(**dict(zip(names, ts)), **rest, delta_softplus=True)
+    assert torch.autograd.gradcheck(fn, tuple(kw[n].clone().requires_grad_() for n in names))
+
+
+@needs_kernel
+def test_low_rank_delta_opcheck_and_flops():
+    kw = make_low_rank(2, 4, 6, 3, 2, 2)
+    args = (kw["u"], kw["delta"], kw["A"], kw["B"], kw["C"], kw["D"], kw["z"], kw["delta_bias"], True,
+            kw["delta_proj"])
+    torch.library.opcheck(torch.ops.ssm_plugins.selective_scan_fwd,
+                          tuple(a.clone().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args))
+    with FlopCounterMode(display=False) as counter:
+        selective_scan(**kw, delta_softplus=True)
+    steps = 2 * 4 * 6
+    assert counter.get_flop_counts()["Global"][torch.ops.ssm_plugins.selective_scan_fwd] == (9 * 3 + 2 + 2 * 2) * steps
+
+
+@pytest.mark.parametrize("change,name", [
+    (dict(delta=torch.randn(2, 6, 37)), "delta"),  # the full delta's shape
+    (dict(delta=torch.randn(2, 2, 4, 37)), "delta"),  # rank 4 for delta_proj's 3
+    (dict(delta=torch.randn(2, 4, 3, 37)), "groups"),  # 4 groups do not divide dim 6
+    (dict(delta_proj=torch.randn(5, 3)), "delta_proj"),
+    (dict(delta_proj=torch.randn(6)), "delta_proj"),
+])
+def test_low_rank_delta_bad_input(change, name):
+    with pytest.raises(ValueError, match=name):
+        selective_scan(**dict(make_low_rank(), **change))
+
+
 # ---- backend choice and bad input ---------------------------------------------------------------------
 
 @needs_kernel

@@ -139,6 +139,8 @@ struct Args {
   global_ptr<const T> u, delta, z;
   global_ptr<const acc_t> A, B, C, D, delta_bias;
   bool softplus;
+  global_ptr<const acc_t> delta_proj;  // null, or (dim, rank) with delta (batch, delta_groups, rank, L)
+  int64_t rank, delta_groups;
 };
 
 // The block's row: batch b, channel d (group g), its chunks, delta bias and skip weight.
@@ -174,7 +176,18 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Args<T> p, global_ptr<T> 
     const int64_t first = t0 + threadIdx.x * kItems;  // this thread's first step
     acc_t u[kItems], dt[kItems], y[kItems];
     load_chunk<kItems, T>(p.u + row * p.L + t0, valid, stage, u, acc_t(0));
-    load_chunk<kItems, T>(p.delta + row * p.L + t0, valid, stage, dt, acc_t(0));
+    if (p.delta_proj) {  // low rank: dt = delta_proj[d] . delta[b, group of d], one coalesced row per rank
+      const int64_t low = (b * p.delta_groups + d / (p.dim / p.delta_groups)) * p.rank * p.L + t0;
+      for (int k = 0; k < kItems; ++k) dt[k] = acc_t(0);
+      for (int64_t j = 0; j < p.rank; ++j) {
+        acc_t part[kItems];
+        load_chunk<kItems, T>(p.delta + low + j * p.L, valid, stage, part, acc_t(0));
+        const acc_t w = p.delta_proj[d * p.rank + j];
+        for (int k = 0; k < kItems; ++k) dt[k] += w * part[k];
+      }
+    } else {
+      load_chunk<kItems, T>(p.delta + row * p.L + t0, valid, stage, dt, acc_t(0));
+    }
     for (int k = 0; k < kItems; ++k) {
       const bool in = first + k < p.L;
       dt[k] = in ? (p.softplus ? softplus_dev(dt[k] + bias) : dt[k] + bias) : acc_t(0);
@@ -346,12 +359,12 @@ void with_config(int64_t L, F&& f) {
 template <typename T>
 Args<T> make_args(int64_t batch, int64_t dim, int64_t L, int64_t N, int64_t groups, const void* u, const void* delta,
                   const void* z, const void* A, const void* B, const void* C, const void* D, const void* delta_bias,
-                  bool softplus) {
+                  bool softplus, const void* delta_proj = nullptr, int64_t rank = 0, int64_t delta_groups = 0) {
   using acc_t = typename Acc<T>::type;
   return Args<T>{batch, dim, L, N, groups, static_cast<const T*>(u), static_cast<const T*>(delta),
                  static_cast<const T*>(z), static_cast<const acc_t*>(A), static_cast<const acc_t*>(B),
                  static_cast<const acc_t*>(C), static_cast<const acc_t*>(D), static_cast<const acc_t*>(delta_bias),
-                 softplus};
+                 softplus, static_cast<const acc_t*>(delta_proj), rank, delta_groups};
 }
 
 template <bool kBackward, typename T>
@@ -385,7 +398,8 @@ int64_t selective_scan_bwd_scratch(int64_t batch, int64_t dim, int64_t L, int64_
 
 void selective_scan_fwd_launch(int dtype, int64_t batch, int64_t dim, int64_t L, int64_t N, int64_t groups,
                                const void* u, const void* delta, const void* z, const void* A, const void* B,
-                               const void* C, const void* D, const void* delta_bias, bool delta_softplus, void* out,
+                               const void* C, const void* D, const void* delta_bias, bool delta_softplus,
+                               const void* delta_proj, int64_t rank, int64_t delta_groups, void* out,
                                void* last_state, cudaStream_t stream) {
   if (N > kMaxState) throw std::invalid_argument("ssm_plugins: selective_scan CUDA kernel supports N <= 256");
   if (batch * dim == 0 || L == 0) return;
@@ -393,7 +407,7 @@ void selective_scan_fwd_launch(int dtype, int64_t batch, int64_t dim, int64_t L,
 #define SSM_FWD(CODE, T)                                                                                       \
   case CODE:                                                                                                   \
     launch_fwd<false, T>(make_args<T>(batch, dim, L, N, groups, u, delta, z, A, B, C, D, delta_bias,           \
-                                      delta_softplus),                                                         \
+                                      delta_softplus, delta_proj, rank, delta_groups),                         \
                          out, last_state, nullptr, stream);                                                    \
     break;
   switch (dtype) {

@@ -9,9 +9,12 @@ namespace cuda {
 
 // dtype: 0 float32, 1 float64, 2 float16, 3 bfloat16 (ssm_plugins::DType). A, B, C, D, delta_bias and
 // last_state are float64 for float64 input, float32 otherwise.
+// delta_proj (dim, rank), accumulation dtype, or null: with it delta is (batch, delta_groups, rank, L) and each
+// row's delta is delta_proj[d] . delta[b, d / (dim / delta_groups)] (selective_scan.h).
 void selective_scan_fwd_launch(int dtype, int64_t batch, int64_t dim, int64_t L, int64_t N, int64_t groups,
                                const void* u, const void* delta, const void* z, const void* A, const void* B,
-                               const void* C, const void* D, const void* delta_bias, bool delta_softplus, void* out,
+                               const void* C, const void* D, const void* delta_bias, bool delta_softplus,
+                               const void* delta_proj, int64_t rank, int64_t delta_groups, void* out,
                                void* last_state, cudaStream_t stream);
 
 // Time steps per chunk (a block's threads x steps per thread) of the forward or backward for rows of length L.

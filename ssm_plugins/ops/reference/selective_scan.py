@@ -5,12 +5,22 @@ import torch
 import torch.nn.functional as F
 
 
+def low_rank_delta(delta, delta_proj, acc):
+    """Δ (batch, dim, L) in ``acc`` of a low-rank delta (batch, groups, R, L) or (batch, R, L) and delta_proj (dim, R):
+    channel d's Δ is delta_proj[d] · delta[:, group of d] (Mamba's dt_proj, per group of dim / groups channels)."""
+    delta = delta if delta.dim() == 4 else delta[:, None]
+    batch, groups, rank, length = delta.shape
+    proj = delta_proj.to(acc).view(groups, -1, rank)
+    return torch.einsum("gcr,bgrl->bgcl", proj, delta.to(acc)).reshape(batch, -1, length)
+
+
 def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
-                   return_last_state=False):
+                   return_last_state=False, delta_proj=None):
     """h_t = exp(Δ_t A) h_{t-1} + Δ_t B_t u_t;  y_t = C_t·h_t + D u_t;  out = y · silu(z).
 
     u, delta, z: (batch, dim, L); A: (dim, N); B, C: (batch, N, L) or (batch, groups, N, L);
-    D, delta_bias: (dim,). Accumulates in float32 (float64 for float64 input); returns u's dtype,
+    D, delta_bias: (dim,). With delta_proj (dim, R), delta is low rank, (batch, groups, R, L) (low_rank_delta).
+    Accumulates in float32 (float64 for float64 input); returns u's dtype,
     and with ``return_last_state`` also h_L, (batch, dim, N) in the accumulation dtype.
 
     Differentiable by autograd in time and memory linear in L (the steps are taken with ``unbind``,
@@ -19,7 +29,7 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
     acc = torch.float64 if u.dtype == torch.float64 else torch.float32
     batch, dim, length = u.shape
     x = u.to(acc)
-    dt = delta.to(acc)
+    dt = delta.to(acc) if delta_proj is None else low_rank_delta(delta, delta_proj, acc)
     if delta_bias is not None:
         dt = dt + delta_bias.to(acc)[:, None]
     if delta_softplus:

@@ -933,7 +933,8 @@ class SpatialPriorModule(nn.Module):
         if not isinstance(img, torch.Tensor) or img.dim() != 4 or img.shape[1] != self.stem[0].in_channels:
             shape = tuple(img.shape) if isinstance(img, torch.Tensor) else type(img).__name__
             raise ValueError(f"img must have shape (batch, {self.stem[0].in_channels}, H, W), got {shape}")
-        c1 = self.stem(img)
+        # channels-last: oneDNN's full-resolution 3x3 convs and the max-pool run 3-10x faster on NHWC (one thread)
+        c1 = self.stem(img.contiguous(memory_format=torch.channels_last))
         c2 = self.down8(c1)
         c3 = self.down16(c2)
         c4 = self.down32(c3)

@@ -53,8 +53,14 @@ def linear_recurrence(log_a: torch.Tensor, b: torch.Tensor, chunk: int = 32) -> 
     return torch.cat(states, dim=2)
 
 
-def _selective_scan_fwd(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, delta_proj=None):
+def _selective_scan_fwd(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, delta_proj=None,
+                        reverse=False):
     """The S6 scan (same contract as ``ops.reference.selective_scan`` with the last state) via linear_recurrence."""
+    if reverse:
+        flip = (lambda t: None if t is None else t.flip(-1))
+        out, last = _selective_scan_fwd(flip(u), flip(delta), A, flip(B), flip(C), D, flip(z), delta_bias,
+                                        delta_softplus, delta_proj)
+        return out.flip(-1), last
     acc = torch.float64 if u.dtype == torch.float64 else torch.float32
     batch, dim, length = u.shape
     x = u.to(acc)

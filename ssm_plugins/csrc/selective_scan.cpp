@@ -15,13 +15,25 @@ namespace ssm_plugins {
 namespace {
 
 #ifdef WITH_CUDA
+// The CUDA kernels scan forward in time; a reverse scan is the forward scan of the time-flipped inputs, flipped back.
+c10::optional<at::Tensor> flip_time(const c10::optional<at::Tensor>& t) {
+  if (t.has_value()) return t->flip(-1);
+  return c10::nullopt;
+}
+
 std::tuple<at::Tensor, at::Tensor> selective_scan_fwd_cuda(const at::Tensor& u_, const at::Tensor& delta_,
                                                            const at::Tensor& A_, const at::Tensor& B_,
                                                            const at::Tensor& C_, const c10::optional<at::Tensor>& D_,
                                                            const c10::optional<at::Tensor>& z_,
                                                            const c10::optional<at::Tensor>& delta_bias_,
                                                            bool delta_softplus,
-                                                           const c10::optional<at::Tensor>& delta_proj_) {
+                                                           const c10::optional<at::Tensor>& delta_proj_,
+                                                           bool reverse) {
+  if (reverse) {
+    auto [out, last] = selective_scan_fwd_cuda(u_.flip(-1), delta_.flip(-1), A_, B_.flip(-1), C_.flip(-1), D_,
+                                               flip_time(z_), delta_bias_, delta_softplus, delta_proj_, false);
+    return {out.flip(-1), last};
+  }
   const ScanShape s = check_fwd(u_, delta_, A_, B_, C_, D_, z_, delta_bias_, delta_proj_);
   const c10::cuda::CUDAGuard guard(u_.device());
   auto u = u_.contiguous(), delta = delta_.contiguous(), A = A_.contiguous(), B = B_.contiguous(),
@@ -42,7 +54,13 @@ BwdResult selective_scan_bwd_cuda(const at::Tensor& u_, const at::Tensor& delta_
                                   const at::Tensor& B_, const at::Tensor& C_, const c10::optional<at::Tensor>& D_,
                                   const c10::optional<at::Tensor>& z_, const c10::optional<at::Tensor>& delta_bias_,
                                   bool delta_softplus, const at::Tensor& grad_out_,
-                                  const c10::optional<at::Tensor>& grad_last_state_) {
+                                  const c10::optional<at::Tensor>& grad_last_state_, bool reverse) {
+  if (reverse) {
+    auto [du, ddelta, dA, dB, dC, dD, dz, dbias] = selective_scan_bwd_cuda(
+        u_.flip(-1), delta_.flip(-1), A_, B_.flip(-1), C_.flip(-1), D_, flip_time(z_), delta_bias_, delta_softplus,
+        grad_out_.flip(-1), grad_last_state_, false);
+    return {du.flip(-1), ddelta.flip(-1), dA, dB.flip(-1), dC.flip(-1), dD, flip_time(dz), dbias};
+  }
   const ScanShape s = check_fwd(u_, delta_, A_, B_, C_, D_, z_, delta_bias_);
   check_bwd(s, u_, grad_out_, grad_last_state_);
   const c10::cuda::CUDAGuard guard(u_.device());
@@ -86,10 +104,11 @@ BwdResult selective_scan_bwd_cuda(const at::Tensor& u_, const at::Tensor& delta_
 TORCH_LIBRARY_FRAGMENT(ssm_plugins, m) {
   m.def(
       "selective_scan_fwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
-      "Tensor? delta_bias, bool delta_softplus, Tensor? delta_proj=None) -> (Tensor out, Tensor last_state)");
+      "Tensor? delta_bias, bool delta_softplus, Tensor? delta_proj=None, bool reverse=False) -> "
+      "(Tensor out, Tensor last_state)");
   m.def(
       "selective_scan_bwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
-      "Tensor? delta_bias, bool delta_softplus, Tensor grad_out, Tensor? grad_last_state) -> "
+      "Tensor? delta_bias, bool delta_softplus, Tensor grad_out, Tensor? grad_last_state, bool reverse=False) -> "
       "(Tensor grad_u, Tensor grad_delta, Tensor grad_A, Tensor grad_B, Tensor grad_C, Tensor? grad_D, "
       "Tensor? grad_z, Tensor? grad_delta_bias)");
 }

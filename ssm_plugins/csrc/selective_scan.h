@@ -17,6 +17,8 @@
 // (batch, delta_groups, R, L) in u's dtype (dim % delta_groups == 0) and channel d's delta_t is
 // delta_proj[d] . delta[b, d / (dim / delta_groups), :, t] (Mamba's dt_proj, computed per row by the kernel
 // instead of materialised as a (batch, dim, L) tensor).
+// reverse (both ops): the recurrence runs from t = L - 1 down to 0 (h_t from h_{t+1}; last_state is h_0), i.e. the
+// scan of the time-flipped inputs, flipped back; the kernels read and write the rows in reverse order.
 //
 // selective_scan_bwd takes the forward's inputs plus grad_out (batch, dim, L) and an optional
 // grad_last_state (batch, dim, N) and returns the gradients of u, delta, A, B, C, D, z, delta_bias
@@ -32,6 +34,7 @@ namespace {  // the op's private helpers keep internal linkage, as when the op w
 struct ScanShape {
   int64_t batch, dim, L, N, groups;
   int64_t rank = 0, delta_groups = 0;  // low-rank delta (delta_proj given), else 0
+  bool reverse = false;                // the scan runs from t = L - 1 down to 0
 };
 
 inline ScanShape check_fwd(const at::Tensor& u, const at::Tensor& delta, const at::Tensor& A, const at::Tensor& B,
@@ -109,11 +112,11 @@ std::tuple<at::Tensor, at::Tensor> selective_scan_fwd_cpu(const at::Tensor& u, c
                                                           const c10::optional<at::Tensor>& z,
                                                           const c10::optional<at::Tensor>& delta_bias,
                                                           bool delta_softplus,
-                                                          const c10::optional<at::Tensor>& delta_proj);
+                                                          const c10::optional<at::Tensor>& delta_proj, bool reverse);
 BwdResult selective_scan_bwd_cpu(const at::Tensor& u, const at::Tensor& delta, const at::Tensor& A,
                                  const at::Tensor& B, const at::Tensor& C, const c10::optional<at::Tensor>& D,
                                  const c10::optional<at::Tensor>& z, const c10::optional<at::Tensor>& delta_bias,
                                  bool delta_softplus, const at::Tensor& grad_out,
-                                 const c10::optional<at::Tensor>& grad_last_state);
+                                 const c10::optional<at::Tensor>& grad_last_state, bool reverse);
 
 }  // namespace ssm_plugins

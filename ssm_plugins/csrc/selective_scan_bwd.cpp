@@ -275,14 +275,14 @@ BwdResult bwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tens
           r.gA = gA_rows.data() + row * Npad;
           r.gD = gD_rows.data() + row;
           r.gbias = gbias_rows.data() + row;
-          load_row(x, u_p + off, s.L, Lpad);
-          load_row(r.dt, delta_p + off, s.L, Lpad);
-          if (z_p) load_row(zb, z_p + off, s.L, Lpad);
-          load_row(r.g, go_p + off, s.L, Lpad);
+          load_row(x, u_p + off, s.L, Lpad, s.reverse);
+          load_row(r.dt, delta_p + off, s.L, Lpad, s.reverse);
+          if (z_p) load_row(zb, z_p + off, s.L, Lpad, s.reverse);
+          load_row(r.g, go_p + off, s.L, Lpad, s.reverse);
           core(r);
-          store_row(du_p + off, r.gx, s.L);
-          store_row(ddelta_p + off, r.g, s.L);
-          if (z_p) store_row(dz_p + off, r.gz, s.L);
+          store_row(du_p + off, r.gx, s.L, s.reverse);
+          store_row(ddelta_p + off, r.g, s.L, s.reverse);
+          if (z_p) store_row(dz_p + off, r.gz, s.L, s.reverse);
         }
         // This task's grad B and C into its (batch, group)'s sums.
         std::lock_guard<std::mutex> lock(sum_locks[bg]);
@@ -321,7 +321,8 @@ BwdResult bwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tens
     acc_t* o = out.data_ptr<acc_t>();
     for (int64_t m = 0; m < bg_count; ++m)
       for (int64_t n = 0; n < s.N; ++n)
-        for (int64_t t = 0; t < s.L; ++t) o[(m * s.N + n) * s.L + t] = src[(m * s.L + t) * Npad + n];
+        for (int64_t t = 0; t < s.L; ++t)
+          o[(m * s.N + n) * s.L + (s.reverse ? s.L - 1 - t : t)] = src[(m * s.L + t) * Npad + n];
   };
   unpad(dB, dB_sum.data());
   unpad(dC, dC_sum.data());
@@ -337,8 +338,9 @@ BwdResult selective_scan_bwd_cpu(const at::Tensor& u_, const at::Tensor& delta_,
                                  const at::Tensor& B, const at::Tensor& C, const c10::optional<at::Tensor>& D_,
                                  const c10::optional<at::Tensor>& z_, const c10::optional<at::Tensor>& delta_bias_,
                                  bool delta_softplus, const at::Tensor& grad_out_,
-                                 const c10::optional<at::Tensor>& grad_last_state_) {
-  const ScanShape s = check_fwd(u_, delta_, A, B, C, D_, z_, delta_bias_);
+                                 const c10::optional<at::Tensor>& grad_last_state_, bool reverse) {
+  ScanShape s = check_fwd(u_, delta_, A, B, C, D_, z_, delta_bias_);
+  s.reverse = reverse;
   check_bwd(s, u_, grad_out_, grad_last_state_);
   if (s.batch * s.dim == 0 || s.L == 0) {
     auto zeros = [](const at::Tensor& t) { return at::zeros_like(t, at::MemoryFormat::Contiguous); };

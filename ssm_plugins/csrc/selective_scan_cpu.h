@@ -116,27 +116,37 @@ void pad_rows(acc_t* dst, const acc_t* src, int64_t rows, int64_t n, int64_t npa
 
 // Contiguous (mats, N, L) -> (mats, L, Npad), zero padded.
 template <typename acc_t>
-void transpose_pad(acc_t* dst, const acc_t* src, int64_t mats, int64_t N, int64_t L, int64_t Npad) {
+void transpose_pad(acc_t* dst, const acc_t* src, int64_t mats, int64_t N, int64_t L, int64_t Npad, bool reverse) {
   for (int64_t m = 0; m < mats; ++m) {
     const acc_t* sm = src + m * N * L;
     acc_t* dm = dst + m * L * Npad;
     for (int64_t t = 0; t < L; ++t) {
-      for (int64_t n = 0; n < N; ++n) dm[t * Npad + n] = sm[n * L + t];
+      const int64_t from = reverse ? L - 1 - t : t;
+      for (int64_t n = 0; n < N; ++n) dm[t * Npad + n] = sm[n * L + from];
       std::fill(dm + t * Npad + N, dm + (t + 1) * Npad, acc_t(0));
     }
   }
 }
 
-// Row of a (.., L) tensor into an accumulation buffer of Lpad entries, padding zeroed.
+// Row of a (.., L) tensor into an accumulation buffer of Lpad entries, padding zeroed; `reverse` (a reverse
+// scan) reads it back to front, and store_row writes it so.
 template <typename scalar_t, typename acc_t>
-inline void load_row(acc_t* dst, const scalar_t* src, int64_t L, int64_t Lpad) {
-  for (int64_t t = 0; t < L; ++t) dst[t] = static_cast<acc_t>(src[t]);
+inline void load_row(acc_t* dst, const scalar_t* src, int64_t L, int64_t Lpad, bool reverse = false) {
+  if (reverse) {
+    for (int64_t t = 0; t < L; ++t) dst[t] = static_cast<acc_t>(src[L - 1 - t]);
+  } else {
+    for (int64_t t = 0; t < L; ++t) dst[t] = static_cast<acc_t>(src[t]);
+  }
   std::fill(dst + L, dst + Lpad, acc_t(0));
 }
 
 template <typename scalar_t, typename acc_t>
-inline void store_row(scalar_t* dst, const acc_t* src, int64_t L) {
-  for (int64_t t = 0; t < L; ++t) dst[t] = static_cast<scalar_t>(src[t]);
+inline void store_row(scalar_t* dst, const acc_t* src, int64_t L, bool reverse = false) {
+  if (reverse) {
+    for (int64_t t = 0; t < L; ++t) dst[L - 1 - t] = static_cast<scalar_t>(src[t]);
+  } else {
+    for (int64_t t = 0; t < L; ++t) dst[t] = static_cast<scalar_t>(src[t]);
+  }
 }
 
 // Rows per grab: about 32k state updates.
@@ -160,8 +170,8 @@ struct Prepared {
       : A(s.dim * Npad), BT(s.batch * s.groups * s.L * Npad), CT(s.batch * s.groups * s.L * Npad) {
     const at::Tensor Ac = A_.contiguous(), Bc = B_.contiguous(), Cc = C_.contiguous();
     pad_rows(A.data(), Ac.data_ptr<acc_t>(), s.dim, s.N, Npad);
-    transpose_pad(BT.data(), Bc.data_ptr<acc_t>(), s.batch * s.groups, s.N, s.L, Npad);
-    transpose_pad(CT.data(), Cc.data_ptr<acc_t>(), s.batch * s.groups, s.N, s.L, Npad);
+    transpose_pad(BT.data(), Bc.data_ptr<acc_t>(), s.batch * s.groups, s.N, s.L, Npad, s.reverse);
+    transpose_pad(CT.data(), Cc.data_ptr<acc_t>(), s.batch * s.groups, s.N, s.L, Npad, s.reverse);
   }
 };
 

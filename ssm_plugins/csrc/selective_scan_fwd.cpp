@@ -123,7 +123,7 @@ void fwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tensor& d
   // A low-rank delta in the accumulation dtype, its rows padded to Lpad: (batch * delta_groups * rank, Lpad).
   const int64_t low_rows = s.batch * s.delta_groups * s.rank, per_delta_group = s.rank ? s.dim / s.delta_groups : 1;
   AlignedBuffer<acc_t> low(low_rows * Lpad);
-  for (int64_t i = 0; i < low_rows; ++i) load_row(low.data() + i * Lpad, delta_p + i * s.L, s.L, Lpad);
+  for (int64_t i = 0; i < low_rows; ++i) load_row(low.data() + i * Lpad, delta_p + i * s.L, s.L, Lpad, s.reverse);
   const acc_t* proj_p = opt_ptr<acc_t>(delta_proj);
   scalar_t* out_p = out.data_ptr<scalar_t>();
   acc_t* last_p = last_state.data_ptr<acc_t>();
@@ -155,16 +155,16 @@ void fwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tensor& d
         r.p.CT = C_p + (b * s.groups + g) * s.L * Npad;
         r.p.bias = bias_p ? bias_p[d] : acc_t(0);
         r.p.skip = D_p ? D_p[d] : acc_t(0);
-        load_row(x, u_p + off, s.L, Lpad);
+        load_row(x, u_p + off, s.L, Lpad, s.reverse);
         if (s.rank) {
           r.p.proj = proj_p + d * s.rank;
           r.p.low = low.data() + (b * s.delta_groups + d / per_delta_group) * s.rank * Lpad;
         } else {
-          load_row(r.dt, delta_p + off, s.L, Lpad);
+          load_row(r.dt, delta_p + off, s.L, Lpad, s.reverse);
         }
-        if (z_p) load_row(zb, z_p + off, s.L, Lpad);
+        if (z_p) load_row(zb, z_p + off, s.L, Lpad, s.reverse);
         core(r);
-        store_row(out_p + off, r.y, s.L);
+        store_row(out_p + off, r.y, s.L, s.reverse);
         std::copy(r.hlast, r.hlast + s.N, last_p + row * s.N);
       }
     }
@@ -179,8 +179,9 @@ std::tuple<at::Tensor, at::Tensor> selective_scan_fwd_cpu(const at::Tensor& u_, 
                                                           const c10::optional<at::Tensor>& z_,
                                                           const c10::optional<at::Tensor>& delta_bias_,
                                                           bool delta_softplus,
-                                                          const c10::optional<at::Tensor>& delta_proj_) {
-  const ScanShape s = check_fwd(u_, delta_, A, B, C, D_, z_, delta_bias_, delta_proj_);
+                                                          const c10::optional<at::Tensor>& delta_proj_, bool reverse) {
+  ScanShape s = check_fwd(u_, delta_, A, B, C, D_, z_, delta_bias_, delta_proj_);
+  s.reverse = reverse;
   auto u = u_.contiguous(), delta = delta_.contiguous();
   auto D = opt_contiguous(D_), z = opt_contiguous(z_), bias = opt_contiguous(delta_bias_);
   auto proj = opt_contiguous(delta_proj_);

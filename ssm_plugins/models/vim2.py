@@ -226,23 +226,22 @@ class VisionTokenMixer(SelectiveTokenMixer):
         inner, rank, n_state = self.inner, self.fwd.dt_rank, self.d_state
         proj = self._scanned_projections(_take_tokens(u, perm), channel_major=True)
         gate = F.silu(proj[:, :inner], inplace=_no_grad())
-        sel_fwd, sel_bwd = proj[:, inner:].chunk(2, dim=1)
-        sel = torch.stack([sel_fwd, sel_bwd.flip(-1)], dim=1)  # (batch, 2, dt_rank + 2N, L), the reverse flipped
-        # x̄ in both scan orders in one gather (the class token is x̄'s last column)
+        # x̄ in the scan order (the class token is x̄'s last column), read by both directions
         index = torch.where(perm == 0, length - 1, perm - 1)
-        index = torch.stack([index, index.flip(-1)], dim=1)[:, :, None].expand(batch, 2, inner, length)
-        x_scan = torch.gather(xbar[:, None].expand(batch, 2, inner, length), 3, index)
-        # Δ low rank: each direction's dt_proj applied per row inside the scan (no (batch, 2E, L) Δ tensor)
-        y = ops.selective_scan(
-            x_scan.view(batch, 2 * inner, length), sel[:, :, :rank],
-            -torch.exp(torch.cat([self.fwd.A_log, self.bwd.A_log])), sel[:, :, rank:rank + n_state],
-            sel[:, :, rank + n_state:], torch.cat([self.D, torch.zeros_like(self.D)]),
-            delta_bias=torch.cat([self.fwd.dt_bias, self.bwd.dt_bias]), delta_softplus=True,
-            delta_proj=torch.cat([self.fwd.dt_proj.weight, self.bwd.dt_proj.weight]))
+        x_scan = torch.gather(xbar, 2, index[:, None].expand(batch, inner, length))
+
+        def scan(direction, sel, D, reverse):  # Δ low rank: dt_proj applied per row inside the scan
+            return ops.selective_scan(
+                x_scan, sel[:, :rank], -torch.exp(direction.A_log), sel[:, rank:rank + n_state],
+                sel[:, rank + n_state:], D, delta_bias=direction.dt_bias, delta_softplus=True,
+                delta_proj=direction.dt_proj.weight, reverse=reverse)
+
+        sel_fwd, sel_bwd = proj[:, inner:].chunk(2, dim=1)
+        y, y_rev = scan(self.fwd, sel_fwd, self.D, False), scan(self.bwd, sel_bwd, None, True)
         if _no_grad():  # in place: every (batch, E, L) temporary is memory the allocator may have to fault in again
-            y = y[:, :inner].add_(y[:, inner:].flip(-1)).mul_(gate)
+            y = y.add_(y_rev).mul_(gate)
         else:
-            y = (y[:, :inner] + y[:, inner:].flip(-1)) * gate
+            y = (y + y_rev) * gate
         return torch.bmm(y.transpose(1, 2), self.out_proj.weight.t().expand(batch, -1, -1))  # BLAS reads y^T
 
     # ---- 'qs' (ViQS): token-major ------------------------------------------------------------------------------

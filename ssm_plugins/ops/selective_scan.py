@@ -63,7 +63,7 @@ def _normalise(u, delta, A, B, C, D, z, delta_bias, delta_proj=None):
 
 
 def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
-                   return_last_state=False, delta_proj=None):
+                   return_last_state=False, delta_proj=None, reverse=False):
     """The S6 scan (mambamixer.md §1.1), same contract as ``mamba_ssm.selective_scan_fn``.
 
     Args:
@@ -72,16 +72,19 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
         delta_proj: (dim, R), or None. Given, delta is low rank, (batch, R, L) or (batch, groups, R, L), and channel
             d's delta is ``delta_proj[d] @ delta[:, group of d]`` (Mamba's dt_proj): the kernels compute it per row,
             so the (batch, dim, L) delta is never stored in the forward (the backward forms it once).
+        reverse: scan from t = L - 1 down to 0 (the last state is then h_0): the scan of the time-flipped inputs,
+            flipped back, without the flips (a bidirectional layer's backward direction).
     Returns:
         out (batch, dim, L) in u's dtype, and the last state (batch, dim, N) in the accumulation dtype
         (float32; float64 for float64 input) when ``return_last_state``.
     """
     args, delta_proj = _normalise(u, delta, A, B, C, D, z, delta_bias, delta_proj)
     if _backend.use_kernel(_OP, args[0]) and _COMPILED:
-        out, last_state = torch.ops.ssm_plugins.selective_scan_fwd(*args, bool(delta_softplus), delta_proj)
+        out, last_state = torch.ops.ssm_plugins.selective_scan_fwd(*args, bool(delta_softplus), delta_proj,
+                                                                   bool(reverse))
     else:
         out, last_state = reference.selective_scan(*args, delta_softplus=delta_softplus, return_last_state=True,
-                                                   delta_proj=delta_proj)
+                                                   delta_proj=delta_proj, reverse=reverse)
     return (out, last_state) if return_last_state else out
 
 
@@ -91,13 +94,13 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
 if _COMPILED:
 
     @torch.library.register_fake(f"ssm_plugins::{_OP}")
-    def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, delta_proj=None):
+    def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, delta_proj=None, reverse=False):
         # The kernel reads contiguous copies and writes contiguous outputs, whatever u's layout: declare the
         # same (empty_like would promise a transposed u's layout, and inductor asserts the promise).
         return u.new_empty(u.shape), u.new_empty((u.shape[0], u.shape[1], A.shape[1]), dtype=A.dtype)
 
     @torch.library.register_fake(f"ssm_plugins::{_BWD}")
-    def _bwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, grad_out, grad_last_state):
+    def _bwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, grad_out, grad_last_state, reverse=False):
         like = (lambda t: None if t is None else t.new_empty(t.shape))  # contiguous, as the kernel writes them
         return (like(u), like(u), like(A), like(B), like(C), like(D), None if z is None else like(u), like(delta_bias))
 
@@ -106,6 +109,7 @@ if _COMPILED:
         ctx.save_for_backward(*[t for t in tensors if t is not None])
         ctx.present = [t is not None for t in tensors]
         ctx.delta_softplus = inputs[8]
+        ctx.reverse = bool(inputs[10]) if len(inputs) > 10 else False
         ctx.set_materialize_grads(False)  # an unused last_state needs no zero gradient
 
     def _backward(ctx, grad_out, grad_last_state):
@@ -117,7 +121,7 @@ if _COMPILED:
         if delta_proj is not None:  # the backward kernel takes the full delta
             delta = reference.low_rank_delta(low, delta_proj, A.dtype).to(u.dtype)
         grads = list(torch.ops.ssm_plugins.selective_scan_bwd(u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus,
-                                                              grad_out, grad_last_state))
+                                                              grad_out, grad_last_state, ctx.reverse))
         grad_proj = None
         if delta_proj is not None:  # chain rule through delta = delta_proj @ low, per group
             batch, groups, rank, length = low.shape
@@ -125,12 +129,13 @@ if _COMPILED:
             proj = delta_proj.view(groups, -1, rank)
             grads[1] = torch.einsum("gcr,bgcl->bgrl", proj, grad_delta).to(low.dtype)
             grad_proj = torch.einsum("bgcl,bgrl->gcr", grad_delta, low.to(A.dtype)).reshape(delta_proj.shape)
-        return (*grads, None, grad_proj)
+        return (*grads, None, grad_proj, None)
 
     torch.library.register_autograd(f"ssm_plugins::{_OP}", _backward, setup_context=_setup_context)
 
     @register_flop_formula(getattr(torch.ops.ssm_plugins, _OP))
-    def _fwd_flops(u, delta, A, B, C, D, z, delta_bias, delta_softplus, delta_proj=None, out_shape=None, **kwargs):
+    def _fwd_flops(u, delta, A, B, C, D, z, delta_bias, delta_softplus, delta_proj=None, reverse=False,
+                   out_shape=None, **kwargs):
         # mamba_ssm's count: 9 flops per (batch, dim, L, N) step, plus the D skip and the z gate (and a low-rank
         # delta's 2 R per (batch, dim, L), the dt_proj matmul it replaces).
         batch, dim, length = u
@@ -141,7 +146,7 @@ if _COMPILED:
         return flops
 
     @register_flop_formula(getattr(torch.ops.ssm_plugins, _BWD))
-    def _bwd_flops(u, delta, A, B, C, D, z, delta_bias, delta_softplus, grad_out, grad_last_state,
+    def _bwd_flops(u, delta, A, B, C, D, z, delta_bias, delta_softplus, grad_out, grad_last_state, reverse=False,
                    out_shape=None, **kwargs):
         # Per (batch, dim, L, N) step: the forward recomputed with grad C (9, as counted for the forward)
         # and the reverse recurrence (13: grad h, grad A, grad dt, grad u, grad B, carry); per

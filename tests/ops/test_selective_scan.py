@@ -412,6 +412,58 @@ def test_low_rank_delta_bad_input(change, name):
         selective_scan(**dict(make_low_rank(), **change))
 
 
+# ---- reverse ---------------------------------------------------------------------------------------------
+
+def flipped(kw):
+    """The inputs reversed in time (delta too when it is low rank: its last axis is time as well)."""
+    return {k: v.flip(-1) if k in ("u", "delta", "B", "C", "z") and v is not None else v for k, v in kw.items()}
+
+
+@needs_kernel
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("dtype,low_rank", [(torch.float32, False), (torch.float64, False), (torch.float32, True),
+                                            (torch.bfloat16, False)])
+def test_reverse_is_the_scan_of_the_flipped_inputs(monkeypatch, isa, dtype, low_rank):
+    """reverse=True: h_t from h_{t+1}, last state h_0 -- the forward scan of the time-flipped inputs, flipped back;
+    forward and every gradient, against the plain (not reversed) kernel on flipped copies."""
+    monkeypatch.setenv("SSM_PLUGINS_CPU_ISA", isa)
+    kw = make_low_rank(2, 6, 37, 4, dtype=dtype) if low_rank else make(2, 6, 37, 4, 2, dtype)
+    rev = lambda **a: selective_scan(**a, reverse=True)
+
+    def plain_on_flipped(delta_softplus, return_last_state, **a):
+        out, last = selective_scan(**flipped(a), delta_softplus=delta_softplus, return_last_state=True)
+        return out.flip(-1), last
+
+    out, last, got = grads(rev, kw, True)
+    want_out, want_last, want = grads(plain_on_flipped, kw, True)
+    tol = 1e-12 if dtype == torch.float64 else 1e-6
+    assert rel_err(out, want_out) <= tol and rel_err(last, want_last) <= tol
+    for name in want:
+        assert rel_err(got[name], want[name]) <= max(tol, 1e-6), name
+    ref_out, ref_last, ref = grads(lambda **a: reference.selective_scan(**a, reverse=True), kw, True)
+    ref_tol = {torch.float64: 1e-12, torch.float32: 2e-6, torch.bfloat16: 2e-2}[dtype]
+    assert rel_err(out, ref_out) < ref_tol and rel_err(last, ref_last) < max(ref_tol, 1e-6)
+    for name in ref:
+        assert rel_err(got[name], ref[name]) < max(ref_tol, 1e-5), name
+
+
+@needs_kernel
+def test_reverse_opcheck_and_gradcheck():
+    kw = make(2, 4, 6, 3, None, torch.float32, requires_grad=True)
+    args = (kw["u"], kw["delta"], kw["A"], kw["B"][:, None], kw["C"][:, None], kw["D"], kw["z"], kw["delta_bias"], True,
+            None, True)
+    torch.library.opcheck(torch.ops.ssm_plugins.selective_scan_fwd, args)
+    plain = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args)
+    out, last = torch.ops.ssm_plugins.selective_scan_fwd(*plain)
+    torch.library.opcheck(torch.ops.ssm_plugins.selective_scan_bwd,
+                          (*plain[:9], torch.randn_like(out), torch.randn_like(last), True))
+    kw = make(1, 3, 10, 2, None, torch.float64)
+    names = ("u", "delta", "A", "B", "C", "D", "z")
+    fn = lambda *ts: selective_scan(**dict(zip(names, ts)), delta_bias=kw["delta_bias"], delta_softplus=True,
+                                    reverse=True, return_last_state=True)
+    assert torch.autograd.gradcheck(fn, tuple(kw[n].clone().requires_grad_() for n in names))
+
+
 # ---- backend choice and bad input ---------------------------------------------------------------------
 
 @needs_kernel
@@ -474,6 +526,21 @@ def test_cuda_matches_cpu(dtype):
     cuda_kw = {k: None if v is None else v.cuda() for k, v in kw.items()}
     out, last, got = grads(selective_scan, cuda_kw, True)
     tol = {torch.float64: 1e-11, torch.float32: 1e-5, torch.bfloat16: 2e-2}[dtype]
+    assert rel_err(out.cpu(), cpu_out) < tol and rel_err(last.cpu(), cpu_last) < max(tol, 1e-5)
+    for name in cpu_grads:
+        assert rel_err(got[name].cpu(), cpu_grads[name]) < max(tol, 5e-5), name
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_low_rank_reverse_matches_cpu(dtype):
+    """delta_proj (the CUDA forward forms Δ per chunk) and reverse (the CUDA glue flips around the kernels)."""
+    kw = make_low_rank(2, 6, 150, 16, dtype=dtype)
+    fn = lambda **a: selective_scan(**a, reverse=True)
+    cpu_out, cpu_last, cpu_grads = grads(fn, kw, True)
+    out, last, got = grads(fn, {k: None if v is None else v.cuda() for k, v in kw.items()}, True)
+    tol = {torch.float32: 1e-5, torch.bfloat16: 2e-2}[dtype]
     assert rel_err(out.cpu(), cpu_out) < tol and rel_err(last.cpu(), cpu_last) < max(tol, 1e-5)
     for name in cpu_grads:
         assert rel_err(got[name].cpu(), cpu_grads[name]) < max(tol, 5e-5), name

@@ -15,17 +15,23 @@ def low_rank_delta(delta, delta_proj, acc):
 
 
 def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
-                   return_last_state=False, delta_proj=None):
+                   return_last_state=False, delta_proj=None, reverse=False):
     """h_t = exp(Δ_t A) h_{t-1} + Δ_t B_t u_t;  y_t = C_t·h_t + D u_t;  out = y · silu(z).
 
     u, delta, z: (batch, dim, L); A: (dim, N); B, C: (batch, N, L) or (batch, groups, N, L);
     D, delta_bias: (dim,). With delta_proj (dim, R), delta is low rank, (batch, groups, R, L) (low_rank_delta).
     Accumulates in float32 (float64 for float64 input); returns u's dtype,
     and with ``return_last_state`` also h_L, (batch, dim, N) in the accumulation dtype.
+    ``reverse``: the scan from t = L - 1 down to 0 (last state h_0), i.e. that of the time-flipped inputs, flipped.
 
     Differentiable by autograd in time and memory linear in L (the steps are taken with ``unbind``,
     whose backward is one ``stack``, not L scatters into full-size zeros).
     """
+    if reverse:
+        flip = (lambda t: None if t is None else t.flip(-1))
+        out = selective_scan(flip(u), flip(delta), A, flip(B), flip(C), D, flip(z), delta_bias, delta_softplus,
+                             return_last_state, delta_proj)
+        return (out[0].flip(-1), out[1]) if return_last_state else out.flip(-1)
     acc = torch.float64 if u.dtype == torch.float64 else torch.float32
     batch, dim, length = u.shape
     x = u.to(acc)

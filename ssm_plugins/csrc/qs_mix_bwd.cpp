@@ -48,32 +48,49 @@ QS_INLINE void bwd_step16(const acc_t* hprev, acc_t* lam, const acc_t* g, const 
   V part[3][W];
   acc_t tail[3][W] = {};
   const int64_t Pv = P / W * W;
-  for (int n = 0; n < W; ++n) {
+  // Two states per pass over p: g, x and dx are read (and dx written) once for both.
+  for (int n = 0; n < W; n += 2) {
+    const acc_t C0 = Cv[n], d0 = decay[n], dB0 = delta * Bv[n];
+    const acc_t C1 = Cv[n + 1], d1 = decay[n + 1], dB1 = delta * Bv[n + 1];
+    const acc_t *hp0 = hprev + n * P, *hp1 = hp0 + P;
+    acc_t *ln0 = lam + n * P, *ln1 = ln0 + P;
+    V dC0{}, lx0{}, mh0{}, dC1{}, lx1{}, mh1{};
+    for (int64_t p = 0; p < Pv; p += W) {
+      const V gv = S::load(g + p), xv = S::load(x + p);
+      const V h0 = S::load(hp0 + p), l0 = S::load(ln0 + p), h1 = S::load(hp1 + p), l1 = S::load(ln1 + p);
+      const V mu0 = l0 + C0 * gv, mu1 = l1 + C1 * gv;  // exact: adjoint of Ā_t h_{t-1}; hydra: λ_t += C_t g_{t+1}
+      V dxv = S::load(dx_t + p);
+      if (hydra) {
+        dC0 += gv * (d0 * h0 + dB0 * xv);  // g_{t+1} · h_t
+        dC1 += gv * (d1 * h1 + dB1 * xv);
+        lx0 += mu0 * xv;
+        lx1 += mu1 * xv;
+        dxv += dB0 * mu0 + dB1 * mu1;
+      } else {
+        dC0 += gv * h0;  // g_t · (Ā_t h_{t-1}) = Ā_t (g_t · h_{t-1}): Ā_t applied once, after the sum
+        dC1 += gv * h1;
+        lx0 += l0 * xv;
+        lx1 += l1 * xv;
+        dxv += dB0 * l0 + dB1 * l1;
+      }
+      mh0 += mu0 * h0;
+      mh1 += mu1 * h1;
+      S::store(dx_t + p, dxv);
+      S::store(ln0 + p, d0 * mu0);
+      S::store(ln1 + p, d1 * mu1);
+    }
+    part[0][n] = hydra ? dC0 : d0 * dC0;
+    part[0][n + 1] = hydra ? dC1 : d1 * dC1;
+    part[1][n] = lx0;
+    part[1][n + 1] = lx1;
+    part[2][n] = mh0;
+    part[2][n + 1] = mh1;
+  }
+  for (int n = 0; n < W; ++n) {  // the last P % W features
     const acc_t Cn = Cv[n], dn = decay[n], dBn = delta * Bv[n];
     const acc_t* hp = hprev + n * P;
     acc_t* ln = lam + n * P;
-    V dC{}, lx{}, mh{};
-    for (int64_t p = 0; p < Pv; p += W) {
-      const V h = S::load(hp + p), l = S::load(ln + p), gv = S::load(g + p), xv = S::load(x + p);
-      const V mu = l + Cn * gv;  // exact: adjoint of Ā_t h_{t-1}; hydra: λ_t += C_t g_{t+1}
-      V dxv = S::load(dx_t + p);
-      if (hydra) {
-        dC += gv * (dn * h + dBn * xv);  // g_{t+1} · h_t
-        lx += mu * xv;
-        dxv += dBn * mu;
-      } else {
-        dC += gv * (dn * h);  // g_t · (Ā_t h_{t-1})
-        lx += l * xv;
-        dxv += dBn * l;
-      }
-      mh += mu * h;
-      S::store(dx_t + p, dxv);
-      S::store(ln + p, dn * mu);
-    }
-    part[0][n] = dC;
-    part[1][n] = lx;
-    part[2][n] = mh;
-    for (int64_t p = Pv; p < P; ++p) {  // the last P % W features
+    for (int64_t p = Pv; p < P; ++p) {
       const acc_t mu = ln[p] + Cn * g[p];
       tail[0][n] += g[p] * (hydra ? dn * hp[p] + dBn * x[p] : dn * hp[p]);
       tail[1][n] += (hydra ? mu : ln[p]) * x[p];
@@ -110,7 +127,11 @@ QS_INLINE void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t p
   auto delta_at = [&](int64_t t) QS_LAMBDA_INLINE { return deltas[t]; };
   auto load = [&](const scalar_t* base, const int64_t* st, int64_t t, std::vector<acc_t>& dst) QS_LAMBDA_INLINE {
     const scalar_t* row = base + b * st[0] + t * st[1] + h * st[2];
-    for (int64_t p = 0; p < P; ++p) dst[p] = static_cast<acc_t>(row[p * st[3]]);
+    if (st[3] == 1) {  // contiguous features: a loop the compiler vectorises (the strided one stays scalar)
+      for (int64_t p = 0; p < P; ++p) dst[p] = static_cast<acc_t>(row[p]);
+    } else {
+      for (int64_t p = 0; p < P; ++p) dst[p] = static_cast<acc_t>(row[p * st[3]]);
+    }
   };
   auto B_row = [&](int64_t t) QS_LAMBDA_INLINE { return d.B + b * d.B_s[0] + t * d.B_s[1] + g * d.B_s[2]; };
   auto C_row = [&](int64_t t) QS_LAMBDA_INLINE { return d.C + b * d.C_s[0] + t * d.C_s[1] + g * d.C_s[2]; };
@@ -121,9 +142,15 @@ QS_INLINE void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t p
     load(f.x, f.x_s, t, w.xt);
     step_decays(d, h, delta, decay1[t], N, decay);
     const acc_t* Bt = B_row(t);
-    for (int64_t n = 0; n < N; ++n) {
-      const acc_t dB = delta * Bt[n];
-      for (int64_t p = 0; p < P; ++p) next[n * P + p] = decay[n] * state[n * P + p] + dB * w.xt[p];
+    using S = Simd<acc_t>;
+    const int64_t Pv = P / S::W * S::W;
+    const acc_t* xt = w.xt.data();
+    for (int64_t n = 0; n < N; ++n) {  // explicit vectors: the auto-vectorised loop re-checked aliasing per state
+      const acc_t dB = delta * Bt[n], dn = decay[n];
+      const acc_t* sn = state + n * P;
+      acc_t* nn = next + n * P;
+      for (int64_t p = 0; p < Pv; p += S::W) S::store(nn + p, dn * S::load(sn + p) + dB * S::load(xt + p));
+      for (int64_t p = Pv; p < P; ++p) nn[p] = dn * sn[p] + dB * xt[p];
     }
   };
   // Pass 1: the state entering each chunk, stepped between lam and the first chunk state (both free until

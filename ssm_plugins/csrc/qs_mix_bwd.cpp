@@ -26,11 +26,11 @@ template <typename acc_t>
 struct BwdScratch {
   int64_t chunk;
   std::vector<acc_t> ckpt, chunk_states, chunk_decays, lam, xt, gt, g_next, bv, cv, dx_terms, ddelta_terms,
-      dlogdecay, dx_acc, rowbuf;
+      dlogdecay, dx_acc, x_row, g_row, rowbuf;  // x_row, g_row: the row's x and grad_y, (L, P) contiguous
   BwdScratch(const MixShape& s, int64_t chunk_)
       : chunk(chunk_), ckpt((s.L + chunk_ - 1) / chunk_ * s.N * s.P), chunk_states(chunk_ * s.N * s.P),
         chunk_decays(chunk_ * s.N), lam(s.N * s.P), xt(s.P), gt(s.P), g_next(s.P), bv(s.N), cv(s.N),
-        dx_terms(s.N), ddelta_terms(s.N), dlogdecay(s.N), dx_acc(s.L * s.P),
+        dx_terms(s.N), ddelta_terms(s.N), dlogdecay(s.N), dx_acc(s.L * s.P), x_row(s.L * s.P), g_row(s.L * s.P),
         rowbuf(3 * round_steps(s.L)) {}
 };
 
@@ -125,13 +125,9 @@ QS_INLINE void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t p
   acc_t *deltas = w.rowbuf.data(), *dsoftplus = deltas + Lpad, *decay1 = deltas + 2 * Lpad;
   row_steps(d, f.softplus_dt, b, h, s.L, deltas, dsoftplus, decay1);
   auto delta_at = [&](int64_t t) QS_LAMBDA_INLINE { return deltas[t]; };
-  auto load = [&](const scalar_t* base, const int64_t* st, int64_t t, std::vector<acc_t>& dst) QS_LAMBDA_INLINE {
-    const scalar_t* row = base + b * st[0] + t * st[1] + h * st[2];
-    if (st[3] == 1) {  // contiguous features: a loop the compiler vectorises (the strided one stays scalar)
-      for (int64_t p = 0; p < P; ++p) dst[p] = static_cast<acc_t>(row[p]);
-    } else {
-      for (int64_t p = 0; p < P; ++p) dst[p] = static_cast<acc_t>(row[p * st[3]]);
-    }
+  // step t's x or grad_y from the row's copies (bwd_rows), as P contiguous values
+  auto load = [&](const std::vector<acc_t>& row, int64_t t, std::vector<acc_t>& dst) QS_LAMBDA_INLINE {
+    std::copy(row.begin() + t * P, row.begin() + (t + 1) * P, dst.begin());
   };
   auto B_row = [&](int64_t t) QS_LAMBDA_INLINE { return d.B + b * d.B_s[0] + t * d.B_s[1] + g * d.B_s[2]; };
   auto C_row = [&](int64_t t) QS_LAMBDA_INLINE { return d.C + b * d.C_s[0] + t * d.C_s[1] + g * d.C_s[2]; };
@@ -139,7 +135,7 @@ QS_INLINE void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t p
   // next <- Ā_t state + B̄_t x_t (next may be state), leaving Ā_t in `decay`
   auto step = [&](int64_t t, const acc_t* state, acc_t* next, acc_t* decay) QS_LAMBDA_INLINE {
     const acc_t delta = delta_at(t);
-    load(f.x, f.x_s, t, w.xt);
+    load(w.x_row, t, w.xt);
     step_decays(d, h, delta, decay1[t], N, decay);
     const acc_t* Bt = B_row(t);
     using S = Simd<acc_t>;
@@ -187,8 +183,8 @@ QS_INLINE void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t p
       const acc_t* hprev = w.chunk_states.data() + (i - i0) * NP;  // state before step t
       const acc_t* decay = w.chunk_decays.data() + (i - i0) * N;
       const acc_t delta = delta_at(t);
-      load(f.x, f.x_s, t, w.xt);
-      load(a.grad, a.grad_s, t, w.gt);
+      load(w.x_row, t, w.xt);
+      load(w.g_row, t, w.gt);
       const acc_t* Bt = B_row(t);
       const acc_t* Ct = C_row(t);
       for (int64_t n = 0; n < N; ++n) w.bv[n] = Bt[n], w.cv[n] = Ct[n];
@@ -308,6 +304,21 @@ QS_INLINE void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t p
   }
 }
 
+// Row (b, h) of a strided (batch, L, H, P) tensor as (L, P) contiguous accumulation values, read along its
+// smaller stride: the head layout is often a view of (batch, dim, L) activations, whose features are L apart.
+template <typename scalar_t, typename acc_t>
+QS_INLINE void copy_row(const scalar_t* base, const int64_t* st, int64_t b, int64_t h, int64_t L, int64_t P,
+                        acc_t* dst) {
+  const scalar_t* row = base + b * st[0] + h * st[2];
+  if (st[3] <= st[1]) {
+    for (int64_t t = 0; t < L; ++t)
+      for (int64_t p = 0; p < P; ++p) dst[t * P + p] = static_cast<acc_t>(row[t * st[1] + p * st[3]]);
+  } else {
+    for (int64_t p = 0; p < P; ++p)
+      for (int64_t t = 0; t < L; ++t) dst[t * P + p] = static_cast<acc_t>(row[t * st[1] + p * st[3]]);
+  }
+}
+
 // Rows [begin, end) of work part `part`: both directions' adjoints, then the free diagonal's gradients.
 template <typename scalar_t>
 QS_INLINE void bwd_rows(const BwdArgs<scalar_t>& a, int64_t part, int64_t begin, int64_t end,
@@ -318,18 +329,20 @@ QS_INLINE void bwd_rows(const BwdArgs<scalar_t>& a, int64_t part, int64_t begin,
   for (int64_t row = begin; row < end; ++row) {
     const int64_t b = row / s.H, h = row % s.H;
     std::fill(w.dx_acc.begin(), w.dx_acc.end(), acc_t(0));
+    copy_row(f.x, f.x_s, b, h, s.L, s.P, w.x_row.data());
+    copy_row(a.grad, a.grad_s, b, h, s.L, s.P, w.g_row.data());
     for (int dir = 0; dir < 2; ++dir) scan_direction_bwd(a, dir, part, b, h, w);
     // The free diagonal: y_t += gamma_t x_t.
     for (int64_t t = 0; t < s.L; ++t) {
       const acc_t gam = f.gamma[b * f.gamma_s[0] + t * f.gamma_s[1] + h * f.gamma_s[2]];
-      const scalar_t* xrow = f.x + b * f.x_s[0] + t * f.x_s[1] + h * f.x_s[2];
-      const scalar_t* grow = a.grad + b * a.grad_s[0] + t * a.grad_s[1] + h * a.grad_s[2];
+      const acc_t* xrow = w.x_row.data() + t * s.P;
+      const acc_t* grow = w.g_row.data() + t * s.P;
       scalar_t* dxrow = a.dx + ((b * s.L + t) * s.H + h) * s.P;
       acc_t dgam = 0;
+#pragma omp simd reduction(+ : dgam)
       for (int64_t p = 0; p < s.P; ++p) {
-        const acc_t gv = static_cast<acc_t>(grow[p * a.grad_s[3]]);
-        dgam += gv * static_cast<acc_t>(xrow[p * f.x_s[3]]);
-        dxrow[p] = static_cast<scalar_t>(w.dx_acc[t * s.P + p] + gam * gv);
+        dgam += grow[p] * xrow[p];
+        dxrow[p] = static_cast<scalar_t>(w.dx_acc[t * s.P + p] + gam * grow[p]);
       }
       a.dgamma[(b * s.L + t) * s.H + h] = dgam;
     }

@@ -335,15 +335,14 @@ QS_INLINE void bwd_rows(const BwdArgs<scalar_t>& a, int64_t part, int64_t begin,
     // The free diagonal: y_t += gamma_t x_t.
     for (int64_t t = 0; t < s.L; ++t) {
       const acc_t gam = f.gamma[b * f.gamma_s[0] + t * f.gamma_s[1] + h * f.gamma_s[2]];
-      const acc_t* xrow = w.x_row.data() + t * s.P;
-      const acc_t* grow = w.g_row.data() + t * s.P;
-      scalar_t* dxrow = a.dx + ((b * s.L + t) * s.H + h) * s.P;
+      const acc_t* __restrict xrow = w.x_row.data() + t * s.P;
+      const acc_t* __restrict grow = w.g_row.data() + t * s.P;
+      const acc_t* __restrict dx_acc = w.dx_acc.data() + t * s.P;
+      scalar_t* __restrict dxrow = a.dx + ((b * s.L + t) * s.H + h) * s.P;
       acc_t dgam = 0;
 #pragma omp simd reduction(+ : dgam)
-      for (int64_t p = 0; p < s.P; ++p) {
-        dgam += grow[p] * xrow[p];
-        dxrow[p] = static_cast<scalar_t>(w.dx_acc[t * s.P + p] + gam * grow[p]);
-      }
+      for (int64_t p = 0; p < s.P; ++p) dgam += grow[p] * xrow[p];
+      for (int64_t p = 0; p < s.P; ++p) dxrow[p] = static_cast<scalar_t>(dx_acc[p] + gam * grow[p]);
       a.dgamma[(b * s.L + t) * s.H + h] = dgam;
     }
   }

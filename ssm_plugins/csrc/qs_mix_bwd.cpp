@@ -25,11 +25,11 @@ struct BwdArgs {
 template <typename acc_t>
 struct BwdScratch {
   int64_t chunk;
-  std::vector<acc_t> ckpt, chunk_states, chunk_decays, lam, xt, gt, g_next, bv, cv, dx_terms, ddelta_terms,
+  std::vector<acc_t> ckpt, chunk_states, chunk_decays, lam, zeros, bv, cv, dx_terms, ddelta_terms,
       dlogdecay, dx_acc, x_row, g_row, rowbuf;  // x_row, g_row: the row's x and grad_y, (L, P) contiguous
   BwdScratch(const MixShape& s, int64_t chunk_)
       : chunk(chunk_), ckpt((s.L + chunk_ - 1) / chunk_ * s.N * s.P), chunk_states(chunk_ * s.N * s.P),
-        chunk_decays(chunk_ * s.N), lam(s.N * s.P), xt(s.P), gt(s.P), g_next(s.P), bv(s.N), cv(s.N),
+        chunk_decays(chunk_ * s.N), lam(s.N * s.P), zeros(s.P), bv(s.N), cv(s.N),
         dx_terms(s.N), ddelta_terms(s.N), dlogdecay(s.N), dx_acc(s.L * s.P), x_row(s.L * s.P), g_row(s.L * s.P),
         rowbuf(3 * round_steps(s.L)) {}
 };
@@ -125,22 +125,20 @@ QS_INLINE void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t p
   acc_t *deltas = w.rowbuf.data(), *dsoftplus = deltas + Lpad, *decay1 = deltas + 2 * Lpad;
   row_steps(d, f.softplus_dt, b, h, s.L, deltas, dsoftplus, decay1);
   auto delta_at = [&](int64_t t) QS_LAMBDA_INLINE { return deltas[t]; };
-  // step t's x or grad_y from the row's copies (bwd_rows), as P contiguous values
-  auto load = [&](const std::vector<acc_t>& row, int64_t t, std::vector<acc_t>& dst) QS_LAMBDA_INLINE {
-    std::copy(row.begin() + t * P, row.begin() + (t + 1) * P, dst.begin());
-  };
+  // step t's x and grad_y: P contiguous values in the row's copies (bwd_rows)
+  auto x_at = [&](int64_t t) QS_LAMBDA_INLINE { return w.x_row.data() + t * P; };
+  auto g_at = [&](int64_t t) QS_LAMBDA_INLINE { return w.g_row.data() + t * P; };
   auto B_row = [&](int64_t t) QS_LAMBDA_INLINE { return d.B + b * d.B_s[0] + t * d.B_s[1] + g * d.B_s[2]; };
   auto C_row = [&](int64_t t) QS_LAMBDA_INLINE { return d.C + b * d.C_s[0] + t * d.C_s[1] + g * d.C_s[2]; };
   // state <- Ā_t state + B̄_t x_t, leaving Ā_t in `decay`
   // next <- Ā_t state + B̄_t x_t (next may be state), leaving Ā_t in `decay`
   auto step = [&](int64_t t, const acc_t* state, acc_t* next, acc_t* decay) QS_LAMBDA_INLINE {
     const acc_t delta = delta_at(t);
-    load(w.x_row, t, w.xt);
     step_decays(d, h, delta, decay1[t], N, decay);
     const acc_t* Bt = B_row(t);
     using S = Simd<acc_t>;
     const int64_t Pv = P / S::W * S::W;
-    const acc_t* xt = w.xt.data();
+    const acc_t* xt = x_at(t);
     for (int64_t n = 0; n < N; ++n) {  // explicit vectors: the auto-vectorised loop re-checked aliasing per state
       const acc_t dB = delta * Bt[n], dn = decay[n];
       const acc_t* sn = state + n * P;
@@ -162,7 +160,7 @@ QS_INLINE void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t p
   }
   // Pass 2: chunks from last to first, each replayed from its checkpoint, then walked back.
   std::fill(w.lam.begin(), w.lam.end(), acc_t(0));
-  std::fill(w.g_next.begin(), w.g_next.end(), acc_t(0));  // hydra: no output after the last step
+  const acc_t* g_next = w.zeros.data();  // hydra: the next output's gradient, none after the last step
   acc_t* dA_row = a.dA[dir] + (b * s.H + h) * d.A_cols;
   acc_t* dB_part = a.dB[dir] + part * s.batch * s.L * s.G * N;
   acc_t* dC_part = a.dC[dir] + part * s.batch * s.L * s.G * N;
@@ -183,8 +181,7 @@ QS_INLINE void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t p
       const acc_t* hprev = w.chunk_states.data() + (i - i0) * NP;  // state before step t
       const acc_t* decay = w.chunk_decays.data() + (i - i0) * N;
       const acc_t delta = delta_at(t);
-      load(w.x_row, t, w.xt);
-      load(w.g_row, t, w.gt);
+      const acc_t *xt = x_at(t), *gt = g_at(t);
       const acc_t* Bt = B_row(t);
       const acc_t* Ct = C_row(t);
       for (int64_t n = 0; n < N; ++n) w.bv[n] = Bt[n], w.cv[n] = Ct[n];
@@ -192,10 +189,10 @@ QS_INLINE void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t p
       acc_t* dC_t = dC_part + ((b * s.L + t) * s.G + g) * N;
       acc_t* dx_t = w.dx_acc.data() + t * P;
       // out_t reads g_t (exact) or the next output's gradient (hydra); the other one is zero here.
-      const acc_t* g_read = hydra ? w.g_next.data() : w.gt.data();
+      const acc_t* g_read = hydra ? g_next : gt;
       acc_t ddelta = 0;
       if (P == 1) {  // the Mamba layout: loops over N that vectorise, then their sums
-        const acc_t x0 = w.xt[0], g0 = g_read[0];
+        const acc_t x0 = xt[0], g0 = g_read[0];
         for (int64_t n = 0; n < N; ++n) {
           const acc_t hp = hprev[n], Bn = w.bv[n], Cn = w.cv[n];
           const acc_t l = hydra ? lam[n] + Cn * g0 : lam[n];
@@ -224,7 +221,6 @@ QS_INLINE void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t p
         std::fill(dC_sum, dC_sum + N, acc_t(0));
         std::fill(lamx_sum, lamx_sum + N, acc_t(0));
         std::fill(muh_sum, muh_sum + N, acc_t(0));
-        const acc_t* xt = w.xt.data();
         bool vectorised = false;
         if constexpr (std::is_same<acc_t, float>::value) {
           if (N == Simd<float>::W) {
@@ -299,23 +295,8 @@ QS_INLINE void scan_direction_bwd(const BwdArgs<scalar_t>& a, int dir, int64_t p
         }
       }
       a.ddt[dir][(b * s.L + t) * s.H + h] = ddelta * dsoftplus[t];
-      if (hydra) std::copy(w.gt.begin(), w.gt.end(), w.g_next.begin());  // step i-1's next output is t
+      g_next = gt;  // step i-1's next output is t
     }
-  }
-}
-
-// Row (b, h) of a strided (batch, L, H, P) tensor as (L, P) contiguous accumulation values, read along its
-// smaller stride: the head layout is often a view of (batch, dim, L) activations, whose features are L apart.
-template <typename scalar_t, typename acc_t>
-QS_INLINE void copy_row(const scalar_t* base, const int64_t* st, int64_t b, int64_t h, int64_t L, int64_t P,
-                        acc_t* dst) {
-  const scalar_t* row = base + b * st[0] + h * st[2];
-  if (st[3] <= st[1]) {
-    for (int64_t t = 0; t < L; ++t)
-      for (int64_t p = 0; p < P; ++p) dst[t * P + p] = static_cast<acc_t>(row[t * st[1] + p * st[3]]);
-  } else {
-    for (int64_t p = 0; p < P; ++p)
-      for (int64_t t = 0; t < L; ++t) dst[t * P + p] = static_cast<acc_t>(row[t * st[1] + p * st[3]]);
   }
 }
 
@@ -329,8 +310,8 @@ QS_INLINE void bwd_rows(const BwdArgs<scalar_t>& a, int64_t part, int64_t begin,
   for (int64_t row = begin; row < end; ++row) {
     const int64_t b = row / s.H, h = row % s.H;
     std::fill(w.dx_acc.begin(), w.dx_acc.end(), acc_t(0));
-    copy_row(f.x, f.x_s, b, h, s.L, s.P, w.x_row.data());
-    copy_row(a.grad, a.grad_s, b, h, s.L, s.P, w.g_row.data());
+    copy_row(f.x, f.x_s, b, h, s.L, s.P, s.P, w.x_row.data());
+    copy_row(a.grad, a.grad_s, b, h, s.L, s.P, s.P, w.g_row.data());
     for (int dir = 0; dir < 2; ++dir) scan_direction_bwd(a, dir, part, b, h, w);
     // The free diagonal: y_t += gamma_t x_t.
     for (int64_t t = 0; t < s.L; ++t) {
@@ -357,15 +338,15 @@ void bwd_rows_generic(const BwdArgs<scalar_t>& a, int64_t part, int64_t begin, i
   bwd_rows(a, part, begin, end, w);
 }
 
-#ifdef QS_X86_VARIANTS
+#ifdef SSM_X86_VARIANTS
 template <typename scalar_t>
-QS_TARGET_AVX2 void bwd_rows_avx2(const BwdArgs<scalar_t>& a, int64_t part, int64_t begin, int64_t end,
+SSM_TARGET_AVX2 void bwd_rows_avx2(const BwdArgs<scalar_t>& a, int64_t part, int64_t begin, int64_t end,
                                   BwdScratch<at::opmath_type<scalar_t>>& w) {
   bwd_rows(a, part, begin, end, w);
 }
 
 template <typename scalar_t>
-QS_TARGET_AVX512 void bwd_rows_avx512(const BwdArgs<scalar_t>& a, int64_t part, int64_t begin, int64_t end,
+SSM_TARGET_AVX512 void bwd_rows_avx512(const BwdArgs<scalar_t>& a, int64_t part, int64_t begin, int64_t end,
                                       BwdScratch<at::opmath_type<scalar_t>>& w) {
   bwd_rows(a, part, begin, end, w);
 }
@@ -373,10 +354,10 @@ QS_TARGET_AVX512 void bwd_rows_avx512(const BwdArgs<scalar_t>& a, int64_t part, 
 
 template <typename scalar_t>
 BwdRowsFn<scalar_t> pick_bwd_rows() {
-#ifdef QS_X86_VARIANTS
-  switch (qs_isa()) {
-    case QsIsa::avx512: return bwd_rows_avx512<scalar_t>;
-    case QsIsa::avx2: return bwd_rows_avx2<scalar_t>;
+#ifdef SSM_X86_VARIANTS
+  switch (cpu_isa()) {
+    case Isa::avx512: return bwd_rows_avx512<scalar_t>;
+    case Isa::avx2: return bwd_rows_avx2<scalar_t>;
     default: break;
   }
 #endif

@@ -11,8 +11,9 @@
 #include <vector>
 
 // The per-row work of both kernels is compiled three times, for AVX-512, AVX2 and baseline x86-64 (the
-// build's -O3 alone targets SSE2: 4 float lanes), and picked at run time as selective_scan's cores are. Every
-// helper the rows call is always_inline, so it is compiled with its caller's instruction set.
+// build's -O3 alone targets SSE2: 4 float lanes), and picked at run time by cpu_isa (simd_cpu.h), as the
+// scan's cores are. Every helper the rows call is always_inline, so it is compiled with its caller's
+// instruction set.
 #if defined(__GNUC__) && !defined(__clang__)
 #define QS_INLINE inline __attribute__((always_inline))
 #define QS_LAMBDA_INLINE __attribute__((always_inline))
@@ -20,39 +21,9 @@
 #define QS_INLINE inline
 #define QS_LAMBDA_INLINE
 #endif
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define QS_X86_VARIANTS 1
-#define QS_TARGET_AVX2 __attribute__((target("avx2,fma,bmi2")))
-#define QS_TARGET_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma,bmi2")))
-#endif
 
 namespace ssm_plugins {
 namespace {  // the op's private helpers keep internal linkage, as when the op was one file
-
-enum class QsIsa { generic, avx2, avx512 };
-
-// The widest instruction set of this CPU; SSM_PLUGINS_CPU_ISA=generic|avx2|avx512 narrows it (as for the scan).
-inline QsIsa qs_isa() {
-  static const QsIsa best = [] {
-#ifdef QS_X86_VARIANTS
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2"))
-      return QsIsa::avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2"))
-      return QsIsa::avx2;
-#endif
-    return QsIsa::generic;
-  }();
-  const char* env = std::getenv("SSM_PLUGINS_CPU_ISA");
-  if (env == nullptr || *env == '\0') return best;
-  const std::string want(env);
-  SSM_CHECK(want == "generic" || want == "avx2" || want == "avx512",
-            "SSM_PLUGINS_CPU_ISA must be generic, avx2 or avx512, got ", want);
-  const QsIsa asked = want == "avx512" ? QsIsa::avx512 : (want == "avx2" ? QsIsa::avx2 : QsIsa::generic);
-  return static_cast<int>(asked) < static_cast<int>(best) ? asked : best;
-}
 
 // Features per register block of the head layout's loops over p (two AVX-512 vectors of float).
 constexpr int64_t kBlock = 32;
@@ -94,6 +65,22 @@ QS_INLINE void fill_decays(const Direction<acc_t>& d, int64_t h, acc_t delta, in
     for (int64_t n = 0; n < N; ++n) decay[n] = delta * Arow[n];
     exp_in_place(decay, N);
   }
+}
+
+// Row (b, h) of a strided (batch, L, H, P) tensor as L rows of ld >= P accumulation values (zero-padded), read
+// along its smaller stride: the head layout is often a view of (batch, dim, L) activations, features L apart.
+template <typename scalar_t, typename acc_t>
+QS_INLINE void copy_row(const scalar_t* base, const int64_t* st, int64_t b, int64_t h, int64_t L, int64_t P,
+                        int64_t ld, acc_t* dst) {
+  const scalar_t* row = base + b * st[0] + h * st[2];
+  if (st[3] <= st[1]) {
+    for (int64_t t = 0; t < L; ++t)
+      for (int64_t p = 0; p < P; ++p) dst[t * ld + p] = static_cast<acc_t>(row[t * st[1] + p * st[3]]);
+  } else {
+    for (int64_t p = 0; p < P; ++p)
+      for (int64_t t = 0; t < L; ++t) dst[t * ld + p] = static_cast<acc_t>(row[t * st[1] + p * st[3]]);
+  }
+  for (int64_t t = 0; t < L && ld > P; ++t) std::fill(dst + t * ld + P, dst + (t + 1) * ld, acc_t(0));
 }
 
 // Per step t of row (b, h), in time order: Δ_t (softplus applied when asked), the softplus' derivative at

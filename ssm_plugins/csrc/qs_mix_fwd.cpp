@@ -166,12 +166,7 @@ QS_INLINE void fwd_rows(const FwdArgs<scalar_t>& a, int64_t begin, int64_t end,
     std::fill(out.begin(), out.end(), acc_t(0));
     if constexpr (std::is_same<acc_t, float>::value) {
       if (blocked) {
-        float* xr = scratch.xrow.data();
-        for (int64_t t = 0; t < s.L; ++t) {
-          const scalar_t* xt = a.x + b * a.x_s[0] + t * a.x_s[1] + h * a.x_s[2];
-          for (int64_t p = 0; p < s.P; ++p) xr[t * stride + p] = static_cast<float>(xt[p * a.x_s[3]]);
-          std::fill(xr + t * stride + s.P, xr + (t + 1) * stride, 0.0f);
-        }
+        copy_row(a.x, a.x_s, b, h, s.L, s.P, stride, scratch.xrow.data());
         scan_direction_blocked<16>(a, a.fwd, false, b, h, scratch, out.data());
         scan_direction_blocked<16>(a, a.rev, true, b, h, scratch, out.data());
       }
@@ -201,16 +196,16 @@ void fwd_rows_generic(const FwdArgs<scalar_t>& a, int64_t begin, int64_t end,
   fwd_rows(a, begin, end, scratch, out);
 }
 
-#ifdef QS_X86_VARIANTS
+#ifdef SSM_X86_VARIANTS
 template <typename scalar_t>
-QS_TARGET_AVX2 void fwd_rows_avx2(const FwdArgs<scalar_t>& a, int64_t begin, int64_t end,
+SSM_TARGET_AVX2 void fwd_rows_avx2(const FwdArgs<scalar_t>& a, int64_t begin, int64_t end,
                                   FwdScratch<at::opmath_type<scalar_t>>& scratch,
                                   std::vector<at::opmath_type<scalar_t>>& out) {
   fwd_rows(a, begin, end, scratch, out);
 }
 
 template <typename scalar_t>
-QS_TARGET_AVX512 void fwd_rows_avx512(const FwdArgs<scalar_t>& a, int64_t begin, int64_t end,
+SSM_TARGET_AVX512 void fwd_rows_avx512(const FwdArgs<scalar_t>& a, int64_t begin, int64_t end,
                                       FwdScratch<at::opmath_type<scalar_t>>& scratch,
                                       std::vector<at::opmath_type<scalar_t>>& out) {
   fwd_rows(a, begin, end, scratch, out);
@@ -219,10 +214,10 @@ QS_TARGET_AVX512 void fwd_rows_avx512(const FwdArgs<scalar_t>& a, int64_t begin,
 
 template <typename scalar_t>
 FwdRowsFn<scalar_t> pick_fwd_rows() {
-#ifdef QS_X86_VARIANTS
-  switch (qs_isa()) {
-    case QsIsa::avx512: return fwd_rows_avx512<scalar_t>;
-    case QsIsa::avx2: return fwd_rows_avx2<scalar_t>;
+#ifdef SSM_X86_VARIANTS
+  switch (cpu_isa()) {
+    case Isa::avx512: return fwd_rows_avx512<scalar_t>;
+    case Isa::avx2: return fwd_rows_avx2<scalar_t>;
     default: break;
   }
 #endif

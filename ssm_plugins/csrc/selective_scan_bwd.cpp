@@ -183,9 +183,9 @@ SSM_SCAN_BWD_VARIANT(avx512, SSM_TARGET_AVX512, true)
 template <typename acc_t>
 BwdFn<acc_t> pick_bwd_core(int64_t nv) {
 #ifdef SSM_X86_VARIANTS
-  const std::string isa = cpu_isa();
-  if (isa == "avx512") return pick_bwd_avx512<acc_t>(nv);
-  if (isa == "avx2") return pick_bwd_avx2<acc_t>(nv);
+  const Isa isa = cpu_isa();
+  if (isa == Isa::avx512) return pick_bwd_avx512<acc_t>(nv);
+  if (isa == Isa::avx2) return pick_bwd_avx2<acc_t>(nv);
 #endif
   return pick_bwd_generic<acc_t>(nv);
 }

@@ -75,30 +75,6 @@ struct RowParams {
   const acc_t* low = nullptr;   // (rank, Lpad): delta of the row's batch and group
 };
 
-// The widest instruction set this CPU has; SSM_PLUGINS_CPU_ISA=generic|avx2|avx512 narrows it (tests).
-inline std::string cpu_isa() {
-  static const std::string best = [] {
-#ifdef SSM_X86_VARIANTS
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2"))
-      return std::string("avx512");
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2"))
-      return std::string("avx2");
-#endif
-    return std::string("generic");
-  }();
-  const char* env = std::getenv("SSM_PLUGINS_CPU_ISA");
-  if (env == nullptr || *env == '\0') return best;
-  const std::string want(env);
-  SSM_CHECK(want == "generic" || want == "avx2" || want == "avx512",
-            "SSM_PLUGINS_CPU_ISA must be generic, avx2 or avx512, got ", want);
-  static const char* order[] = {"generic", "avx2", "avx512"};
-  auto rank = [&](const std::string& v) { return std::find(order, order + 3, v) - order; };
-  return rank(want) <= rank(best) ? want : best;
-}
-
 // ---- driver helpers --------------------------------------------------------------------------------
 
 // The drivers below do their own copies and reductions (serial, small next to the scan) rather than

@@ -94,9 +94,9 @@ SSM_SCAN_FWD_VARIANT(avx512, SSM_TARGET_AVX512, true)
 template <typename acc_t>
 FwdFn<acc_t> pick_fwd_core(int64_t nv) {
 #ifdef SSM_X86_VARIANTS
-  const std::string isa = cpu_isa();
-  if (isa == "avx512") return pick_fwd_avx512<acc_t>(nv);
-  if (isa == "avx2") return pick_fwd_avx2<acc_t>(nv);
+  const Isa isa = cpu_isa();
+  if (isa == Isa::avx512) return pick_fwd_avx512<acc_t>(nv);
+  if (isa == Isa::avx2) return pick_fwd_avx2<acc_t>(nv);
 #endif
   return pick_fwd_generic<acc_t>(nv);
 }

@@ -5,7 +5,9 @@
 #pragma once
 #include "common.h"
 
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -16,7 +18,7 @@
 #define SSM_INLINE inline
 #endif
 
-// Instruction sets the per-row cores are compiled for, picked at run time (cpu_isa in selective_scan_cpu.h).
+// Instruction sets the per-row cores of the CPU kernels are compiled for, picked at run time (cpu_isa below).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define SSM_X86_VARIANTS 1
 #define SSM_TARGET_AVX2 __attribute__((target("avx2,fma,bmi2")))
@@ -26,6 +28,31 @@
 
 namespace ssm_plugins {
 namespace {  // internal linkage in every including source, as the kernels' own helpers
+
+enum class Isa { generic, avx2, avx512 };
+
+// The widest instruction set this CPU has; SSM_PLUGINS_CPU_ISA=generic|avx2|avx512 narrows it (tests).
+inline Isa cpu_isa() {
+  static const Isa best = [] {
+#ifdef SSM_X86_VARIANTS
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2"))
+      return Isa::avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2"))
+      return Isa::avx2;
+#endif
+    return Isa::generic;
+  }();
+  const char* env = std::getenv("SSM_PLUGINS_CPU_ISA");
+  if (env == nullptr || *env == '\0') return best;
+  const std::string want(env);
+  SSM_CHECK(want == "generic" || want == "avx2" || want == "avx512",
+            "SSM_PLUGINS_CPU_ISA must be generic, avx2 or avx512, got ", want);
+  const Isa asked = want == "avx512" ? Isa::avx512 : (want == "avx2" ? Isa::avx2 : Isa::generic);
+  return static_cast<int>(asked) < static_cast<int>(best) ? asked : best;
+}
 
 // ---- SIMD helpers (64-byte vectors; GCC lowers them to zmm, 2 ymm or 4 xmm per the target) ----------
 

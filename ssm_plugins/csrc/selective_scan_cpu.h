@@ -1,18 +1,20 @@
 // Selective scan, CPU side: what the forward (selective_scan_fwd.cpp) and the backward
 // (selective_scan_bwd.cpp) kernels share.
 //
-// CPU design. Each (batch, channel) row is sequential in L and independent of the others, so rows are
-// handed out to threads dynamically (a busy machine may deschedule one). Per row, the inputs are first
-// converted to the accumulation type in thread-local buffers; the core then works on SIMD vectors
-// spanning the state axis N (GCC vector extensions, compiled for AVX-512, AVX2 and baseline x86-64 and
-// picked at run time), with B and C transposed to (L, N) and N padded to a whole number of vectors
-// (the padding lanes have A = B = C = 0, so their state stays 0). Sums over N are reduced W steps at a
-// time. float uses a polynomial exp/log1p that vectorises; double (the gradcheck precision) calls libm.
-// The backward re-runs the forward recurrence of a row, keeping (exp(dt A), h) of every step, or for a
-// long row a checkpoint every 64 steps and one recomputed chunk at a time, then runs the reverse
-// recurrence. Gradients shared across rows are summed without races: A, D and delta_bias per
-// (batch, channel), then over batch; B and C per task (batch, group, chunk of its channels) in a
-// thread-local buffer, added to the (batch, group) sum under that sum's lock.
+// CPU design. Rows (batch, channel) are sequential in L and independent of each other, and handed out to threads
+// dynamically (a busy machine may deschedule one). Inputs are first converted to the accumulation type in
+// thread-local buffers, with B and C transposed to (L, Npad) (N padded to a whole number of vectors, the padding
+// zero). The forward (selective_scan_fwd.cpp) puts W channels of a (batch, group), which share B and C, in the
+// lanes of its vectors and loops over the states: per step and state one decay, one state update and one FMA
+// of the broadcast C into the output, no sums across lanes. The backward works on one row at a time with its
+// vectors spanning the state axis (the per-row cores below): it re-runs the forward recurrence of a row,
+// keeping (exp(dt A), h) of every step, or for a long row a checkpoint every 64 steps and one recomputed chunk
+// at a time, then runs the reverse recurrence; its sums over N are reduced W steps at a time. Both compile
+// for AVX-512, AVX2 and baseline x86-64 (GCC vector extensions) and pick one at run time. float uses a
+// polynomial exp/log1p that vectorises; double (the gradcheck precision) calls libm. Gradients shared across
+// rows are summed without races: A, D and delta_bias per (batch, channel), then over batch; B and C per task
+// (batch, group, chunk of its channels) in a thread-local buffer, added to the (batch, group) sum under that
+// sum's lock.
 #pragma once
 #include "selective_scan.h"
 #include "simd_cpu.h"
@@ -45,7 +47,7 @@ class AlignedBuffer {
   std::vector<T> store_;
 };
 
-// ---- per-row cores -------------------------------------------------------------------------------
+// ---- per-row cores (the backward) -----------------------------------------------------------------
 // All row buffers hold Lpad = round_up(L, W) entries, the padding zeroed. B/C rows are (L, nv*W),
 // A and the state are nv*W wide. NV > 0 fixes the vector count at compile time (registers).
 // Sums over the state axis are not reduced per step: each step stores its vector of partial sums in
@@ -70,9 +72,6 @@ struct RowParams {
   const acc_t* A;   // (nv*W)
   const acc_t* BT;  // (L, nv*W)
   const acc_t* CT;
-  int64_t rank = 0;             // forward with a low-rank delta: dt = proj . low, else 0
-  const acc_t* proj = nullptr;  // (rank): delta_proj's row
-  const acc_t* low = nullptr;   // (rank, Lpad): delta of the row's batch and group
 };
 
 // ---- driver helpers --------------------------------------------------------------------------------

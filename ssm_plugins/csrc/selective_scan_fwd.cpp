@@ -1,88 +1,160 @@
-// Selective scan, CPU forward: the per-row core, its instruction-set variants and the driver that hands
-// (batch, channel) rows to threads. Shared pieces in selective_scan_cpu.h.
+// Selective scan, CPU forward: W channels of one (batch, group) at a time, one channel per SIMD lane, the
+// state axis a loop (per step and state: one decay, one state update, one broadcast-FMA into the output; no
+// sums across lanes). The backward keeps the per-row design of selective_scan_cpu.h. Shared pieces there.
 #include "selective_scan_cpu.h"
 
 namespace ssm_plugins {
 namespace {
 
-// In: x (u), dt (delta, raw; unread with a low-rank delta, p.rank > 0), z (or null).
-// Out: y = out before the cast, hlast (nv*W), dt (dt), dx (dt * x).
-template <typename acc_t, int NV, bool kAvx512>
-SSM_INLINE void fwd_core(const RowParams<acc_t>& p, const acc_t* x, acc_t* dt, acc_t* dx, const acc_t* z,
-                         acc_t* y, acc_t* hlast, acc_t* ring, typename Simd<acc_t>::V* scratch) {
+// One task: W channels c0 .. c0 + W - 1 of one (batch, group), channel c0 + l in lane l; `lanes` of them real
+// (padding lanes: x = 0, raw delta 0, A 0, so their state stays 0; their output is dropped).
+template <typename scalar_t, typename acc_t>
+struct FwdTask {
+  int64_t L, Lpad, N, Npad, lanes;
+  bool softplus_dt, reverse;
+  const scalar_t* u;      // (lanes, L) rows of the channels (row stride L); likewise delta (full delta), z, out
+  const scalar_t* delta;  // unread with a low-rank delta (rank > 0)
+  const scalar_t* z;      // or null
+  scalar_t* out;
+  const acc_t* A;  // (lanes, Npad) rows
+  const acc_t* bias;  // (lanes) or null; likewise skip (D)
+  const acc_t* skip;
+  const acc_t* BT;  // (L, Npad): the (batch, group)'s B, transposed (shared by the lanes: broadcast)
+  const acc_t* CT;
+  int64_t rank, per_delta_group, c0_in_group;  // low-rank delta: channel c0 + l's (R, Lpad) rows are
+  const acc_t* low;   // low + ((c0_in_group + l) / per_delta_group) * R * Lpad (c0_in_group: c0 in its group)
+  const acc_t* proj;  // (lanes, R) rows of delta_proj
+  acc_t* last;        // (lanes, N) rows of last_state
+  // the thread's buffers: rows (W, Lpad); x, dt, z, y (Lpad, W); lane parameters ((N + 2) * W); state (N * W)
+  acc_t *rows, *x, *dt, *zl, *y, *params, *h;
+};
+
+// (W, Lpad) rows <-> (Lpad, W) lane layout, W x W tiles at a time.
+template <typename acc_t>
+SSM_INLINE void rows_to_lanes(acc_t* lanes, const acc_t* rows, int64_t Lpad) {
+  using S = Simd<acc_t>;
+  typename S::V v[S::W];
+  for (int64_t t = 0; t < Lpad; t += S::W) {
+    for (int i = 0; i < S::W; ++i) v[i] = S::load(rows + i * Lpad + t);
+    transpose_square<typename S::V, S::W>(v);
+    for (int i = 0; i < S::W; ++i) S::store(lanes + (t + i) * S::W, v[i]);
+  }
+}
+
+template <typename acc_t>
+SSM_INLINE void lanes_to_rows(acc_t* rows, const acc_t* lanes, int64_t Lpad) {
+  using S = Simd<acc_t>;
+  typename S::V v[S::W];
+  for (int64_t t = 0; t < Lpad; t += S::W) {
+    for (int i = 0; i < S::W; ++i) v[i] = S::load(lanes + (t + i) * S::W);
+    transpose_square<typename S::V, S::W>(v);
+    for (int i = 0; i < S::W; ++i) S::store(rows + i * Lpad + t, v[i]);
+  }
+}
+
+// The task's rows -> lane layout `dst`; row(l, dst_row) fills real lane l's row (Lpad entries), the rest are 0.
+template <typename acc_t, typename RowFn>
+SSM_INLINE void gather_lanes(acc_t* dst, acc_t* rows, int64_t lanes, int64_t Lpad, const RowFn& row) {
+  constexpr int W = Simd<acc_t>::W;
+  for (int64_t l = 0; l < W; ++l) {
+    if (l < lanes) {
+      row(l, rows + l * Lpad);
+    } else {
+      std::fill(rows + l * Lpad, rows + (l + 1) * Lpad, acc_t(0));
+    }
+  }
+  rows_to_lanes(dst, rows, Lpad);
+}
+
+// NS > 0: N == NS known at compile time, the state held in registers.
+template <typename scalar_t, typename acc_t, int NS, bool kAvx512>
+SSM_INLINE void fwd_block(const FwdTask<scalar_t, acc_t>& k) {
   using S = Simd<acc_t>;
   using V = typename S::V;
   using E = Decay<acc_t, kAvx512>;
   constexpr int W = S::W;
-  const int64_t nv = NV ? NV : p.nv, L = p.L, Lpad = round_up(L, W), stride = nv * W;
-  for (int64_t t = 0; t < Lpad; t += W) {
-    V v = p.rank ? V{} : S::load(dt + t);
-    for (int64_t j = 0; j < p.rank; ++j) v += p.proj[j] * S::load(p.low + j * Lpad + t);
-    v = v + p.bias;
-    v = p.softplus_dt ? S::softplus(v) : v;
-    S::store(dt + t, v);
-    S::store(dx + t, v * S::load(x + t));
+  const int64_t N = NS ? NS : k.N, L = k.L, Lpad = k.Lpad, Npad = k.Npad;
+  acc_t *A = k.params, *bias = A + N * W, *skip = bias + W;
+  for (int64_t l = 0; l < W; ++l) {
+    const bool on = l < k.lanes;
+    for (int64_t n = 0; n < N; ++n) A[n * W + l] = on ? k.A[l * Npad + n] * E::scale : acc_t(0);
+    bias[l] = on && k.bias ? k.bias[l] : acc_t(0);
+    skip[l] = on && k.skip ? k.skip[l] : acc_t(0);
   }
-  V h_local[NV ? 2 * NV : 1];
-  V* h = NV ? h_local : scratch;
-  V* Av = h + nv;
-  for (int64_t j = 0; j < nv; ++j) {
-    h[j] = V{};
-    Av[j] = S::load(p.A + j * W) * E::scale;
-  }
-  const acc_t *BT = p.BT, *CT = p.CT;  // local copies: the ring's stores cannot move them
-  for (int64_t tb = 0; tb < L; tb += W) {
-    const int64_t te = std::min<int64_t>(tb + W, L);
-    if (te - tb < W) std::fill(ring, ring + W * W, acc_t(0));
-    for (int64_t t = tb; t < te; ++t) {
-      const acc_t d = dt[t], dxt = dx[t];
-      const acc_t* Bt = BT + t * stride;
-      const acc_t* Ct = CT + t * stride;
-      V acc{};
-      for (int64_t j = 0; j < nv; ++j) {
-        h[j] = E::of(Av[j] * d) * h[j] + dxt * S::load(Bt + j * W);
-        acc += S::load(Ct + j * W) * h[j];
-      }
-      S::store(ring + (t - tb) * W, acc);
+  gather_lanes(k.x, k.rows, k.lanes, Lpad, [&](int64_t l, acc_t* dst) {
+    load_row(dst, k.u + l * L, L, Lpad, k.reverse);
+  });
+  gather_lanes(k.dt, k.rows, k.lanes, Lpad, [&](int64_t l, acc_t* dst) {
+    if (!k.rank) return load_row(dst, k.delta + l * L, L, Lpad, k.reverse);
+    const acc_t* proj = k.proj + l * k.rank;
+    const acc_t* low = k.low + ((k.c0_in_group + l) / k.per_delta_group) * k.rank * Lpad;
+    int64_t t = 0;
+    for (; t + 4 * W <= Lpad; t += 4 * W) {  // four independent sums: one would wait on each FMA's latency
+      V v[4] = {};
+      for (int64_t j = 0; j < k.rank; ++j)
+        for (int i = 0; i < 4; ++i) v[i] += proj[j] * S::load(low + j * Lpad + t + i * W);
+      for (int i = 0; i < 4; ++i) S::store(dst + t + i * W, v[i]);
     }
-    V v = block_sums(ring) + p.skip * S::load(x + tb);
+    for (; t < Lpad; t += W) {
+      V v{};
+      for (int64_t j = 0; j < k.rank; ++j) v += proj[j] * S::load(low + j * Lpad + t);
+      S::store(dst + t, v);
+    }
+  });
+  if (k.z) gather_lanes(k.zl, k.rows, k.lanes, Lpad, [&](int64_t l, acc_t* dst) {
+    load_row(dst, k.z + l * L, L, Lpad, k.reverse);
+  });
+
+  // delta = softplus(raw + bias) in a pass of its own (inside the recurrence it spills the state's registers)
+  const V bias_v = S::load(bias);
+  for (int64_t t = 0; t < L; ++t) {
+    const V d = S::load(k.dt + t * W) + bias_v;
+    S::store(k.dt + t * W, k.softplus_dt ? S::softplus(d) : d);
+  }
+
+  V h_reg[NS ? NS : 1];
+  V* h = NS ? h_reg : reinterpret_cast<V*>(k.h);
+  for (int64_t n = 0; n < N; ++n) h[n] = V{};
+  const V skip_v = S::load(skip);
+  const acc_t *BT = k.BT, *CT = k.CT, *x = k.x, *dt = k.dt, *z = k.z ? k.zl : nullptr;
+  acc_t* y = k.y;
+  for (int64_t t = 0; t < L; ++t) {
+    const V d = S::load(dt + t * W), xv = S::load(x + t * W), dx = d * xv;
+    const acc_t* Bt = BT + t * Npad;
+    const acc_t* Ct = CT + t * Npad;
+    V acc = skip_v * xv;
+#pragma GCC unroll 16
+    for (int64_t n = 0; n < N; ++n) {
+      h[n] = E::of(d * S::load(A + n * W)) * h[n] + dx * Bt[n];
+      acc += Ct[n] * h[n];
+    }
     if (z) {
-      const V zv = S::load(z + tb);
-      v = v * zv * S::sigmoid(zv);
+      const V zv = S::load(z + t * W);
+      acc = acc * zv * S::sigmoid(zv);
     }
-    S::store(y + tb, v);
+    S::store(y + t * W, acc);
   }
-  for (int64_t j = 0; j < nv; ++j) S::store(hlast + j * W, h[j]);
+
+  lanes_to_rows(k.rows, y, Lpad);
+  for (int64_t l = 0; l < k.lanes; ++l) {
+    store_row(k.out + l * L, k.rows + l * Lpad, L, k.reverse);
+    for (int64_t n = 0; n < N; ++n) k.last[l * N + n] = h[n][l];
+  }
 }
 
-// ---- ISA variants of the core, picked at run time ---------------------------------------------------
+// ---- ISA variants of the block, picked at run time --------------------------------------------------
 
-template <typename acc_t>
-struct FwdRow {
-  RowParams<acc_t> p;
-  const acc_t* x;
-  acc_t* dt;
-  acc_t* dx;
-  const acc_t* z;
-  acc_t* y;
-  acc_t* hlast;
-  acc_t* ring;
-  typename Simd<acc_t>::V* scratch;
-};
-
-template <typename acc_t>
-using FwdFn = void (*)(const FwdRow<acc_t>&);
+template <typename scalar_t, typename acc_t>
+using FwdFn = void (*)(const FwdTask<scalar_t, acc_t>&);
 
 #define SSM_SCAN_FWD_VARIANT(NAME, ATTR, AVX512)                                                       \
-  template <typename acc_t, int NV>                                                                    \
-  ATTR void fwd_##NAME(const FwdRow<acc_t>& r) {                                                       \
-    fwd_core<acc_t, NV, AVX512>(r.p, r.x, r.dt, r.dx, r.z, r.y, r.hlast, r.ring, r.scratch);           \
+  template <typename scalar_t, typename acc_t, int NS>                                                 \
+  ATTR void fwd_##NAME(const FwdTask<scalar_t, acc_t>& k) {                                            \
+    fwd_block<scalar_t, acc_t, NS, AVX512>(k);                                                         \
   }                                                                                                    \
-  template <typename acc_t>                                                                            \
-  FwdFn<acc_t> pick_fwd_##NAME(int64_t nv) {                                                           \
-    if (nv == 1) return &fwd_##NAME<acc_t, 1>;                                                         \
-    if (nv == 2) return &fwd_##NAME<acc_t, 2>;                                                         \
-    return &fwd_##NAME<acc_t, 0>;                                                                      \
+  template <typename scalar_t, typename acc_t>                                                         \
+  FwdFn<scalar_t, acc_t> pick_fwd_##NAME(int64_t N) {                                                  \
+    return N == 16 ? &fwd_##NAME<scalar_t, acc_t, 16> : &fwd_##NAME<scalar_t, acc_t, 0>;               \
   }
 
 SSM_SCAN_FWD_VARIANT(generic, , false)
@@ -91,14 +163,14 @@ SSM_SCAN_FWD_VARIANT(avx2, SSM_TARGET_AVX2, false)
 SSM_SCAN_FWD_VARIANT(avx512, SSM_TARGET_AVX512, true)
 #endif
 
-template <typename acc_t>
-FwdFn<acc_t> pick_fwd_core(int64_t nv) {
+template <typename scalar_t, typename acc_t>
+FwdFn<scalar_t, acc_t> pick_fwd_block(int64_t N) {
 #ifdef SSM_X86_VARIANTS
   const Isa isa = cpu_isa();
-  if (isa == Isa::avx512) return pick_fwd_avx512<acc_t>(nv);
-  if (isa == Isa::avx2) return pick_fwd_avx2<acc_t>(nv);
+  if (isa == Isa::avx512) return pick_fwd_avx512<scalar_t, acc_t>(N);
+  if (isa == Isa::avx2) return pick_fwd_avx2<scalar_t, acc_t>(N);
 #endif
-  return pick_fwd_generic<acc_t>(nv);
+  return pick_fwd_generic<scalar_t, acc_t>(N);
 }
 
 // ---- driver ----------------------------------------------------------------------------------------
@@ -110,15 +182,13 @@ void fwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tensor& d
                     const c10::optional<at::Tensor>& delta_bias, bool softplus_dt,
                     const c10::optional<at::Tensor>& delta_proj, at::Tensor& out, at::Tensor& last_state) {
   using acc_t = at::opmath_type<scalar_t>;
-  using S = Simd<acc_t>;
-  constexpr int W = S::W;
-  const int64_t Npad = round_up(s.N, W), nv = Npad / W, Lpad = round_up(s.L, W);
-  const int64_t per_group = s.dim / s.groups;
+  constexpr int W = Simd<acc_t>::W;
+  const int64_t Npad = round_up(s.N, W), Lpad = round_up(s.L, W);
+  const int64_t per_group = s.dim / s.groups, blocks = (per_group + W - 1) / W;
   Prepared<acc_t> prep(s, Npad, A, B, C);
-  const FwdFn<acc_t> core = pick_fwd_core<acc_t>(nv);
+  const FwdFn<scalar_t, acc_t> block = pick_fwd_block<scalar_t, acc_t>(s.N);
   const scalar_t *u_p = u.data_ptr<scalar_t>(), *delta_p = delta.data_ptr<scalar_t>();
   const scalar_t* z_p = opt_ptr<scalar_t>(z);
-  const acc_t *A_p = prep.A.data(), *B_p = prep.BT.data(), *C_p = prep.CT.data();
   const acc_t *D_p = opt_ptr<acc_t>(D), *bias_p = opt_ptr<acc_t>(delta_bias);
   // A low-rank delta in the accumulation dtype, its rows padded to Lpad: (batch * delta_groups * rank, Lpad).
   const int64_t low_rows = s.batch * s.delta_groups * s.rank, per_delta_group = s.rank ? s.dim / s.delta_groups : 1;
@@ -128,44 +198,45 @@ void fwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tensor& d
   scalar_t* out_p = out.data_ptr<scalar_t>();
   acc_t* last_p = last_state.data_ptr<acc_t>();
   const int64_t updates = s.batch * s.dim * s.L * s.N;
-  dynamic_for(s.batch * s.dim, row_grab(s), threads_for(updates), [&](auto take) {
-    AlignedBuffer<acc_t> buf(5 * Lpad + Npad), ring(W * W), scratch(2 * nv * W);
-    FwdRow<acc_t> r;
-    acc_t* x = buf.data();
-    acc_t* zb = x + 2 * Lpad;
-    r.x = x;
-    r.dt = x + Lpad;
-    r.z = z_p ? zb : nullptr;
-    r.y = x + 3 * Lpad;
-    r.dx = x + 4 * Lpad;
-    r.hlast = x + 5 * Lpad;
-    r.ring = ring.data();
-    r.scratch = scratch.template as<typename S::V>();
-    r.p.L = s.L;
-    r.p.nv = nv;
-    r.p.chunk = s.L;
-    r.p.softplus_dt = softplus_dt;
-    r.p.rank = s.rank;
-    for (int64_t begin, end; take(begin, end);) {
-      for (int64_t row = begin; row < end; ++row) {
-        const int64_t b = row / s.dim, d = row % s.dim, g = d / per_group;
-        const int64_t off = row * s.L;
-        r.p.A = A_p + d * Npad;
-        r.p.BT = B_p + (b * s.groups + g) * s.L * Npad;
-        r.p.CT = C_p + (b * s.groups + g) * s.L * Npad;
-        r.p.bias = bias_p ? bias_p[d] : acc_t(0);
-        r.p.skip = D_p ? D_p[d] : acc_t(0);
-        load_row(x, u_p + off, s.L, Lpad, s.reverse);
+  dynamic_for(s.batch * s.groups * blocks, 1, threads_for(updates), [&](auto take) {
+    AlignedBuffer<acc_t> buf(5 * W * Lpad + (2 * s.N + 2) * W);
+    FwdTask<scalar_t, acc_t> k;
+    k.L = s.L;
+    k.Lpad = Lpad;
+    k.N = s.N;
+    k.Npad = Npad;
+    k.softplus_dt = softplus_dt;
+    k.reverse = s.reverse;
+    k.rank = s.rank;
+    k.per_delta_group = per_delta_group;
+    k.rows = buf.data();
+    k.x = k.rows + W * Lpad;
+    k.dt = k.x + W * Lpad;
+    k.zl = k.dt + W * Lpad;
+    k.y = k.zl + W * Lpad;
+    k.h = k.y + W * Lpad;
+    k.params = k.h + s.N * W;
+    for (int64_t task, task_end; take(task, task_end);) {
+      for (; task < task_end; ++task) {
+        const int64_t bg = task / blocks, b = bg / s.groups, g = bg % s.groups;
+        const int64_t c0 = g * per_group + (task % blocks) * W, row0 = b * s.dim + c0;
+        k.lanes = std::min<int64_t>(W, (g + 1) * per_group - c0);
+        k.u = u_p + row0 * s.L;
+        k.delta = delta_p + row0 * s.L;
+        k.z = z_p ? z_p + row0 * s.L : nullptr;
+        k.out = out_p + row0 * s.L;
+        k.A = prep.A.data() + c0 * Npad;
+        k.bias = bias_p ? bias_p + c0 : nullptr;
+        k.skip = D_p ? D_p + c0 : nullptr;
+        k.BT = prep.BT.data() + bg * s.L * Npad;
+        k.CT = prep.CT.data() + bg * s.L * Npad;
         if (s.rank) {
-          r.p.proj = proj_p + d * s.rank;
-          r.p.low = low.data() + (b * s.delta_groups + d / per_delta_group) * s.rank * Lpad;
-        } else {
-          load_row(r.dt, delta_p + off, s.L, Lpad, s.reverse);
+          k.c0_in_group = c0 % per_delta_group;
+          k.low = low.data() + (b * s.delta_groups + c0 / per_delta_group) * s.rank * Lpad;
+          k.proj = proj_p + c0 * s.rank;
         }
-        if (z_p) load_row(zb, z_p + off, s.L, Lpad, s.reverse);
-        core(r);
-        store_row(out_p + off, r.y, s.L, s.reverse);
-        std::copy(r.hlast, r.hlast + s.N, last_p + row * s.N);
+        k.last = last_p + row0 * s.N;
+        block(k);
       }
     }
   });

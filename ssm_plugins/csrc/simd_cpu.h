@@ -88,6 +88,32 @@ SSM_INLINE V tree_combine(V x, V y, std::index_sequence<I...>) {
 #endif
 }
 
+// In-place transpose of W vectors of W lanes (lane l of vector i <-> lane i of vector l): log2(W) stages; the
+// stage of stride S exchanges, between vectors i and i + S (bit S of i clear), the lanes with bit S set in i's
+// lane index and clear in i + S's, i.e. swaps the off-diagonal S x S blocks of every 2S x 2S block.
+template <typename V, int W, int S, size_t... I>
+SSM_INLINE void transpose_pair(V& a, V& b, std::index_sequence<I...>) {
+#if defined(__clang__) || __GNUC__ >= 12
+  const V lo = __builtin_shufflevector(a, b, ((I & S) ? int(W + I - S) : int(I))...);
+  const V hi = __builtin_shufflevector(a, b, ((I & S) ? int(W + I) : int(I + S))...);
+#else
+  using IV = typename LaneIndex<V>::type;
+  const V lo = __builtin_shuffle(a, b, IV{((I & S) ? int(W + I - S) : int(I))...});
+  const V hi = __builtin_shuffle(a, b, IV{((I & S) ? int(W + I) : int(I + S))...});
+#endif
+  a = lo;
+  b = hi;
+}
+
+template <typename V, int W, int S = 1>
+SSM_INLINE void transpose_square(V* v) {
+  if constexpr (S < W) {
+    for (int i = 0; i < W; ++i)
+      if (!(i & S)) transpose_pair<V, W, S>(v[i], v[i + S], std::make_index_sequence<W>{});
+    transpose_square<V, W, 2 * S>(v);
+  }
+}
+
 template <typename V, int W, int G>
 struct TreeSum {  // v holds G vectors with groups of G lanes
   static SSM_INLINE V run(V* v) {

@@ -95,6 +95,27 @@ def test_every_instruction_set(monkeypatch, isa, n_state):
 
 
 @needs_kernel
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("n_state,low_rank", [(16, True), (16, False), (5, True)])
+def test_forward_channel_blocks(monkeypatch, isa, dtype, n_state, low_rank):
+    """The forward runs W channels of a (batch, group) per SIMD lane block (16 float, 8 double): 2 groups of 20
+    channels are a full block and a partial one each (8 float64: two full, one partial), and 4 delta groups of 10
+    channels straddle the blocks; every channel's output and last state equal the oracle's."""
+    monkeypatch.setenv("SSM_PLUGINS_CPU_ISA", isa)
+    kw = make(2, 40, 23, n_state, 2, dtype, seed=3)
+    if low_rank:
+        kw.update({k: v for k, v in make_low_rank(2, 40, 23, n_state, 3, 4, dtype, seed=3).items()
+                   if k in ("delta", "delta_proj")})
+    out, last = selective_scan(**kw, delta_softplus=True, return_last_state=True)
+    ref_out, ref_last = reference.selective_scan(**kw, delta_softplus=True, return_last_state=True)
+    tol = {torch.float64: 1e-12, torch.float32: 2e-6, torch.bfloat16: 2e-2}[dtype]
+    for channel in range(40):  # per channel: a wrong lane or block offset shows as the channel it moved
+        assert rel_err(out[:, channel], ref_out[:, channel]) < tol, channel
+        assert rel_err(last[:, channel], ref_last[:, channel]) < max(tol, 1e-6), channel
+
+
+@needs_kernel
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_low_precision_forward(dtype):
     kw = make(2, 8, 64, 16, None, dtype)

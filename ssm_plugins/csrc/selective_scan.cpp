@@ -15,6 +15,14 @@ namespace ssm_plugins {
 namespace {
 
 #ifdef WITH_CUDA
+// The forward's output in u's layout (at::empty_like(u), as the CPU kernel writes it and the fake kernel declares);
+// the CUDA kernels write contiguous rows.
+at::Tensor in_layout_of(const at::Tensor& u, const at::Tensor& out) {
+  auto like = at::empty_like(u);
+  if (like.strides() == out.strides()) return out;
+  return like.copy_(out);
+}
+
 // The CUDA kernels scan forward in time; a reverse scan is the forward scan of the time-flipped inputs, flipped back.
 c10::optional<at::Tensor> flip_time(const c10::optional<at::Tensor>& t) {
   if (t.has_value()) return t->flip(-1);
@@ -32,7 +40,7 @@ std::tuple<at::Tensor, at::Tensor> selective_scan_fwd_cuda(const at::Tensor& u_,
   if (reverse) {
     auto [out, last] = selective_scan_fwd_cuda(u_.flip(-1), delta_.flip(-1), A_, B_.flip(-1), C_.flip(-1), D_,
                                                flip_time(z_), delta_bias_, delta_softplus, delta_proj_, false);
-    return {out.flip(-1), last};
+    return {in_layout_of(u_, out.flip(-1)), last};
   }
   const ScanShape s = check_fwd(u_, delta_, A_, B_, C_, D_, z_, delta_bias_, delta_proj_);
   const c10::cuda::CUDAGuard guard(u_.device());
@@ -47,7 +55,7 @@ std::tuple<at::Tensor, at::Tensor> selective_scan_fwd_cuda(const at::Tensor& u_,
                                   u.data_ptr(), delta.data_ptr(), ptr(z), A.data_ptr(), B.data_ptr(), C.data_ptr(),
                                   ptr(D), ptr(bias), delta_softplus, ptr(proj), s.rank, s.delta_groups,
                                   out.data_ptr(), last_state.data_ptr(), c10::cuda::getCurrentCUDAStream().stream());
-  return {out, last_state};
+  return {in_layout_of(u_, out), last_state};
 }
 
 BwdResult selective_scan_bwd_cuda(const at::Tensor& u_, const at::Tensor& delta_, const at::Tensor& A_,

@@ -6,16 +6,24 @@
 namespace ssm_plugins {
 namespace {
 
+// A (lanes, L) slice of a (batch, dim, L) tensor with any strides.
+template <typename T>
+struct Rows {
+  T* at = nullptr;
+  int64_t stride_c = 0, stride_l = 0;
+  explicit operator bool() const { return at != nullptr; }
+};
+
 // One task: W channels c0 .. c0 + W - 1 of one (batch, group), channel c0 + l in lane l; `lanes` of them real
 // (padding lanes: x = 0, raw delta 0, A 0, so their state stays 0; their output is dropped).
 template <typename scalar_t, typename acc_t>
 struct FwdTask {
   int64_t L, Lpad, N, Npad, lanes;
   bool softplus_dt, reverse;
-  const scalar_t* u;      // (lanes, L) rows of the channels (row stride L); likewise delta (full delta), z, out
-  const scalar_t* delta;  // unread with a low-rank delta (rank > 0)
-  const scalar_t* z;      // or null
-  scalar_t* out;
+  // channel c0's row of u, delta (unread with a low-rank delta, rank > 0), z (or null) and out; channel c0 + l,
+  // step t at + l * stride_c + t * stride_l (each tensor its own strides: u and out may be token-major)
+  Rows<const scalar_t> u, delta, z;
+  Rows<scalar_t> out;
   const acc_t* A;  // (lanes, Npad) rows
   const acc_t* bias;  // (lanes) or null; likewise skip (D)
   const acc_t* skip;
@@ -66,6 +74,60 @@ SSM_INLINE void gather_lanes(acc_t* dst, acc_t* rows, int64_t lanes, int64_t Lpa
   rows_to_lanes(dst, rows, Lpad);
 }
 
+constexpr int64_t kStepsAhead = 16;  // software prefetch distance of the token-major loads and stores
+
+// A (lanes, L) slice in the accumulation dtype, lane layout (Lpad, W), the rest zero: rows along L converted one
+// at a time and transposed in tiles, or a token-major slice (channels adjacent) read step by step.
+template <typename scalar_t, typename acc_t>
+SSM_INLINE void load_lanes(acc_t* dst, acc_t* rows, const Rows<const scalar_t>& src, int64_t lanes, int64_t L,
+                           int64_t Lpad, bool reverse) {
+  constexpr int W = Simd<acc_t>::W;
+  if (src.stride_l == 1) {
+    return gather_lanes(dst, rows, lanes, Lpad, [&](int64_t l, acc_t* row) {
+      load_row(row, src.at + l * src.stride_c, L, Lpad, reverse);
+    });
+  }
+  const bool whole = src.stride_c == 1 && lanes == W;
+  for (int64_t t = 0; t < L; ++t) {
+    const scalar_t* step = src.at + (reverse ? L - 1 - t : t) * src.stride_l;
+    // one cache line a step, a row apart: the hardware prefetcher loses such a stream at every page
+    if (t + kStepsAhead < L) __builtin_prefetch(step + (reverse ? -kStepsAhead : kStepsAhead) * src.stride_l);
+    acc_t* d = dst + t * W;
+    if (std::is_same<scalar_t, acc_t>::value && whole) {
+      std::memcpy(d, step, sizeof(acc_t) * W);
+    } else if (whole) {
+      for (int l = 0; l < W; ++l) d[l] = static_cast<acc_t>(step[l]);
+    } else {
+      for (int64_t l = 0; l < W; ++l) d[l] = l < lanes ? static_cast<acc_t>(step[l * src.stride_c]) : acc_t(0);
+    }
+  }
+  std::fill(dst + L * W, dst + Lpad * W, acc_t(0));
+}
+
+template <typename scalar_t, typename acc_t>
+SSM_INLINE void store_lanes(const Rows<scalar_t>& dst, acc_t* rows, const acc_t* src, int64_t lanes, int64_t L,
+                            int64_t Lpad, bool reverse) {
+  constexpr int W = Simd<acc_t>::W;
+  if (dst.stride_l == 1) {
+    lanes_to_rows(rows, src, Lpad);
+    for (int64_t l = 0; l < lanes; ++l) store_row(dst.at + l * dst.stride_c, rows + l * Lpad, L, reverse);
+    return;
+  }
+  const bool whole = dst.stride_c == 1 && lanes == W;
+  for (int64_t t = 0; t < L; ++t) {
+    scalar_t* step = dst.at + (reverse ? L - 1 - t : t) * dst.stride_l;
+    if (t + kStepsAhead < L) __builtin_prefetch(step + (reverse ? -kStepsAhead : kStepsAhead) * dst.stride_l, 1);
+    const acc_t* v = src + t * W;
+    if (std::is_same<scalar_t, acc_t>::value && whole) {
+      std::memcpy(step, v, sizeof(acc_t) * W);
+    } else if (whole) {
+      for (int l = 0; l < W; ++l) step[l] = static_cast<scalar_t>(v[l]);
+    } else {
+      for (int64_t l = 0; l < lanes; ++l) step[l * dst.stride_c] = static_cast<scalar_t>(v[l]);
+    }
+  }
+}
+
 // NS > 0: N == NS known at compile time, the state held in registers.
 template <typename scalar_t, typename acc_t, int NS, bool kAvx512>
 SSM_INLINE void fwd_block(const FwdTask<scalar_t, acc_t>& k) {
@@ -81,11 +143,9 @@ SSM_INLINE void fwd_block(const FwdTask<scalar_t, acc_t>& k) {
     bias[l] = on && k.bias ? k.bias[l] : acc_t(0);
     skip[l] = on && k.skip ? k.skip[l] : acc_t(0);
   }
-  gather_lanes(k.x, k.rows, k.lanes, Lpad, [&](int64_t l, acc_t* dst) {
-    load_row(dst, k.u + l * L, L, Lpad, k.reverse);
-  });
-  gather_lanes(k.dt, k.rows, k.lanes, Lpad, [&](int64_t l, acc_t* dst) {
-    if (!k.rank) return load_row(dst, k.delta + l * L, L, Lpad, k.reverse);
+  load_lanes(k.x, k.rows, k.u, k.lanes, L, Lpad, k.reverse);
+  if (!k.rank) load_lanes(k.dt, k.rows, k.delta, k.lanes, L, Lpad, k.reverse);
+  if (k.rank) gather_lanes(k.dt, k.rows, k.lanes, Lpad, [&](int64_t l, acc_t* dst) {
     const acc_t* proj = k.proj + l * k.rank;
     const acc_t* low = k.low + ((k.c0_in_group + l) / k.per_delta_group) * k.rank * Lpad;
     int64_t t = 0;
@@ -101,9 +161,7 @@ SSM_INLINE void fwd_block(const FwdTask<scalar_t, acc_t>& k) {
       S::store(dst + t, v);
     }
   });
-  if (k.z) gather_lanes(k.zl, k.rows, k.lanes, Lpad, [&](int64_t l, acc_t* dst) {
-    load_row(dst, k.z + l * L, L, Lpad, k.reverse);
-  });
+  if (k.z) load_lanes(k.zl, k.rows, k.z, k.lanes, L, Lpad, k.reverse);
 
   // delta = softplus(raw + bias) in a pass of its own (inside the recurrence it spills the state's registers)
   const V bias_v = S::load(bias);
@@ -135,11 +193,9 @@ SSM_INLINE void fwd_block(const FwdTask<scalar_t, acc_t>& k) {
     S::store(y + t * W, acc);
   }
 
-  lanes_to_rows(k.rows, y, Lpad);
-  for (int64_t l = 0; l < k.lanes; ++l) {
-    store_row(k.out + l * L, k.rows + l * Lpad, L, k.reverse);
+  store_lanes(k.out, k.rows, y, k.lanes, L, Lpad, k.reverse);
+  for (int64_t l = 0; l < k.lanes; ++l)
     for (int64_t n = 0; n < N; ++n) k.last[l * N + n] = h[n][l];
-  }
 }
 
 // ---- ISA variants of the block, picked at run time --------------------------------------------------
@@ -196,6 +252,9 @@ void fwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tensor& d
   for (int64_t i = 0; i < low_rows; ++i) load_row(low.data() + i * Lpad, delta_p + i * s.L, s.L, Lpad, s.reverse);
   const acc_t* proj_p = opt_ptr<acc_t>(delta_proj);
   scalar_t* out_p = out.data_ptr<scalar_t>();
+  auto rows_of = [](const at::Tensor& t, auto* base, int64_t b, int64_t c) {  // channel c of batch b onward
+    return Rows<std::remove_pointer_t<decltype(base)>>{base + b * t.stride(0) + c * t.stride(1), t.stride(1), t.stride(2)};
+  };
   acc_t* last_p = last_state.data_ptr<acc_t>();
   const int64_t updates = s.batch * s.dim * s.L * s.N;
   dynamic_for(s.batch * s.groups * blocks, 1, threads_for(updates), [&](auto take) {
@@ -221,10 +280,10 @@ void fwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tensor& d
         const int64_t bg = task / blocks, b = bg / s.groups, g = bg % s.groups;
         const int64_t c0 = g * per_group + (task % blocks) * W, row0 = b * s.dim + c0;
         k.lanes = std::min<int64_t>(W, (g + 1) * per_group - c0);
-        k.u = u_p + row0 * s.L;
-        k.delta = delta_p + row0 * s.L;
-        k.z = z_p ? z_p + row0 * s.L : nullptr;
-        k.out = out_p + row0 * s.L;
+        k.u = rows_of(u, u_p, b, c0);
+        k.delta = s.rank ? Rows<const scalar_t>{} : rows_of(delta, delta_p, b, c0);
+        k.z = z_p ? rows_of(*z, z_p, b, c0) : Rows<const scalar_t>{};
+        k.out = rows_of(out, out_p, b, c0);
         k.A = prep.A.data() + c0 * Npad;
         k.bias = bias_p ? bias_p + c0 : nullptr;
         k.skip = D_p ? D_p + c0 : nullptr;
@@ -253,10 +312,13 @@ std::tuple<at::Tensor, at::Tensor> selective_scan_fwd_cpu(const at::Tensor& u_, 
                                                           const c10::optional<at::Tensor>& delta_proj_, bool reverse) {
   ScanShape s = check_fwd(u_, delta_, A, B, C, D_, z_, delta_bias_, delta_proj_);
   s.reverse = reverse;
-  auto u = u_.contiguous(), delta = delta_.contiguous();
-  auto D = opt_contiguous(D_), z = opt_contiguous(z_), bias = opt_contiguous(delta_bias_);
-  auto proj = opt_contiguous(delta_proj_);
-  auto out = at::empty_like(u, at::MemoryFormat::Contiguous);
+  // u, a full delta, z and out are read and written through their strides (token-major ones too: lane loads);
+  // out has u's layout (empty_like, as the fake kernel declares)
+  const at::Tensor& u = u_;
+  auto delta = s.rank ? delta_.contiguous() : delta_;
+  const c10::optional<at::Tensor>& z = z_;
+  auto D = opt_contiguous(D_), bias = opt_contiguous(delta_bias_), proj = opt_contiguous(delta_proj_);
+  auto out = at::empty_like(u);
   if (s.batch * s.dim == 0 || s.L == 0) return {out, at::zeros({s.batch, s.dim, s.N}, A.options())};
   auto last_state = at::empty({s.batch, s.dim, s.N}, A.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, u.scalar_type(), "selective_scan_fwd_cpu", [&] {

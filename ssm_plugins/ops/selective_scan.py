@@ -95,9 +95,8 @@ if _COMPILED:
 
     @torch.library.register_fake(f"ssm_plugins::{_OP}")
     def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, delta_proj=None, reverse=False):
-        # The kernel reads contiguous copies and writes contiguous outputs, whatever u's layout: declare the
-        # same (empty_like would promise a transposed u's layout, and inductor asserts the promise).
-        return u.new_empty(u.shape), u.new_empty((u.shape[0], u.shape[1], A.shape[1]), dtype=A.dtype)
+        # out has u's layout (the CPU kernel reads and writes through strides, the CUDA glue copies into it)
+        return torch.empty_like(u), u.new_empty((u.shape[0], u.shape[1], A.shape[1]), dtype=A.dtype)
 
     @torch.library.register_fake(f"ssm_plugins::{_BWD}")
     def _bwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, grad_out, grad_last_state, reverse=False):

@@ -116,6 +116,28 @@ def test_forward_channel_blocks(monkeypatch, isa, dtype, n_state, low_rank):
 
 
 @needs_kernel
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_forward_reads_and_writes_through_strides(monkeypatch, isa, dtype, reverse):
+    """u, delta and z token-major ((batch, L, dim) storage, as a transformer's activations) or strided along L are
+    read in place, and out comes back in u's layout (empty_like(u), what the fake kernel declares) with the values
+    of the contiguous call, bit for bit."""
+    monkeypatch.setenv("SSM_PLUGINS_CPU_ISA", isa)
+    kw = make(2, 40, 23, 16, 2, dtype, seed=5)
+    want, want_last = selective_scan(**kw, delta_softplus=True, return_last_state=True, reverse=reverse)
+    layouts = {"token-major": lambda t: t.transpose(1, 2).contiguous().transpose(1, 2),
+               "every other step": lambda t: torch.stack([t, t], dim=-1).flatten(-2)[..., ::2],
+               "channels strided": lambda t: torch.stack([t, t], dim=2).flatten(1, 2)[:, ::2]}
+    for name, layout in layouts.items():
+        strided = dict(kw, **{k: layout(kw[k]) for k in ("u", "delta", "z")})
+        assert not strided["u"].is_contiguous() and torch.equal(strided["u"], kw["u"])
+        out, last = selective_scan(**strided, delta_softplus=True, return_last_state=True, reverse=reverse)
+        assert out.stride() == torch.empty_like(strided["u"]).stride(), name
+        assert torch.equal(out, want) and torch.equal(last, want_last), name
+
+
+@needs_kernel
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_low_precision_forward(dtype):
     kw = make(2, 8, 64, 16, None, dtype)

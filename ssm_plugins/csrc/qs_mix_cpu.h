@@ -67,20 +67,61 @@ QS_INLINE void fill_decays(const Direction<acc_t>& d, int64_t h, acc_t delta, in
   }
 }
 
-// Row (b, h) of a strided (batch, L, H, P) tensor as L rows of ld >= P accumulation values (zero-padded), read
-// along its smaller stride: the head layout is often a view of (batch, dim, L) activations, features L apart.
+// Row (b, h) of a strided (batch, L, H, P) tensor <-> L rows of ld >= P accumulation values: kRead copies the
+// tensor into the rows (zero-padded to ld), else the rows' first P values go to the tensor. Along the tensor's
+// smaller stride: the head layout is often a view of (batch, dim, L) activations, features L apart; there the
+// steps are adjacent and W x W tiles are transposed in registers (element-wise, each step's row was W scattered
+// accesses), the edges element-wise.
+template <bool kRead, typename T, typename acc_t>
+QS_INLINE void transfer_row(T* base, const int64_t* st, int64_t b, int64_t h, int64_t L, int64_t P, int64_t ld,
+                            acc_t* rows) {
+  using scalar_t = std::remove_const_t<T>;
+  T* row = base + b * st[0] + h * st[2];
+  auto move = [&](int64_t t, int64_t p) QS_LAMBDA_INLINE {
+    if constexpr (kRead) {
+      rows[t * ld + p] = static_cast<acc_t>(row[t * st[1] + p * st[3]]);
+    } else {
+      row[t * st[1] + p * st[3]] = static_cast<scalar_t>(rows[t * ld + p]);
+    }
+  };
+  int64_t p_tiled = 0;
+  if (st[3] <= st[1]) {
+    for (int64_t t = 0; t < L; ++t)
+      for (int64_t p = 0; p < P; ++p) move(t, p);
+    p_tiled = P;
+  } else if constexpr (std::is_same<scalar_t, acc_t>::value) {
+    using S = Simd<acc_t>;
+    constexpr int W = S::W;
+    const int64_t Lw = L / W * W;
+    for (p_tiled = 0; st[1] == 1 && p_tiled + W <= P; p_tiled += W) {
+      const int64_t p0 = p_tiled;
+      typename S::V v[W];
+      for (int64_t t0 = 0; t0 < Lw; t0 += W) {
+        if constexpr (kRead) {
+          for (int i = 0; i < W; ++i) v[i] = S::load(row + (p0 + i) * st[3] + t0);
+          transpose_square<typename S::V, W>(v);
+          for (int i = 0; i < W; ++i) S::store(rows + (t0 + i) * ld + p0, v[i]);
+        } else {
+          for (int i = 0; i < W; ++i) v[i] = S::load(rows + (t0 + i) * ld + p0);
+          transpose_square<typename S::V, W>(v);
+          for (int i = 0; i < W; ++i) S::store(row + (p0 + i) * st[3] + t0, v[i]);
+        }
+      }
+      for (int64_t t = Lw; t < L; ++t)
+        for (int64_t p = p0; p < p0 + W; ++p) move(t, p);
+    }
+  }
+  for (int64_t p = p_tiled; p < P; ++p)
+    for (int64_t t = 0; t < L; ++t) move(t, p);
+  if constexpr (kRead) {
+    for (int64_t t = 0; t < L && ld > P; ++t) std::fill(rows + t * ld + P, rows + (t + 1) * ld, acc_t(0));
+  }
+}
+
 template <typename scalar_t, typename acc_t>
 QS_INLINE void copy_row(const scalar_t* base, const int64_t* st, int64_t b, int64_t h, int64_t L, int64_t P,
                         int64_t ld, acc_t* dst) {
-  const scalar_t* row = base + b * st[0] + h * st[2];
-  if (st[3] <= st[1]) {
-    for (int64_t t = 0; t < L; ++t)
-      for (int64_t p = 0; p < P; ++p) dst[t * ld + p] = static_cast<acc_t>(row[t * st[1] + p * st[3]]);
-  } else {
-    for (int64_t p = 0; p < P; ++p)
-      for (int64_t t = 0; t < L; ++t) dst[t * ld + p] = static_cast<acc_t>(row[t * st[1] + p * st[3]]);
-  }
-  for (int64_t t = 0; t < L && ld > P; ++t) std::fill(dst + t * ld + P, dst + (t + 1) * ld, acc_t(0));
+  transfer_row<true>(base, st, b, h, L, P, ld, dst);
 }
 
 // Per step t of row (b, h), in time order: Δ_t (softplus applied when asked), the softplus' derivative at

@@ -175,6 +175,18 @@ QS_INLINE void fwd_rows(const FwdArgs<scalar_t>& a, int64_t begin, int64_t end,
       scan_direction(a, a.fwd, false, b, h, scratch, out);
       scan_direction(a, a.rev, true, b, h, scratch, out);
     }
+    // the free diagonal, y = out + gamma x; the blocked path adds x's row copy (x is often a view with features
+    // far apart) in place and writes the row through y's strides in one pass (y has x's layout)
+    if (blocked) {
+      for (int64_t t = 0; t < s.L; ++t) {
+        const acc_t gam = a.gamma[b * a.gamma_s[0] + t * a.gamma_s[1] + h * a.gamma_s[2]];
+        acc_t* __restrict out_t = out.data() + t * stride;
+        const acc_t* __restrict x_t = scratch.xrow.data() + t * stride;
+        for (int64_t p = 0; p < s.P; ++p) out_t[p] += gam * x_t[p];
+      }
+      transfer_row<false>(a.y, a.y_s, b, h, s.L, s.P, stride, out.data());
+      continue;
+    }
     for (int64_t t = 0; t < s.L; ++t) {
       const acc_t gam = a.gamma[b * a.gamma_s[0] + t * a.gamma_s[1] + h * a.gamma_s[2]];
       const scalar_t* xrow = a.x + b * a.x_s[0] + t * a.x_s[1] + h * a.x_s[2];

@@ -161,24 +161,37 @@ def test_cpu_kernel_matches_reference(monkeypatch, shape, qs_shift):
 
 
 @needs_kernel
-def test_strided_sequence_axis_channel_mixer(monkeypatch):
-    """The channel mixer's call: scan along D of u (batch, tokens, D) without materialising the transpose."""
+@pytest.mark.parametrize("isa", ["generic", "avx2", "avx512"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_strided_sequence_axis_channel_mixer(monkeypatch, isa, dtype):
+    """The channel mixer's call: scan along D of u (batch, tokens, D) without materialising the transpose. 37 x 37
+    rows: the kernels' row copies (x and grad_y in, y out) transpose whole W x W tiles and the edges element-wise."""
+    monkeypatch.setenv("SSM_PLUGINS_CPU_ISA", isa)
     gen = torch.Generator().manual_seed(2)
-    batch, tokens, dim, n_state = 2, 21, 12, 16
-    u = torch.randn(batch, tokens, dim, generator=gen)
+    batch, tokens, dim, n_state = 2, 37, 37, 16
+    u = torch.randn(batch, tokens, dim, generator=gen, dtype=dtype)
     x = u.transpose(1, 2).unsqueeze(2)  # (batch, L=dim, H=1, P=tokens); sequence stride 1, feature stride dim
-    sel = torch.randn(batch, n_state * 4 + 1, dim, generator=gen)  # projections from one matmul, sliced
+    sel = torch.randn(batch, n_state * 4 + 1, dim, generator=gen, dtype=dtype)  # one matmul's projections, sliced
     B, C, B_rev, C_rev = (sel[:, i * n_state:(i + 1) * n_state].transpose(1, 2) for i in range(4))
-    dt_all = torch.randn(batch, dim, 2, generator=gen)
+    dt_all = torch.randn(batch, dim, 2, generator=gen, dtype=dtype)
     dt, dt_rev = dt_all[..., :1], dt_all[..., 1:]
-    a, a_rev = torch.tensor([-0.7]), torch.tensor([-1.3])
-    gamma = torch.randn(dim, 1, generator=gen)  # static channel-axis gamma
+    a, a_rev = torch.tensor([-0.7], dtype=dtype), torch.tensor([-1.3], dtype=dtype)
+    gamma = torch.randn(dim, 1, generator=gen, dtype=dtype)  # static channel-axis gamma
     args = (x, dt, a, B, C, dt_rev, a_rev, B_rev, C_rev, gamma)
     assert not any(v.is_contiguous() for v in (x, dt, B, C))
-    kw = dict(dt_bias=torch.tensor([0.2]), dt_softplus=True)
-    got = qs_mix(*args, **kw)
-    contiguous = [v.contiguous() for v in args]
-    torch.testing.assert_close(got, qs_mix(*contiguous, **kw), rtol=1e-6, atol=1e-6)
+    kw = dict(dt_bias=torch.tensor([0.2], dtype=dtype), dt_softplus=True)
+    tol = dict(rtol=1e-6, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)
+    leaves = [v.detach().requires_grad_(True) for v in (u, *args[1:])]
+    got = qs_mix(leaves[0].transpose(1, 2).unsqueeze(2), *leaves[1:], **kw)
+    grad_y = torch.randn(got.shape, generator=gen, dtype=dtype).transpose(1, 3).contiguous().transpose(1, 3)
+    grads = torch.autograd.grad(got, leaves, grad_y)  # grad_y strided like y: the backward's row copy tiles too
+    contiguous = [v.detach().contiguous().requires_grad_(True) for v in args]
+    want = qs_mix(*contiguous, **kw)
+    want_grads = torch.autograd.grad(want, contiguous, grad_y.contiguous())
+    torch.testing.assert_close(got, want, **tol)
+    torch.testing.assert_close(grads[0], want_grads[0][:, :, 0].transpose(1, 2), **tol)
+    for g, w in zip(grads[1:], want_grads[1:]):
+        torch.testing.assert_close(g, w, **tol)
     with monkeypatch.context() as m:
         m.setenv("SSM_PLUGINS_BACKEND", "reference")
         torch.testing.assert_close(got, qs_mix(*contiguous, **kw), rtol=1e-5, atol=1e-5)

@@ -881,7 +881,11 @@ class SwitchOfScans(nn.Module):
 
     def combine(self, u, ys, gates):
         """u (batch, L, D) the mixer input (attention queries); ys (batch, n, L, D) the n scans' outputs in
-        row-major order; gates (batch, n). Returns (batch, L, D)."""
+        row-major order, or a sequence of the n (batch, L, D) outputs; gates (batch, n). Returns (batch, L, D)."""
+        if not torch.is_tensor(ys):
+            if len(ys) == 1:  # one scan selected: its output gated, without stacking a copy of it
+                return ys[0] * gates[:, :1, None].to(ys[0].dtype)
+            ys = torch.stack(list(ys), dim=1)
         ys = ys * gates[:, :, None, None].to(ys.dtype)
         if ys.shape[1] == 1:
             return ys[:, 0]

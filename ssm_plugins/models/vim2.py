@@ -190,7 +190,7 @@ class VisionTokenMixer(SelectiveTokenMixer):
         perms, invs = scan_sequences(orders, inverses)
         xbar, mix = self._xbar(u, grid_size), (self._mix_qs if self.token_mixer == "qs" else self._mix_s6_bi)
         outputs = [_take_tokens(mix(u, xbar, perms[:, j]), invs[:, j]) for j in range(perms.shape[1])]
-        return sos.combine(u, torch.stack(outputs, dim=1), gates)
+        return sos.combine(u, outputs, gates)
 
     def _scanned_projections(self, u_scan):
         """gate_proj and both directions' x_proj of the scanned u in one matmul: (batch, L, E + 2S)."""

@@ -285,6 +285,20 @@ def test_sos_top1_router_gradient_and_vmoe_gate():
     torch.testing.assert_close(g[:, 0], probs.max(-1).values)
 
 
+@pytest.mark.parametrize("top_n,attn", [(1, True), (3, True), (3, False)])
+def test_sos_combine_takes_the_outputs_as_a_sequence(top_n, attn):
+    """combine(u, [y_1 .. y_n], gates) = combine(u, stack(y, 1), gates), values and gradients (the model passes the
+    list: one selected scan then needs no stacked copy)."""
+    torch.manual_seed(12)
+    sos = SwitchOfScans(DIM, top_n=top_n, cross_scan_attn=attn, sos_gate="vmoe")
+    out, _, gates, _ = sos(torch.randn(2, 16, DIM), (4, 4))
+    ys = [torch.randn(2, 16, DIM, requires_grad=True) for _ in range(top_n)]
+    got, want = sos.combine(out, ys, gates), sos.combine(out, torch.stack(ys, 1), gates)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    g = torch.randn_like(got)
+    torch.testing.assert_close(torch.autograd.grad(got, ys, g), torch.autograd.grad(want, ys, g), rtol=0, atol=0)
+
+
 def test_sos_with_fixed_scans_builds_no_router():
     """fixed_scans ("w/o SoS"): no router parameters, the cross-scans C1-C4 for every image, gate 1."""
     sos = SwitchOfScans(DIM, top_n=4, cross_scan_attn=False, fixed_scans=(0, 1, 2, 3))

@@ -89,6 +89,8 @@ def _timed(fn, t, backward):
     """Median wall time (or least CPU time) of the repeats after a warm-up run; a warm-up slower than 2 s is
     the measurement (the slow Python-loop baselines at L = 3136 would otherwise take minutes)."""
     def call():
+        for v in t.values():  # as a training step's zero_grad(set_to_none=True): no accumulation into old grads
+            v.grad = None
         y = fn(t)
         if backward:
             y.backward(torch.ones_like(y))

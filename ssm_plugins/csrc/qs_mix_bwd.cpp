@@ -14,9 +14,10 @@ struct BwdArgs {
   FwdArgs<scalar_t> f;  // the forward's inputs (f.y unused)
   const scalar_t* grad;
   int64_t grad_s[4];
-  // outputs, contiguous: dx (batch, L, H, P); ddt, dgamma (batch, L, H); dA per (batch, H, A_cols) row;
+  // outputs: dx in x's layout (dx_s); contiguous: ddt, dgamma (batch, L, H); dA per (batch, H, A_cols) row;
   // dB, dC per work part (parts, batch, L, G, N), summed by the caller.
   scalar_t* dx;
+  int64_t dx_s[4];
   acc_t *ddt[2], *dA[2], *dB[2], *dC[2], *dgamma;
 };
 
@@ -313,19 +314,20 @@ QS_INLINE void bwd_rows(const BwdArgs<scalar_t>& a, int64_t part, int64_t begin,
     copy_row(f.x, f.x_s, b, h, s.L, s.P, s.P, w.x_row.data());
     copy_row(a.grad, a.grad_s, b, h, s.L, s.P, s.P, w.g_row.data());
     for (int dir = 0; dir < 2; ++dir) scan_direction_bwd(a, dir, part, b, h, w);
-    // The free diagonal: y_t += gamma_t x_t.
+    // The free diagonal: y_t += gamma_t x_t. dx is added in the row buffer, then written through its strides in
+    // one pass (x's layout: a view of (batch, dim, L) activations takes its gradient without a transposed copy).
     for (int64_t t = 0; t < s.L; ++t) {
       const acc_t gam = f.gamma[b * f.gamma_s[0] + t * f.gamma_s[1] + h * f.gamma_s[2]];
       const acc_t* __restrict xrow = w.x_row.data() + t * s.P;
       const acc_t* __restrict grow = w.g_row.data() + t * s.P;
-      const acc_t* __restrict dx_acc = w.dx_acc.data() + t * s.P;
-      scalar_t* __restrict dxrow = a.dx + ((b * s.L + t) * s.H + h) * s.P;
+      acc_t* __restrict dx_acc = w.dx_acc.data() + t * s.P;
       acc_t dgam = 0;
 #pragma omp simd reduction(+ : dgam)
       for (int64_t p = 0; p < s.P; ++p) dgam += grow[p] * xrow[p];
-      for (int64_t p = 0; p < s.P; ++p) dxrow[p] = static_cast<scalar_t>(dx_acc[p] + gam * grow[p]);
+      for (int64_t p = 0; p < s.P; ++p) dx_acc[p] += gam * grow[p];
       a.dgamma[(b * s.L + t) * s.H + h] = dgam;
     }
+    transfer_row<false>(a.dx, a.dx_s, b, h, s.L, s.P, s.P, w.dx_acc.data());
   }
 }
 
@@ -394,7 +396,7 @@ BwdResult qs_mix_bwd_cpu(const at::Tensor& grad_y, const at::Tensor& x, const at
   const DirectionTensors fwd(dt, A, B, C, dt_bias), rev(dt_rev, A_rev, B_rev, C_rev, dt_bias_rev);
   const auto acc_opts = A.options();
   const int64_t parts = num_parts(s.batch * s.H);
-  auto dx = at::empty(x.sizes(), x.options());
+  auto dx = at::empty_like(x);  // x's layout (the fake kernel declares the same)
   auto dgamma = at::empty({s.batch, s.L, s.H}, acc_opts);
   at::Tensor ddt[2], dA[2], dB[2], dC[2];
   for (int dir = 0; dir < 2; ++dir) {
@@ -413,6 +415,7 @@ BwdResult qs_mix_bwd_cpu(const at::Tensor& grad_y, const at::Tensor& x, const at
     a.grad = grad_y.data_ptr<scalar_t>();
     copy_strides(grad_y, a.grad_s);
     a.dx = dx.data_ptr<scalar_t>();
+    copy_strides(dx, a.dx_s);
     a.dgamma = dgamma.data_ptr<acc_t>();
     for (int dir = 0; dir < 2; ++dir) {
       a.ddt[dir] = ddt[dir].data_ptr<acc_t>();

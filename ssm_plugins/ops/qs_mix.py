@@ -133,7 +133,8 @@ if hasattr(torch.ops.ssm_plugins, _OP):
     def _bwd_fake(grad_y, x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias, dt_bias_rev, dt_softplus,
                   hydra_shift):
         like = lambda t: torch.empty(t.shape, dtype=t.dtype, device=t.device)  # noqa: E731 (contiguous)
-        return tuple(like(t) for t in (x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma))
+        # dx in x's layout (a view of (batch, dim, L) activations takes it without a transposed copy)
+        return (torch.empty_like(x), *(like(t) for t in (dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma)))
 
     def _setup_context(ctx, inputs, output):
         ctx.save_for_backward(*[t for t in inputs[:12] if t is not None])

@@ -8,8 +8,10 @@ builds inputs that are non-contiguous (transposed, sliced, expanded, channels-la
 real CPU kernel and the fake kernel under FakeTensorMode, and compares every output. An op without a row fails
 ``test_every_op_has_a_row``.
 
-The contract the kernels keep: every output is contiguous, except ``qs_mix_fwd``'s y, which takes x's layout
-(``empty_like(x)``: the channel mixer passes transposed views and gets a transposed y without a copy).
+The contract the kernels keep: every output is contiguous, except those that take an input's layout
+(``empty_like``): ``qs_mix_fwd``'s y and ``qs_mix_bwd``'s dx take x's (the channel mixer passes transposed views
+and gets a transposed y, and gives its input's gradient, without a copy), ``selective_scan_fwd``'s out takes u's
+(token-major activations in, token-major out).
 """
 from __future__ import annotations
 

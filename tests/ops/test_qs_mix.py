@@ -190,6 +190,7 @@ def test_strided_sequence_axis_channel_mixer(monkeypatch, isa, dtype):
     want_grads = torch.autograd.grad(want, contiguous, grad_y.contiguous())
     torch.testing.assert_close(got, want, **tol)
     torch.testing.assert_close(grads[0], want_grads[0][:, :, 0].transpose(1, 2), **tol)
+    assert grads[0].is_contiguous()  # dx comes back in x's layout: u's gradient needs no transposed copy
     for g, w in zip(grads[1:], want_grads[1:]):
         torch.testing.assert_close(g, w, **tol)
     with monkeypatch.context() as m:

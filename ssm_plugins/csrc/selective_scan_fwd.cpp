@@ -144,23 +144,26 @@ SSM_INLINE void fwd_block(const FwdTask<scalar_t, acc_t>& k) {
     skip[l] = on && k.skip ? k.skip[l] : acc_t(0);
   }
   load_lanes(k.x, k.rows, k.u, k.lanes, L, Lpad, k.reverse);
-  if (!k.rank) load_lanes(k.dt, k.rows, k.delta, k.lanes, L, Lpad, k.reverse);
-  if (k.rank) gather_lanes(k.dt, k.rows, k.lanes, Lpad, [&](int64_t l, acc_t* dst) {
-    const acc_t* proj = k.proj + l * k.rank;
-    const acc_t* low = k.low + ((k.c0_in_group + l) / k.per_delta_group) * k.rank * Lpad;
-    int64_t t = 0;
-    for (; t + 4 * W <= Lpad; t += 4 * W) {  // four independent sums: one would wait on each FMA's latency
-      V v[4] = {};
-      for (int64_t j = 0; j < k.rank; ++j)
-        for (int i = 0; i < 4; ++i) v[i] += proj[j] * S::load(low + j * Lpad + t + i * W);
-      for (int i = 0; i < 4; ++i) S::store(dst + t + i * W, v[i]);
-    }
-    for (; t < Lpad; t += W) {
-      V v{};
-      for (int64_t j = 0; j < k.rank; ++j) v += proj[j] * S::load(low + j * Lpad + t);
-      S::store(dst + t, v);
-    }
-  });
+  if (!k.rank) {
+    load_lanes(k.dt, k.rows, k.delta, k.lanes, L, Lpad, k.reverse);
+  } else {  // the low-rank delta's rows: delta_proj's row of the channel times its delta group's (R, Lpad) rows
+    gather_lanes(k.dt, k.rows, k.lanes, Lpad, [&](int64_t l, acc_t* dst) {
+      const acc_t* proj = k.proj + l * k.rank;
+      const acc_t* low = k.low + ((k.c0_in_group + l) / k.per_delta_group) * k.rank * Lpad;
+      int64_t t = 0;
+      for (; t + 4 * W <= Lpad; t += 4 * W) {  // four independent sums: one would wait on each FMA's latency
+        V v[4] = {};
+        for (int64_t j = 0; j < k.rank; ++j)
+          for (int i = 0; i < 4; ++i) v[i] += proj[j] * S::load(low + j * Lpad + t + i * W);
+        for (int i = 0; i < 4; ++i) S::store(dst + t + i * W, v[i]);
+      }
+      for (; t < Lpad; t += W) {
+        V v{};
+        for (int64_t j = 0; j < k.rank; ++j) v += proj[j] * S::load(low + j * Lpad + t);
+        S::store(dst + t, v);
+      }
+    });
+  }
   if (k.z) load_lanes(k.zl, k.rows, k.z, k.lanes, L, Lpad, k.reverse);
 
   // delta = softplus(raw + bias) in a pass of its own (inside the recurrence it spills the state's registers)

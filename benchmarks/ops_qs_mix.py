@@ -52,11 +52,11 @@ def _inputs(batch, dim, length, requires_grad):
 
 
 def _fb_s6(scan, t):
-    flip = lambda v: v.flip(-1)  # noqa: E731
+    # the backward direction as selective_scan's reverse scan (no flipped copies), as ViM2's token mixer runs it
     fwd = scan(t["u"], t["delta"], t["A"], t["B"], t["C"], D=t["D"], delta_bias=t["bias"], delta_softplus=True)
-    bwd = scan(flip(t["u"]), flip(t["delta_rev"]), t["A_rev"], flip(t["B_rev"]), flip(t["C_rev"]), D=t["D"],
-               delta_bias=t["bias_rev"], delta_softplus=True)
-    return fwd + flip(bwd)
+    bwd = scan(t["u"], t["delta_rev"], t["A_rev"], t["B_rev"], t["C_rev"], D=t["D"], delta_bias=t["bias_rev"],
+               delta_softplus=True, reverse=True)
+    return fwd + bwd
 
 
 def _qs_diag(t):

@@ -245,7 +245,8 @@ def test_gradcheck(monkeypatch, backend, qs_shift):
 @needs_kernel
 @pytest.mark.parametrize("qs_shift", ["exact", "hydra"])
 def test_kernel_backward_matches_reference_long(monkeypatch, qs_shift):
-    """L = 37: several checkpoint chunks of the compiled backward, the last one partial; strided grad_y."""
+    """L = 37 (one chunk: the row's states fit the whole-row budget; see the float32 test below for chunks), strided
+    grad_y."""
     t = make_inputs(batch=2, length=37, heads=3, feat=2, n_state=3, groups=3, scalar_a=True, static_gamma=True)
     bias = torch.randn(3, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
 
@@ -261,6 +262,31 @@ def test_kernel_backward_matches_reference_long(monkeypatch, qs_shift):
 
     for got, want in zip(grads(False), grads(True)):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+
+@needs_kernel
+@pytest.mark.parametrize("scalar_a", [True, False])
+def test_backward_in_checkpoint_chunks_matches_reference(monkeypatch, scalar_a):
+    """A row whose states exceed the backward's whole-row budget (L N P > 2^20 floats: L = 1100, N = 16, P = 64) is
+    replayed from checkpoints, chunk by chunk (34 steps each): float64 equals the reference's gradients to
+    rounding, float32 (the N = 16 vector step) to float32's."""
+    t = make_inputs(batch=1, length=1100, heads=1, feat=64, n_state=16, groups=1, scalar_a=scalar_a, seed=4)
+    grad_y = torch.randn(1, 1100, 1, 64, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+
+    def grads(dtype, backend=None):
+        leaves = [v.to(dtype).requires_grad_() for v in positional(t)]
+        with monkeypatch.context() as m:
+            if backend:
+                m.setenv("SSM_PLUGINS_BACKEND", backend)
+            y = qs_mix(*leaves, dt_softplus=True)
+        return torch.autograd.grad(y, leaves, grad_y.to(dtype))
+
+    want = grads(torch.float64, "reference")
+    names = ("x", "dt", "A", "B", "C", "dt_rev", "A_rev", "B_rev", "C_rev", "gamma")
+    for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 2e-5)):
+        for name, got, w in zip(names, grads(dtype), want):
+            err = ((got.double() - w).abs().max() / w.abs().max()).item()
+            assert err < tol, (dtype, name, err)
 
 
 # ---- low precision, large L ----------------------------------------------------------------------------

@@ -42,6 +42,14 @@ inline DType dtype_code(const at::Tensor& t) {
   return DType::Float32;
 }
 
+// `out` (a CUDA kernel's contiguous result) in `like`'s layout and dtype, as the CPU kernels write such outputs
+// (at::empty_like) and the fake kernels declare them; out itself when it already is.
+inline at::Tensor in_layout_of(const at::Tensor& like, const at::Tensor& out) {
+  auto dst = at::empty_like(like);
+  if (dst.strides() == out.strides() && out.scalar_type() == like.scalar_type()) return out;
+  return dst.copy_(out);
+}
+
 // Work shared by the calling thread and its helpers: items [0, n) handed out in grabs.
 struct SharedWork {
   int64_t n, grab;

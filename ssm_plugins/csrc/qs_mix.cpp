@@ -90,9 +90,7 @@ BwdResult qs_mix_bwd_cuda(const at::Tensor& grad_y, const at::Tensor& x, const a
                           hydra_shift, grad_y.data_ptr(), grad_s, chunk, ckpt.data_ptr(), chunk_states.data_ptr(),
                           dx_acc.data_ptr(), ddt_p, dA_p, dB_p, dC_p, dgamma.data_ptr(),
                           c10::cuda::getCurrentCUDAStream().stream());
-  auto dx = at::empty_like(x);  // x's layout, as the CPU kernel writes it and the fake kernel declares
-  dx.copy_(dx_acc);
-  return {dx, ddt[0], dA[0], dB[0], dC[0], ddt[1], dA[1], dB[1], dC[1], dgamma};
+  return {in_layout_of(x, dx_acc), ddt[0], dA[0], dB[0], dC[0], ddt[1], dA[1], dB[1], dC[1], dgamma};
 }
 #endif
 

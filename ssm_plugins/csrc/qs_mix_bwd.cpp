@@ -311,8 +311,8 @@ QS_INLINE void bwd_rows(const BwdArgs<scalar_t>& a, int64_t part, int64_t begin,
   for (int64_t row = begin; row < end; ++row) {
     const int64_t b = row / s.H, h = row % s.H;
     std::fill(w.dx_acc.begin(), w.dx_acc.end(), acc_t(0));
-    copy_row(f.x, f.x_s, b, h, s.L, s.P, s.P, w.x_row.data());
-    copy_row(a.grad, a.grad_s, b, h, s.L, s.P, s.P, w.g_row.data());
+    transfer_row<true>(f.x, f.x_s, b, h, s.L, s.P, s.P, w.x_row.data());
+    transfer_row<true>(a.grad, a.grad_s, b, h, s.L, s.P, s.P, w.g_row.data());
     for (int dir = 0; dir < 2; ++dir) scan_direction_bwd(a, dir, part, b, h, w);
     // The free diagonal: y_t += gamma_t x_t. dx is added in the row buffer, then written through its strides in
     // one pass (x's layout: a view of (batch, dim, L) activations takes its gradient without a transposed copy).

@@ -90,21 +90,16 @@ QS_INLINE void transfer_row(T* base, const int64_t* st, int64_t b, int64_t h, in
       for (int64_t p = 0; p < P; ++p) move(t, p);
     p_tiled = P;
   } else if constexpr (std::is_same<scalar_t, acc_t>::value) {
-    using S = Simd<acc_t>;
-    constexpr int W = S::W;
+    using V = typename Simd<acc_t>::V;
+    constexpr int W = Simd<acc_t>::W;
     const int64_t Lw = L / W * W;
     for (p_tiled = 0; st[1] == 1 && p_tiled + W <= P; p_tiled += W) {
       const int64_t p0 = p_tiled;
-      typename S::V v[W];
       for (int64_t t0 = 0; t0 < Lw; t0 += W) {
         if constexpr (kRead) {
-          for (int i = 0; i < W; ++i) v[i] = S::load(row + (p0 + i) * st[3] + t0);
-          transpose_square<typename S::V, W>(v);
-          for (int i = 0; i < W; ++i) S::store(rows + (t0 + i) * ld + p0, v[i]);
+          transpose_tile<acc_t, V, W>(row + p0 * st[3] + t0, st[3], rows + t0 * ld + p0, ld);
         } else {
-          for (int i = 0; i < W; ++i) v[i] = S::load(rows + (t0 + i) * ld + p0);
-          transpose_square<typename S::V, W>(v);
-          for (int i = 0; i < W; ++i) S::store(row + (p0 + i) * st[3] + t0, v[i]);
+          transpose_tile<acc_t, V, W>(rows + t0 * ld + p0, ld, row + p0 * st[3] + t0, st[3]);
         }
       }
       for (int64_t t = Lw; t < L; ++t)
@@ -116,12 +111,6 @@ QS_INLINE void transfer_row(T* base, const int64_t* st, int64_t b, int64_t h, in
   if constexpr (kRead) {
     for (int64_t t = 0; t < L && ld > P; ++t) std::fill(rows + t * ld + P, rows + (t + 1) * ld, acc_t(0));
   }
-}
-
-template <typename scalar_t, typename acc_t>
-QS_INLINE void copy_row(const scalar_t* base, const int64_t* st, int64_t b, int64_t h, int64_t L, int64_t P,
-                        int64_t ld, acc_t* dst) {
-  transfer_row<true>(base, st, b, h, L, P, ld, dst);
 }
 
 // Per step t of row (b, h), in time order: Δ_t (softplus applied when asked), the softplus' derivative at

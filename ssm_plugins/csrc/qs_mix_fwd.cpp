@@ -166,7 +166,7 @@ QS_INLINE void fwd_rows(const FwdArgs<scalar_t>& a, int64_t begin, int64_t end,
     std::fill(out.begin(), out.end(), acc_t(0));
     if constexpr (std::is_same<acc_t, float>::value) {
       if (blocked) {
-        copy_row(a.x, a.x_s, b, h, s.L, s.P, stride, scratch.xrow.data());
+        transfer_row<true>(a.x, a.x_s, b, h, s.L, s.P, stride, scratch.xrow.data());
         scan_direction_blocked<16>(a, a.fwd, false, b, h, scratch, out.data());
         scan_direction_blocked<16>(a, a.rev, true, b, h, scratch, out.data());
       }

@@ -15,14 +15,6 @@ namespace ssm_plugins {
 namespace {
 
 #ifdef WITH_CUDA
-// The forward's output in u's layout (at::empty_like(u), as the CPU kernel writes it and the fake kernel declares);
-// the CUDA kernels write contiguous rows.
-at::Tensor in_layout_of(const at::Tensor& u, const at::Tensor& out) {
-  auto like = at::empty_like(u);
-  if (like.strides() == out.strides()) return out;
-  return like.copy_(out);
-}
-
 // The CUDA kernels scan forward in time; a reverse scan is the forward scan of the time-flipped inputs, flipped back.
 c10::optional<at::Tensor> flip_time(const c10::optional<at::Tensor>& t) {
   if (t.has_value()) return t->flip(-1);

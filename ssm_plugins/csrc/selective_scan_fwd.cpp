@@ -41,23 +41,15 @@ struct FwdTask {
 template <typename acc_t>
 SSM_INLINE void rows_to_lanes(acc_t* lanes, const acc_t* rows, int64_t Lpad) {
   using S = Simd<acc_t>;
-  typename S::V v[S::W];
-  for (int64_t t = 0; t < Lpad; t += S::W) {
-    for (int i = 0; i < S::W; ++i) v[i] = S::load(rows + i * Lpad + t);
-    transpose_square<typename S::V, S::W>(v);
-    for (int i = 0; i < S::W; ++i) S::store(lanes + (t + i) * S::W, v[i]);
-  }
+  for (int64_t t = 0; t < Lpad; t += S::W)
+    transpose_tile<acc_t, typename S::V, S::W>(rows + t, Lpad, lanes + t * S::W, S::W);
 }
 
 template <typename acc_t>
 SSM_INLINE void lanes_to_rows(acc_t* rows, const acc_t* lanes, int64_t Lpad) {
   using S = Simd<acc_t>;
-  typename S::V v[S::W];
-  for (int64_t t = 0; t < Lpad; t += S::W) {
-    for (int i = 0; i < S::W; ++i) v[i] = S::load(lanes + (t + i) * S::W);
-    transpose_square<typename S::V, S::W>(v);
-    for (int i = 0; i < S::W; ++i) S::store(rows + i * Lpad + t, v[i]);
-  }
+  for (int64_t t = 0; t < Lpad; t += S::W)
+    transpose_tile<acc_t, typename S::V, S::W>(lanes + t * S::W, S::W, rows + t, Lpad);
 }
 
 // The task's rows -> lane layout `dst`; row(l, dst_row) fills real lane l's row (Lpad entries), the rest are 0.
@@ -256,7 +248,8 @@ void fwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tensor& d
   const acc_t* proj_p = opt_ptr<acc_t>(delta_proj);
   scalar_t* out_p = out.data_ptr<scalar_t>();
   auto rows_of = [](const at::Tensor& t, auto* base, int64_t b, int64_t c) {  // channel c of batch b onward
-    return Rows<std::remove_pointer_t<decltype(base)>>{base + b * t.stride(0) + c * t.stride(1), t.stride(1), t.stride(2)};
+    using T = std::remove_pointer_t<decltype(base)>;
+    return Rows<T>{base + b * t.stride(0) + c * t.stride(1), t.stride(1), t.stride(2)};
   };
   acc_t* last_p = last_state.data_ptr<acc_t>();
   const int64_t updates = s.batch * s.dim * s.L * s.N;

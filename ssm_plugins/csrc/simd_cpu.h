@@ -114,6 +114,15 @@ SSM_INLINE void transpose_square(V* v) {
   }
 }
 
+// W x W tile: src rows i (stride src_ld) -> dst rows (stride dst_ld), transposed (dst row j = src column j).
+template <typename T, typename V, int W>
+SSM_INLINE void transpose_tile(const T* src, int64_t src_ld, T* dst, int64_t dst_ld) {
+  V v[W];
+  for (int i = 0; i < W; ++i) std::memcpy(&v[i], src + i * src_ld, sizeof(V));
+  transpose_square<V, W>(v);
+  for (int i = 0; i < W; ++i) std::memcpy(dst + i * dst_ld, &v[i], sizeof(V));
+}
+
 template <typename V, int W, int G>
 struct TreeSum {  // v holds G vectors with groups of G lanes
   static SSM_INLINE V run(V* v) {

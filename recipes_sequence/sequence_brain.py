@@ -38,6 +38,7 @@ import speechbrain as sb
 import torch
 from hyperpyyaml import load_hyperpyyaml
 from speechbrain.dataio.batch import PaddedBatch
+from ssm_plugins.speechbrain import ddp_init_group
 
 
 def padding_mask_from_lengths(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
@@ -187,7 +188,7 @@ def experiment(argv=None):
     """A recipe's start: ``train.py hparams.yaml [--key=value ...]`` parsed (``argv``, default ``sys.argv[1:]``),
     the process group joined under torchrun, the experiment folder made; returns (hparams, run_opts)."""
     hparams_file, run_opts, overrides = sb.parse_arguments(sys.argv[1:] if argv is None else argv)
-    sb.utils.distributed.ddp_init_group(run_opts)
+    ddp_init_group(run_opts)
     with open(hparams_file) as fin:
         hparams = load_hyperpyyaml(fin, overrides)
     sb.create_experiment_directory(experiment_directory=hparams["output_folder"],

@@ -43,6 +43,7 @@ from mmengine.runner.checkpoint import CheckpointLoader
 from timm.layers import LayerNorm2d
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from .distributed import end_process_group_at_exit
 from .models import essm, ssm2d, vim2  # also registers our timm models
 
 __all__ = ["ViM2", "ViQS", "SwinSSM2D", "ESSM2D", "MyoNet", "BACKBONES", "allow_mmengine_checkpoints",
@@ -222,7 +223,9 @@ class CPUDistributedRunner(Runner):
     driver") and ``wrap_model`` gives DistributedDataParallel ``device_ids`` (refused for CPU modules). Here the
     process group is created without a device, the model is wrapped in ``MMDistributedDataParallel`` (or
     ``model_wrapper_cfg``) without ``device_ids``, and SyncBN works: ``SyncBatchNorm`` layers (``norm_cfg`` SyncBN)
-    and, with ``sync_bn='torch'``, every BatchNorm become :class:`CPUSyncBatchNorm` (logged with their names)."""
+    and, with ``sync_bn='torch'``, every BatchNorm become :class:`CPUSyncBatchNorm` (logged with their names). The
+    process group it starts ends at exit once every process got there (``ssm_plugins.distributed``: without that, a
+    finished run could abort at exit)."""
 
     def setup_env(self, env_cfg: Dict) -> None:
         import datetime
@@ -238,6 +241,7 @@ class CPUDistributedRunner(Runner):
             if dist_cfg.get("timeout") is not None:
                 dist_cfg["timeout"] = datetime.timedelta(seconds=dist_cfg["timeout"])
             dist.init_process_group(backend="gloo", **dist_cfg)
+            end_process_group_at_exit()  # see there: a finished run could abort at exit
         super().setup_env(env_cfg)
 
     def wrap_model(self, model_wrapper_cfg: Optional[Dict], model: nn.Module):

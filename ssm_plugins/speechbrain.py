@@ -25,11 +25,12 @@ import speechbrain  # noqa: F401  (fail here, with the toolbox's own error, when
 import torch
 import torch.nn as nn
 
+from .distributed import end_process_group_at_exit
 from .layers import ESSMBlock, MambaMixerBlock, MyoBlock, QSMixerBlock
 from .models.essm import ESSMSequence, essm_param_groups
 from .ops import myo_tree
 
-__all__ = ["SBMambaMixerBlock", "SBQSMixerBlock", "SBESSMBlock", "SBMyoBlock", "ESSMWaveformClassifier",
+__all__ = ["SBMambaMixerBlock", "SBQSMixerBlock", "SBESSMBlock", "SBMyoBlock", "ESSMWaveformClassifier", "ddp_init_group",
            "warmup_cosine_scheduler"]
 
 
@@ -303,3 +304,13 @@ def warmup_cosine_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int,
         return 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def ddp_init_group(run_opts) -> None:
+    """SpeechBrain's ``ddp_init_group`` (joins torchrun's process group; nothing in one process), with a gloo group
+    ended at exit once every process got there: see :func:`ssm_plugins.distributed.end_process_group_at_exit` (a
+    finished run could abort at exit). The recipes of recipes_speech/ and recipes_sequence/ start with it."""
+    from speechbrain.utils.distributed import ddp_init_group as speechbrain_ddp_init_group
+
+    speechbrain_ddp_init_group(run_opts)
+    end_process_group_at_exit()

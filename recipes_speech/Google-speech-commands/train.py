@@ -23,6 +23,7 @@ import speechbrain as sb
 import torch
 from hyperpyyaml import load_hyperpyyaml
 from speechbrain.utils.distributed import run_on_main
+from ssm_plugins.speechbrain import ddp_init_group
 
 from prepare_GSC import prepare_GSC, words_for
 
@@ -154,7 +155,7 @@ def dataio_prep(hparams, words):
 
 if __name__ == "__main__":
     hparams_file, run_opts, overrides = sb.parse_arguments(sys.argv[1:])
-    sb.utils.distributed.ddp_init_group(run_opts)
+    ddp_init_group(run_opts)
     with open(hparams_file) as fin:
         hparams = load_hyperpyyaml(fin, overrides)
     sb.create_experiment_directory(experiment_directory=hparams["output_folder"],

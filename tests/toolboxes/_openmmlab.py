@@ -1,12 +1,27 @@
 """Shared by the OpenMMLab config tests: where the configs are, and how to build one without weights."""
+import subprocess
 from pathlib import Path
 from typing import Optional
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 MMDET_CONFIGS = sorted((REPO / "configs_mmdet").glob("*/*.py"))
 MMSEG_CONFIGS = sorted((REPO / "configs_mmseg").glob("*/*.py"))
 MMPRETRAIN_CONFIGS = sorted(p for p in (REPO / "configs_mmpretrain").glob("**/*.py") if "_base_" not in p.parts)
 TOOLBOX = {"configs_mmdet": "mmdet", "configs_mmseg": "mmseg", "configs_mmpretrain": "mmpretrain"}
+
+
+def succeeded(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    """``done`` if its command exited with 0; else the test fails with the end of the command's stderr (warnings left
+    out, lines cut at 300 characters: a launcher's failure ends with its own traceback and command line, and the
+    failed process's traceback or native abort is some 80 lines above the end), then of its stdout."""
+    if done.returncode != 0:
+        lines = [line[:300] for line in done.stderr.splitlines() if "Warning" not in line and "warn(" not in line]
+        pytest.fail(f"{Path(str(done.args[0])).name} {' '.join(map(str, done.args[1:3]))} exited with "
+                    f"{done.returncode}; the end of its stderr:\n" + "\n".join(lines[-100:])
+                    + "\nthe end of its stdout:\n" + done.stdout[-2000:], pytrace=False)
+    return done
 
 
 def config_id(path: Path) -> str:

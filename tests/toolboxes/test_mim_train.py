@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from _openmmlab import REPO
+from _openmmlab import REPO, succeeded
 from ssm_plugins.data.openmmlab_tiny import logged_runs, mim, mmdet_tiny_options, mmseg_tiny_options
 
 pytest.importorskip("mmdet")
@@ -15,11 +15,6 @@ pytestmark = pytest.mark.slow  # each toolbox: three mim runs, about 2-4 minutes
 
 MMDET_CONFIG = REPO / "configs_mmdet" / "vim2" / "mask-rcnn_vim2-t_fpn_1x_coco.py"
 MMSEG_CONFIG = REPO / "configs_mmseg" / "viqs" / "upernet_viqs-t_4xb4-160k_ade20k-512x512.py"
-
-
-def _ok(done):
-    assert done.returncode == 0, (done.stdout[-4000:], done.stderr[-4000:])
-    return done
 
 
 def _train_losses(records):
@@ -36,7 +31,7 @@ class _Toolbox:
 
     def __init__(self, name, config, options, work_dir):
         self.name, self.config, self.options, self.work_dir = name, config, options, work_dir
-        self.first = _ok(mim("train", name, config, work_dir, options(1)))
+        self.first = succeeded(mim("train", name, config, work_dir, options(1)))
         (self.records,) = logged_runs(work_dir)
 
 
@@ -85,7 +80,7 @@ def test_mim_train_mmseg_evaluates_miou(mmseg_run):
 def test_mim_test_reproduces_the_validation_of_the_checkpoint(run, checkpoint, metric, request):
     run = request.getfixturevalue(run)
     test_dir = run.work_dir / "test"
-    done = _ok(mim("test", run.name, run.config, test_dir, run.options(1), "--checkpoint",
+    done = succeeded(mim("test", run.name, run.config, test_dir, run.options(1), "--checkpoint",
                    str(run.work_dir / checkpoint)))
     assert f"Load checkpoint from {run.work_dir / checkpoint}" in done.stdout + done.stderr
     tested = _test_metrics(test_dir)
@@ -97,7 +92,7 @@ def test_mim_test_reproduces_the_validation_of_the_checkpoint(run, checkpoint, m
 def test_mim_train_resume_continues_iterations_and_loss(run, checkpoint, request):
     run = request.getfixturevalue(run)
     # one more epoch / 4 more iterations, from the work dir's last checkpoint, without validating again
-    _ok(mim("train", run.name, run.config, run.work_dir, run.options(2, "train_cfg.val_begin=1000"), "--resume"))
+    succeeded(mim("train", run.name, run.config, run.work_dir, run.options(2, "train_cfg.val_begin=1000"), "--resume"))
     first, resumed = logged_runs(run.work_dir)
     before, after = _train_losses(first), _train_losses(resumed)
     assert sorted(after) == [5, 6, 7, 8]

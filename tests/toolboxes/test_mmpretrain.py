@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from _openmmlab import MMPRETRAIN_CONFIGS, REPO, config_id, config_strings, load
+from _openmmlab import MMPRETRAIN_CONFIGS, REPO, config_id, config_strings, load, succeeded
 from ssm_plugins.data.openmmlab_tiny import (logged_runs, mim, mmdet_tiny_options, mmpretrain_tiny_options,
                                              mmseg_tiny_options)
 
@@ -128,18 +128,13 @@ VIM2_SEG = REPO / "configs_mmseg" / "vim2" / "upernet_vim2-t_4xb4-160k_ade20k-51
 SMALL = dict(embed_dim=64, depth=4, n_interactions=2, spm_inplanes=16)
 
 
-def _ok(done):
-    assert done.returncode == 0, (done.stdout[-4000:], done.stderr[-4000:])
-    return done
-
-
 @pytest.fixture(scope="module")
 def classifier_checkpoint(tmp_path_factory):
     from ssm_plugins.data.imagenet_digits import imagenet_digits
 
     work_dir = tmp_path_factory.mktemp("mmpretrain_run")
     options = mmpretrain_tiny_options(imagenet_digits(), epochs=1, images=32, val_images=16, image_size=64)
-    _ok(mim("train", "mmpretrain", VIM2_CLS, work_dir, options + [f"model.{k}={v}" for k, v in SMALL.items()]))
+    succeeded(mim("train", "mmpretrain", VIM2_CLS, work_dir, options + [f"model.{k}={v}" for k, v in SMALL.items()]))
     (records,) = logged_runs(work_dir)
     (val,) = [r for r in records if "accuracy/top1" in r]
     assert 0.0 <= val["accuracy/top1"] <= 100.0
@@ -169,7 +164,7 @@ def test_classification_checkpoint_initialises_detector_and_segmentor(toolbox, c
         config, checkpoint_name = VIM2_SEG, "iter_2.pth"
         options = mmseg_tiny_options(ade_digits(), iters=2, val_images=4, lr=0.0, pretrained=classifier_checkpoint) + [
             "model.decode_head.in_channels=[64,64,64,64]", "model.auxiliary_head.in_channels=64"]
-    done = _ok(mim("train", toolbox, config, tmp_path, options + _backbone_small("model.backbone")))
+    done = succeeded(mim("train", toolbox, config, tmp_path, options + _backbone_small("model.backbone")))
     log = done.stdout + done.stderr
     assert f"ViM2: loaded {classifier_checkpoint}" in log
     assert "ViM2: missing keys" not in log and "ViM2: unexpected keys" not in log

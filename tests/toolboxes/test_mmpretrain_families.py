@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from _openmmlab import REPO, config_id, load
+from _openmmlab import REPO, config_id, load, succeeded
 from ssm_plugins.data.openmmlab_tiny import logged_runs, mim, mmpretrain_tiny_options
 
 pytest.importorskip("mmpretrain")
@@ -152,8 +152,7 @@ def test_mim_train_mmpretrain_writes_a_checkpoint_and_logs_accuracy(config, tmp_
     # have no size-dependent weights (no img_size argument)
     options = mmpretrain_tiny_options(imagenet_digits(), epochs=1, images=16, val_images=20,
                                       model_image_size=False)
-    done = mim("train", "mmpretrain", config, tmp_path, options)
-    assert done.returncode == 0, (done.stdout[-4000:], done.stderr[-4000:])
+    succeeded(mim("train", "mmpretrain", config, tmp_path, options))
     (records,) = logged_runs(tmp_path)
     losses = [r["loss"] for r in records if "loss" in r]
     assert len(losses) == 2 and all(0 < loss < 10 for loss in losses), records

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from _openmmlab import REPO, load
+from _openmmlab import REPO, load, succeeded
 from ssm_plugins.data.openmmlab_tiny import logged_runs, mim
 
 pytest.importorskip("mmpretrain")
@@ -432,17 +432,12 @@ def _loader_options(root, images, val_images, batch_size):
                       "log_processor.window_size=1"]
 
 
-def _ok(done):
-    assert done.returncode == 0, (done.stdout[-4000:], done.stderr[-4000:])
-    return done
-
-
 @pytest.mark.slow
 def test_mim_train_cifar100_ssm2d_config(cifar_root, tmp_path):
     config = SSM2D_CONFIGS / "vit-ssm2d-r_1xb128_cifar100.py"
     # the config as it is (model, recipe, RandAugment, RepeatAugSampler, Mixup/CutMix) on 64 generated training
     # images (4 iterations of 16) and 100 test images
-    _ok(mim("train", "mmpretrain", config, tmp_path, _loader_options(cifar_root, 64, 100, 16)))
+    succeeded(mim("train", "mmpretrain", config, tmp_path, _loader_options(cifar_root, 64, 100, 16)))
     (records,) = logged_runs(tmp_path)
     losses = [r["loss"] for r in records if "loss" in r]
     assert len(losses) == 4 and all(np.isfinite(losses)) and 3.0 < losses[0] < 7.0  # ~ln(100) from scratch
@@ -457,7 +452,7 @@ def test_mim_train_cifar100_ssm2d_config(cifar_root, tmp_path):
 def test_mim_train_celeba_ssm2d_config(celeba_root, tmp_path):
     config = SSM2D_CONFIGS / "deit-tiny-ssm2d-r_8xb128_celeba-224px.py"
     # DeiT-T + 2-D SSM at 224 px as configured: 2 iterations of 2 images, validation on 4
-    _ok(mim("train", "mmpretrain", config, tmp_path, _loader_options(celeba_root, 4, 4, 2)))
+    succeeded(mim("train", "mmpretrain", config, tmp_path, _loader_options(celeba_root, 4, 4, 2)))
     (records,) = logged_runs(tmp_path)
     losses = [r["loss"] for r in records if "loss" in r]
     assert len(losses) == 2 and all(0.0 < loss < 2.0 for loss in losses)  # BCE of 40 attributes, ~ln 2 at start

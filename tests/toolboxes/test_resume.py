@@ -26,15 +26,10 @@ import torch
 import yaml
 
 from _openmmlab import (MMDET_VIM2, MMPRETRAIN_VIM2, REPO, checkpoint_state, derived_config, max_abs_difference,
-                        tiny_mask_rcnn_options, tiny_vim2_options)
+                        succeeded, tiny_mask_rcnn_options, tiny_vim2_options)
 from ssm_plugins.data.openmmlab_tiny import logged_runs, mim, mmdet_tiny_options, mmpretrain_tiny_options
 
 pytestmark = pytest.mark.slow  # 3 mim runs per toolbox, 3 recipe runs: about 3-4 minutes on 2 busy cores
-
-def _ok(done):
-    assert done.returncode == 0, (done.stdout[-4000:], done.stderr[-4000:])
-    return done
-
 
 def _iteration_based(options, max_iters):
     """A tiny run's options for a ``derived_config(iterations=True)``: ``max_iters`` iterations (the epoch-loop keys
@@ -47,10 +42,10 @@ def _stop_and_resume(toolbox, config, options, tmp):
     """Uninterrupted run of 8 iterations; a run stopped after iteration 4 (mid-epoch: 6 iterations per epoch) and
     resumed with ``--resume`` to 8. Returns (full dir, resumed dir)."""
     full, stopped = tmp / "full", tmp / "stopped"
-    _ok(mim("train", toolbox, config, full, _iteration_based(options, 8)))
-    _ok(mim("train", toolbox, config, stopped, _iteration_based(options, 4)))
+    succeeded(mim("train", toolbox, config, full, _iteration_based(options, 8)))
+    succeeded(mim("train", toolbox, config, stopped, _iteration_based(options, 4)))
     assert not (stopped / "iter_8.pth").exists()
-    done = _ok(mim("train", toolbox, config, stopped, _iteration_based(options, 8), "--resume"))
+    done = succeeded(mim("train", toolbox, config, stopped, _iteration_based(options, 8), "--resume"))
     assert "Advance dataloader 4 steps to skip data that has already been trained" in done.stdout + done.stderr
     first, resumed = logged_runs(stopped)
     assert [r["iter"] for r in first if "loss" in r] == [1, 2, 3, 4]
@@ -147,8 +142,7 @@ def mixtures(tmp_path_factory):
 
 def test_speechbrain_killed_after_an_intra_epoch_checkpoint_resumes_to_the_same_weights(mixtures, tmp_path):
     args, env = _recipe_command(mixtures, tmp_path / "full")
-    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-4000:]
+    succeeded(subprocess.run(args, env=env, capture_output=True, text=True, timeout=900))
     (end_full,) = _checkpoints(tmp_path / "full", intra=False)
 
     output = tmp_path / "killed"
@@ -172,8 +166,7 @@ def test_speechbrain_killed_after_an_intra_epoch_checkpoint_resumes_to_the_same_
     stopped_at = yaml.safe_load((intra / "brain.ckpt").read_text())["step"]
     assert INTERVAL <= stopped_at < 32
 
-    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900)  # the same command again
-    assert done.returncode == 0, done.stderr[-4000:]
+    succeeded(subprocess.run(args, env=env, capture_output=True, text=True, timeout=900))  # the same command again
     log = (output / "log.txt").read_text()
     assert f"Loading a checkpoint from {intra}" in log
     (end_resumed,) = _checkpoints(output, intra=False)

@@ -30,6 +30,7 @@ import speechbrain as sb
 import speechbrain.nnet.schedulers as schedulers
 from speechbrain.utils.distributed import if_main_process, run_on_main
 from speechbrain.utils.logger import get_logger
+from ssm_plugins.speechbrain import ddp_init_group
 
 logger = get_logger(__name__)
 
@@ -314,7 +315,7 @@ def main(argv):
     hparams_file, run_opts, overrides = sb.parse_arguments(argv)
     if run_opts["optimizer_step_limit"] is not None:  # SpeechBrain 1.1.2's parser leaves this option a string
         run_opts = dataclasses.replace(run_opts, optimizer_step_limit=int(run_opts["optimizer_step_limit"]))
-    sb.utils.distributed.ddp_init_group(run_opts)  # under torchrun: one process group (gloo on CPUs)
+    ddp_init_group(run_opts)  # under torchrun: one process group (gloo on CPUs)
     with open(hparams_file, encoding="utf-8") as fin:
         hparams = load_hyperpyyaml(fin, overrides)
     sb.create_experiment_directory(experiment_directory=hparams["output_folder"], hyperparams_to_save=hparams_file,

@@ -30,8 +30,8 @@ from .layers import ESSMBlock, MambaMixerBlock, MyoBlock, QSMixerBlock
 from .models.essm import ESSMSequence, essm_param_groups
 from .ops import myo_tree
 
-__all__ = ["SBMambaMixerBlock", "SBQSMixerBlock", "SBESSMBlock", "SBMyoBlock", "ESSMWaveformClassifier", "ddp_init_group",
-           "warmup_cosine_scheduler"]
+__all__ = ["SBMambaMixerBlock", "SBQSMixerBlock", "SBESSMBlock", "SBMyoBlock", "ESSMWaveformClassifier",
+           "ddp_init_group", "warmup_cosine_scheduler"]
 
 
 def _check_num_layers(num_layers):

@@ -44,6 +44,20 @@ SYNC_LINE = re.compile(r"CPUDistributedRunner: (\d+) BatchNorm layers synchronis
                        r"\(CPUSyncBatchNorm\): (.*)")
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _subprocess_env() -> dict:
+    """A launched program's environment: this checkout importable, one thread per process (2 processes, 2 cores)."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+                OMP_NUM_THREADS="1")
+
+
 def _synchronised(work_dir: Path):
     """(number of processes, names of the layers) from the runner's log line."""
     (log,) = Path(work_dir).glob("*/*.log")
@@ -159,7 +173,12 @@ def test_mmpretrain_two_processes_end_with_the_weights_of_one_process(mmpretrain
     # per-process BatchNorm statistics (measured: weights 5.0e-3 apart, running statistics 2.6e-2): the tolerance
     # above is not met by chance
     assert max_abs_difference(one, unsynced) > 1e-4
-    # RandomStateHook (the configs' custom hook) saved each process's generators, gathered to rank 0's checkpoint
+    # RandomStateHook (the configs' custom hook) saved each process's generators, gathered to rank 0's checkpoint;
+    # torch.load's weights_only reads mmengine's checkpoints once allowlisted (without it, this test passed only
+    # after another test had imported ssm_plugins.openmmlab)
+    from ssm_plugins.openmmlab import allow_mmengine_checkpoints
+
+    allow_mmengine_checkpoints()
     states = torch.load(tmp / "two" / "epoch_1.pth", map_location="cpu", weights_only=True)["random_states"]
     assert len(states) == 2 and all(set(state) >= {"python", "numpy", "torch"} for state in states)
 
@@ -207,8 +226,6 @@ def _sync_bn_worker(rank, world, port, queue):
 def test_cpu_sync_batchnorm_equals_batchnorm_over_the_global_batch():
     """Forward, input and parameter gradients and running statistics of 2 processes x 4 samples = BatchNorm2d on the
     8 samples (two-pass statistics, differentiable all-reduces)."""
-    import socket
-
     import torch
     import torch.multiprocessing as mp
 
@@ -221,9 +238,7 @@ def test_cpu_sync_batchnorm_equals_batchnorm_over_the_global_batch():
     weights = torch.arange(x[0].numel(), dtype=torch.float32).view(x.shape[1:])
     y = bn(x)
     ((y * weights).sum() / 8).backward()
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = _free_port()
     context = mp.get_context("spawn")
     queue = context.Queue()
     processes = [context.Process(target=_sync_bn_worker, args=(rank, 2, port, queue)) for rank in range(2)]
@@ -259,14 +274,6 @@ for step in range(3):
 """
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_gloo_processes_that_end_on_a_collective_exit_cleanly(tmp_path):
     """12 two-process torchrun runs of a program whose last collective is its last line all exit with 0. Without
@@ -276,12 +283,10 @@ def test_gloo_processes_that_end_on_a_collective_exit_cleanly(tmp_path):
     here."""
     program = tmp_path / "last_collective.py"
     program.write_text(EXIT_PROGRAM)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-               OMP_NUM_THREADS="1")
     for _ in range(12):
         succeeded(subprocess.run([str(Path(sys.executable).with_name("torchrun")), "--nproc_per_node", "2",
                                   "--master_port", str(_free_port()), str(program)],
-                                 env=env, capture_output=True, text=True, timeout=300))
+                                 env=_subprocess_env(), capture_output=True, text=True, timeout=300))
 
 
 def test_end_process_group_at_exit_ends_a_gloo_group(tmp_path, monkeypatch):
@@ -362,14 +367,12 @@ SB_SHAPE = {"dynamic_mixing": False,  # fixed mixtures: runs comparable item by 
 
 def torchrun_recipe(data: Path, output: Path, epochs: int, processes: int = PROCESSES, **more):
     args = [str(Path(sys.executable).with_name("torchrun")), "--nproc_per_node", str(processes),
-            "--master_port", str(29500 + os.getpid() % 1000), str(RECIPE / "train.py"),
+            "--master_port", str(_free_port()), str(RECIPE / "train.py"),
             str(RECIPE / "hparams" / "mambamixer.yaml"), "--data_folder", str(data), "--output_folder", str(output),
             "--device", "cpu", "--noprogressbar", "--distributed_backend", "gloo", "--N_epochs", str(epochs)]
     for key, value in {**SB_SHAPE, **more}.items():
         args += [f"--{key}", str(value)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-               OMP_NUM_THREADS="1")
-    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=900)
+    return subprocess.run(args, env=_subprocess_env(), capture_output=True, text=True, timeout=900)
 
 
 @pytest.fixture(scope="module")

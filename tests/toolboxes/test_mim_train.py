@@ -81,7 +81,7 @@ def test_mim_test_reproduces_the_validation_of_the_checkpoint(run, checkpoint, m
     run = request.getfixturevalue(run)
     test_dir = run.work_dir / "test"
     done = succeeded(mim("test", run.name, run.config, test_dir, run.options(1), "--checkpoint",
-                   str(run.work_dir / checkpoint)))
+                         str(run.work_dir / checkpoint)))
     assert f"Load checkpoint from {run.work_dir / checkpoint}" in done.stdout + done.stderr
     tested = _test_metrics(test_dir)
     (val,) = [r for r in run.records if metric in r]
@@ -92,7 +92,8 @@ def test_mim_test_reproduces_the_validation_of_the_checkpoint(run, checkpoint, m
 def test_mim_train_resume_continues_iterations_and_loss(run, checkpoint, request):
     run = request.getfixturevalue(run)
     # one more epoch / 4 more iterations, from the work dir's last checkpoint, without validating again
-    succeeded(mim("train", run.name, run.config, run.work_dir, run.options(2, "train_cfg.val_begin=1000"), "--resume"))
+    succeeded(mim("train", run.name, run.config, run.work_dir, run.options(2, "train_cfg.val_begin=1000"),
+                  "--resume"))
     first, resumed = logged_runs(run.work_dir)
     before, after = _train_losses(first), _train_losses(resumed)
     assert sorted(after) == [5, 6, 7, 8]

@@ -31,6 +31,7 @@ from ssm_plugins.data.openmmlab_tiny import logged_runs, mim, mmdet_tiny_options
 
 pytestmark = pytest.mark.slow  # 3 mim runs per toolbox, 3 recipe runs: about 3-4 minutes on 2 busy cores
 
+
 def _iteration_based(options, max_iters):
     """A tiny run's options for a ``derived_config(iterations=True)``: ``max_iters`` iterations (the epoch-loop keys
     of the tiny options dropped; the derived config checkpoints every 4 iterations)."""

@@ -96,7 +96,8 @@ def scan_cases(quick: bool):
     shapes = [(2, 64, 256, 16)] if quick else [(8, 1536, 1024, 16), (2, 768, 4096, 16), (1, 1536, 16384, 16)]
     try:
         from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
-    except Exception:  # noqa: BLE001 - not installed (or built for another torch): no mamba_ssm row
+    except Exception as exc:  # noqa: BLE001 - not installed (or built for another torch): no mamba_ssm row
+        print(f"(no mamba_ssm row: {type(exc).__name__}: {exc})")
         selective_scan_fn = None
     for batch, dim, length, n_state in shapes:
         for dtype in (torch.float32, torch.bfloat16):
@@ -109,8 +110,10 @@ def scan_cases(quick: bool):
             t = {k: _leaf(v) for k, v in t.items()}
             call = lambda fn, t=t: fn(**t, delta_softplus=True)  # noqa: E731
             baselines = {"reference (PyTorch)": fwd_bwd(lambda: call(selective_scan), t.values())}
-            if selective_scan_fn is not None:
-                baselines["mamba_ssm selective_scan_fn"] = fwd_bwd(lambda: call(selective_scan_fn), t.values())
+            if selective_scan_fn is not None:  # its kernel takes a time-varying B, C in u's dtype (ours: float32)
+                mt = {**t, "B": _leaf(t["B"].to(dtype)), "C": _leaf(t["C"].to(dtype))}
+                baselines["mamba_ssm selective_scan_fn"] = fwd_bwd(lambda mt=mt: selective_scan_fn(
+                    **mt, delta_softplus=True), mt.values())
             yield ("selective_scan", f"b{batch} d{dim} L{length} N{n_state} {str(dtype)[6:]}", baselines,
                    fwd_bwd(lambda: call(selective_scan), t.values()))
 
@@ -178,8 +181,9 @@ def op_rows(quick: bool) -> list[tuple]:
             with backend("kernel"):
                 t_ours = cuda_seconds(ours)
             for name, step in baselines.items():
-                with backend("reference" if name.startswith("reference") else "kernel"):
-                    t_base = cuda_seconds(step, repeat=3 if name.startswith("reference") else 10, warmup=1)
+                reference = name.startswith("reference")  # Python loops over L: seconds a call, 2 repeats
+                with backend("reference" if reference else "kernel"):
+                    t_base = cuda_seconds(step, repeat=2 if reference else 10, warmup=0 if reference else 3)
                 rows.append((op, case + " fwd+bwd", name, t_base, t_ours, t_base / t_ours))
             if DEVICE == "cuda":
                 torch.cuda.empty_cache()

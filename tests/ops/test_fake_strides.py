@@ -232,10 +232,27 @@ def _cases():
     return [(op, kind) for op in ROWS for kind in KINDS.get(op, ("transposed", "plain"))]
 
 
+def on_device(args, device):
+    """``args`` with every tensor moved to ``device`` in the same memory layout: the whole storage is copied and
+    viewed again with the tensor's sizes, strides and offset (``.to`` would make sliced and expanded views dense)."""
+    def move(t):
+        if t.device.type == device:
+            return t
+        storage = torch.empty(0, dtype=t.dtype).set_(t.untyped_storage(), 0, (t.untyped_storage().nbytes()
+                                                                             // t.element_size(),), (1,))
+        return storage.to(device).as_strided(t.shape, t.stride(), t.storage_offset())
+    return tree_map_only(torch.Tensor, move, args)
+
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op,kind", _cases())
-def test_fake_kernel_matches_real_outputs(op, kind):
-    """Shape, dtype and strides of every output: real CPU kernel vs the fake kernel under FakeTensorMode."""
-    args = ROWS[op](kind)
+def test_fake_kernel_matches_real_outputs(op, kind, device):
+    """Shape, dtype and strides of every output: the real kernel (CPU, and CUDA on a GPU: its glue may lay out
+    outputs differently) vs the fake kernel under FakeTensorMode."""
+    args = on_device(ROWS[op](kind), device)
     overload = getattr(OPS, op).default
     assert any(isinstance(a, torch.Tensor) and not a.is_contiguous() for a in args) or kind == "plain"
     real, _ = tree_flatten(overload(*args))
@@ -253,10 +270,11 @@ def test_fake_kernel_matches_real_outputs(op, kind):
                                               f"fake {fake_meta}"
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op", sorted(ROWS))
-def test_opcheck_faketensor(op):
+def test_opcheck_faketensor(op, device):
     """torch.library.opcheck (schema; fake kernel's shapes and dtypes) on the strided row. It does not replace the
     test above: its stride comparison (torch._prims_common.check_significant_strides) runs for CUDA tensors
-    only, so on the CPU it passed with every stride mismatch that test found."""
-    args = ROWS[op]("transposed")
+    only, so on the CPU it passed with every stride mismatch that test found; on a GPU it checks them too."""
+    args = on_device(ROWS[op]("transposed"), device)
     torch.library.opcheck(getattr(OPS, op).default, args, test_utils=("test_schema", "test_faketensor"))

@@ -31,22 +31,27 @@ from ssm_plugins.ops import _backend, essm_conv, myo_solve, myo_tree, qs_mix, re
 L = 16384
 BF16_TOL = 1.5e-2  # outputs rounded to bf16 (rel. 2^-9 = 2e-3 per element) plus reductions over L in the grads
 
+# The kernels under test run on the CPU and, on a machine with a GPU, on the CUDA device (against the same CPU
+# float64 oracle runs).
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
 needs = lambda *ops: pytest.mark.skipif(  # noqa: E731
     not all(_backend.has_kernel(op, "cpu") for op in ops), reason=f"ssm_plugins._C lacks {ops} CPU kernels")
 
 
 def rel_err(got, want):
-    got, want = got.detach().double(), want.detach().double()
+    got, want = got.detach().cpu().double(), want.detach().cpu().double()
     return ((got - want).abs().max() / want.abs().max().clamp_min(1e-300)).item()
 
 
-def run(fn, inputs, low, grad_out, **kwargs):
-    """fn(**inputs) with the names in ``low`` cast to their low dtype, the rest as given; returns
+def run(fn, inputs, low, grad_out, device="cpu", **kwargs):
+    """fn(**inputs) on ``device`` with the names in ``low`` cast to their low dtype, the rest as given; returns
     (output, {name: grad}) after backward of <output, grad_out>. Inputs are fresh leaves each call."""
-    leaves = {k: v.detach().clone().to(low.get(k, v.dtype)).requires_grad_(True) for k, v in inputs.items()}
+    leaves = {k: v.detach().to(device, low.get(k, v.dtype), copy=True).requires_grad_(True)
+              for k, v in inputs.items()}
     out = fn(**leaves, **kwargs)
     first = out[0] if isinstance(out, tuple) else out
-    (first.double() * grad_out).sum().backward()
+    (first.double() * grad_out.to(device)).sum().backward()
     return out, {k: v.grad for k, v in leaves.items()}
 
 
@@ -70,8 +75,8 @@ def f32_values(inputs):
     return {k: v.float().double() for k, v in inputs.items()}
 
 
-def bf16_rounded(inputs, names):
-    return {k: (v.to(torch.bfloat16).to(v.dtype) if k in names else v) for k, v in inputs.items()}
+def low_rounded(inputs, names, low=torch.bfloat16):
+    return {k: (v.to(low).to(v.dtype) if k in names else v) for k, v in inputs.items()}
 
 
 # ---- selective scan ----------------------------------------------------------------------------------
@@ -95,27 +100,30 @@ def scan_float64():
 
 
 @needs("selective_scan_fwd", "selective_scan_bwd")
-def test_selective_scan_float32_long_large_delta_near_unit_decay(scan_float64):
+@pytest.mark.parametrize("device", DEVICES)
+def test_selective_scan_float32_long_large_delta_near_unit_decay(scan_float64, device):
     """L = 16,384, float32 kernel vs float64 oracle: measured max error 3.9e-6 (output), 3.8e-6 (grad of delta)."""
     inputs, grad_out, (want, want_grads) = scan_float64
     f32 = {k: v.float() for k, v in inputs.items()}
-    out, grads = run(selective_scan, f32, {}, grad_out, delta_softplus=True, return_last_state=True)
-    check(out, grads, want, want_grads, 1e-4, "selective_scan float32")
+    out, grads = run(selective_scan, f32, {}, grad_out, device, delta_softplus=True, return_last_state=True)
+    check(out, grads, want, want_grads, 1e-4, f"selective_scan float32 {device}")
     want_state = reference.selective_scan(**inputs, delta_softplus=True, return_last_state=True)[1]
     assert rel_err(out[1], want_state) <= 1e-4
 
 
 @needs("selective_scan_fwd", "selective_scan_bwd")
-def test_selective_scan_bfloat16_long_keeps_float32_state(scan_float64):
-    """bf16 u, delta, z (A, B, C, D, bias float32) vs the float32 kernel on the same rounded values: measured
-    2.7e-3 (output), 6.0e-3 (grad of z)."""
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("low_dtype", [torch.bfloat16, torch.float16])
+def test_selective_scan_half_precision_long_keeps_float32_state(scan_float64, device, low_dtype):
+    """bf16 (and fp16) u, delta, z (A, B, C, D, bias float32) vs the float32 kernel on the same rounded values:
+    measured 2.7e-3 (output), 6.0e-3 (grad of z) in bf16."""
     inputs, grad_out, _ = scan_float64
-    f32 = bf16_rounded({k: v.float() for k, v in inputs.items()}, ("u", "delta", "z"))
-    want, want_grads = run(selective_scan, f32, {}, grad_out, delta_softplus=True, return_last_state=True)
-    low = dict.fromkeys(("u", "delta", "z"), torch.bfloat16)
-    out, grads = run(selective_scan, f32, low, grad_out, delta_softplus=True, return_last_state=True)
-    assert out[0].dtype == torch.bfloat16 and out[1].dtype == torch.float32
-    check(out, grads, want, want_grads, BF16_TOL, "selective_scan bfloat16")
+    f32 = low_rounded({k: v.float() for k, v in inputs.items()}, ("u", "delta", "z"), low_dtype)
+    want, want_grads = run(selective_scan, f32, {}, grad_out, device, delta_softplus=True, return_last_state=True)
+    low = dict.fromkeys(("u", "delta", "z"), low_dtype)
+    out, grads = run(selective_scan, f32, low, grad_out, device, delta_softplus=True, return_last_state=True)
+    assert out[0].dtype == low_dtype and out[1].dtype == torch.float32
+    check(out, grads, want, want_grads, BF16_TOL, f"selective_scan {low_dtype} {device}")
     # The state after 16,384 steps: float32 precision, not bf16's (a bf16 state would be off by ~1e-2).
     assert rel_err(out[1], want[1]) <= 1e-5
 
@@ -135,18 +143,19 @@ def qs_inputs(length=L, heads=2, feat=2, n_state=4):
 
 @pytest.mark.slow  # the float64 oracle is a Python loop over 2 x 16,384 steps with autograd (~20 s)
 @needs("qs_mix_fwd", "qs_mix_bwd")
-def test_qs_mix_long_large_delta_near_unit_decay():
+@pytest.mark.parametrize("device", DEVICES)
+def test_qs_mix_long_large_delta_near_unit_decay(device):
     """float32 vs float64: measured 3.9e-6 (output), 7.5e-6 (grad of A_rev); bf16: 3.0e-3, 5.8e-3."""
     inputs, grad_out = qs_inputs()
     want, want_grads = run(reference.qs_mix, inputs, {}, grad_out, dt_softplus=True)
     f32 = {k: v.float() for k, v in inputs.items()}
-    out, grads = run(qs_mix, f32, {}, grad_out, dt_softplus=True)
-    check(out, grads, want, want_grads, 1e-4, "qs_mix float32")
+    out, grads = run(qs_mix, f32, {}, grad_out, device, dt_softplus=True)
+    check(out, grads, want, want_grads, 1e-4, f"qs_mix float32 {device}")
     low_names = ("x", "dt", "dt_rev", "gamma")
-    f32 = bf16_rounded(f32, low_names)
-    want, want_grads = run(qs_mix, f32, {}, grad_out, dt_softplus=True)
-    out, grads = run(qs_mix, f32, dict.fromkeys(low_names, torch.bfloat16), grad_out, dt_softplus=True)
-    check(out, grads, want, want_grads, BF16_TOL, "qs_mix bfloat16")
+    f32 = low_rounded(f32, low_names)
+    want, want_grads = run(qs_mix, f32, {}, grad_out, device, dt_softplus=True)
+    out, grads = run(qs_mix, f32, dict.fromkeys(low_names, torch.bfloat16), grad_out, device, dt_softplus=True)
+    check(out, grads, want, want_grads, BF16_TOL, f"qs_mix bfloat16 {device}")
 
 
 # ---- eSSM ----------------------------------------------------------------------------------------------
@@ -163,7 +172,8 @@ def essm_inputs(length=L, heads=2, modes=4, per_head=2):
 
 @needs("essm_kernel", "essm_kernel_bwd")
 @pytest.mark.parametrize("bidirectional", [False, True], ids=["causal", "bidirectional"])
-def test_essm_long_near_unit_decay(bidirectional):
+@pytest.mark.parametrize("device", DEVICES)
+def test_essm_long_near_unit_decay(bidirectional, device):
     """float32 vs float64: measured 1.1e-4 / 1.3e-4 (output, causal / bidirectional), 2.2e-3 / 1.1e-3 (grads
     of lambda_im and log_dt). The phase grads are ill-conditioned here (Δ |λ_im| up to ~400 rad per step,
     weighted by the lag up to 16,383): the float32 oracle has the same error, and the kernel equals the
@@ -172,16 +182,16 @@ def test_essm_long_near_unit_decay(bidirectional):
     kw = dict(bidirectional=bidirectional)
     want, want_grads = run(reference.essm_conv, inputs, {}, grad_out, **kw)
     f32 = {k: v.float() for k, v in inputs.items()}
-    out, grads = run(essm_conv, f32, {}, grad_out, **kw)
-    check(out, grads, want, want_grads, 5e-3, "essm_conv float32")
+    out, grads = run(essm_conv, f32, {}, grad_out, device, **kw)
+    check(out, grads, want, want_grads, 5e-3, f"essm_conv float32 {device}")
     assert rel_err(out, want) <= 5e-4 and rel_err(grads["u"], want_grads["u"]) <= 5e-4
     ref32, ref32_grads = run(reference.essm_conv, f32, {}, grad_out, **kw)
     check(out, grads, ref32, ref32_grads, 2e-5, "essm_conv float32 vs the float32 oracle")
-    f32 = bf16_rounded(f32, ("u",))
-    want, want_grads = run(essm_conv, f32, {}, grad_out, **kw)
-    out, grads = run(essm_conv, f32, {"u": torch.bfloat16}, grad_out, **kw)
+    f32 = low_rounded(f32, ("u",))
+    want, want_grads = run(essm_conv, f32, {}, grad_out, device, **kw)
+    out, grads = run(essm_conv, f32, {"u": torch.bfloat16}, grad_out, device, **kw)
     assert out.dtype == torch.bfloat16
-    check(out, grads, want, want_grads, BF16_TOL, "essm_conv bfloat16")
+    check(out, grads, want, want_grads, BF16_TOL, f"essm_conv bfloat16 {device}")
 
 
 # ---- Myo ------------------------------------------------------------------------------------------------
@@ -213,7 +223,8 @@ def myo_oracle(tree):
 
 @needs("myo_solve_fwd", "myo_solve_bwd")
 @pytest.mark.parametrize("per_node", [False, True], ids=["level_shared", "per_node"])
-def test_myo_65535_nodes_near_bound(per_node):
+@pytest.mark.parametrize("device", DEVICES)
+def test_myo_65535_nodes_near_bound(per_node, device):
     """float32 vs float64: measured 3.1e-7 / 2.7e-6 (level-shared: x / grad b), 2.5e-7 (per node, largest);
     bf16 vs float32: 2.7e-3 / 2.5e-3 (output), 4.0e-3 (grad u)."""
     tree, inputs, grad_out = myo_inputs(per_node)
@@ -221,13 +232,13 @@ def test_myo_65535_nodes_near_bound(per_node):
     solve = lambda u, b: myo_solve(u, b, tree)  # noqa: E731
     want, want_grads = run(myo_oracle(tree), inputs, {}, grad_out)
     f32 = {k: v.float() for k, v in inputs.items()}
-    out, grads = run(solve, f32, {}, grad_out)
-    check(out, grads, want, want_grads, 2e-5, "myo_solve float32")
-    f32 = bf16_rounded(f32, ("u",))
-    want, want_grads = run(solve, f32, {}, grad_out)
-    out, grads = run(solve, f32, {"u": torch.bfloat16}, grad_out)
+    out, grads = run(solve, f32, {}, grad_out, device)
+    check(out, grads, want, want_grads, 2e-5, f"myo_solve float32 {device}")
+    f32 = low_rounded(f32, ("u",))
+    want, want_grads = run(solve, f32, {}, grad_out, device)
+    out, grads = run(solve, f32, {"u": torch.bfloat16}, grad_out, device)
     assert out.dtype == torch.bfloat16
-    check(out, grads, want, want_grads, BF16_TOL, "myo_solve bfloat16")
+    check(out, grads, want, want_grads, BF16_TOL, f"myo_solve bfloat16 {device}")
 
 
 # ---- memory linear in L --------------------------------------------------------------------------------

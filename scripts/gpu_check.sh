@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The GPU checks in one call, for a machine with a CUDA device and its own python3 + torch (a lent GPU machine,
+# a cloud instance): build _C for the card, run every gpu-marked test, run benchmarks/gpu.py. Logs go to $OUT.
+#
+#   OUT=/tmp/gpu bash scripts/gpu_check.sh            # STEPS="build tests bench compile" by default
+#
+# Optional inputs, for machines that cannot reach a package index:
+#   .whl/*.whl                 wheels installed into /tmp/site first (e.g. the timm this project pins)
+#   .gpu_carry/site/           put on PYTHONPATH (e.g. a mamba_ssm built elsewhere: benchmarks/gpu.py then adds
+#                              its selective_scan_fn row)
+#   .gpu_carry/_C<suffix>.so   a prebuilt extension, used when .gpu_carry/_C.key equals this checkout's source key
+#                              (sha256 of setup.py and ssm_plugins/csrc, as printed below) and it imports
+set -u
+OUT=${OUT:-/tmp/gpu_check}
+PY=${PY:-python3}
+STEPS=${STEPS:-build tests bench compile}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+step() { echo; echo "== $1 ($(date -u +%H:%M:%S))"; }
+
+step setup
+if compgen -G ".whl/*.whl" >/dev/null; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl ||
+    exit 1
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+[ -d .gpu_carry/site ] && export PYTHONPATH=$PWD/.gpu_carry/site${PYTHONPATH:+:$PYTHONPATH}
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
+$PY -c "import torch, timm; print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'timm', timm.__version__,
+'device', torch.cuda.get_device_name(0))" || exit 1
+
+if [[ " $STEPS " == *" build "* ]]; then
+  step build
+  t0=$SECONDS
+  key=$(cat setup.py $(find ssm_plugins/csrc -type f | sort) | sha256sum | cut -c1-16)
+  suffix=$($PY -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+  echo "source key $key"
+  if [ -f ".gpu_carry/_C$suffix" ] && [ "$(cat .gpu_carry/_C.key 2>/dev/null)" = "$key" ] &&
+     cp ".gpu_carry/_C$suffix" "ssm_plugins/_C$suffix" && $PY -c "import ssm_plugins._C"; then
+    echo "prebuilt .gpu_carry/_C$suffix"
+  else
+    rm -f "ssm_plugins/_C$suffix"
+    cap=$($PY -c "import torch; print('%d.%d' % torch.cuda.get_device_capability())")
+    TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-$cap} MAX_JOBS=${MAX_JOBS:-$(nproc)} \
+      $PY setup.py build_ext --inplace > "$OUT/build.log" 2>&1 || { tail -60 "$OUT/build.log"; exit 1; }
+    echo "built for sm_$cap"
+  fi
+  echo "build step: $((SECONDS - t0)) s"
+fi
+$PY -c "from ssm_plugins.ops import _backend; print(_backend.backend_info())" || exit 1
+
+# Every gpu-marked test but the inductor ones (step compile) and the quick benchmark (step bench runs the full one)
+if [[ " $STEPS " == *" tests "* ]]; then
+  step tests
+  timeout ${TESTS_TIMEOUT:-240} $PY -m pytest -m gpu -p no:cacheprovider -q -rfE --durations=10 \
+    --junitxml="$OUT/junit.xml" tests/ops tests/models/test_cuda_models.py \
+    -k "not inductor and not quick_run" 2>&1 | tee "$OUT/pytest.log" | tail -60
+  echo "tests exit: ${PIPESTATUS[0]}"
+fi
+
+if [[ " $STEPS " == *" bench "* ]]; then
+  step bench
+  timeout ${BENCH_TIMEOUT:-240} $PY -m benchmarks.gpu --write-readme ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
+  echo "bench exit: ${PIPESTATUS[0]}"
+  cp benchmarks/README.md "$OUT/benchmarks_README.md"
+fi
+
+if [[ " $STEPS " == *" compile "* ]]; then
+  step compile
+  timeout ${COMPILE_TIMEOUT:-150} $PY -m pytest -m gpu -p no:cacheprovider -q -rfE --durations=5 \
+    tests/models/test_cuda_models.py -k inductor 2>&1 | tee "$OUT/compile.log" | tail -15
+  echo "compile exit: ${PIPESTATUS[0]}"
+fi
+step done

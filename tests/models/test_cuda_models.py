@@ -1,0 +1,93 @@
+"""Every registered image model on a CUDA device (marked gpu: skipped without one, never faked).
+
+Per model, at test_contract's reduced sizes (same classes and code paths), eval mode so that dropout and drop path
+are off and the function is the same on both devices:
+
+* float32 on the GPU (TF32 off) equals float32 on the CPU, same weights and input: the logits and, over all
+  parameters, the gradients within a relative error (||a - b|| / ||b||) of FP32_BOUND. The two runs differ in the
+  order of float32 sums (cuBLAS/cuDNN/cuFFT against MKL/oneDNN/pocketfft, our CUDA kernels' block reductions
+  against the CPU kernels' loops), nothing else.
+* bf16 autocast on the GPU: the logits and every gradient finite, within test_autocast's bounds of the GPU's float32
+  run (the bounds measured on the CPU for the same models).
+
+Inductor on the GPU (Triton code generation) compiles the two mixer models whose ops have the largest CUDA kernels,
+forward and backward equal to eager.
+"""
+import contextlib
+
+import pytest
+import timm
+import torch
+
+from test_autocast import GRAD_BOUND, OUT_BOUND
+from test_contract import IMAGE_MODELS, _input, family
+
+pytestmark = pytest.mark.gpu
+
+FP32_BOUND = 1e-4
+
+
+@contextlib.contextmanager
+def no_tf32():
+    """True float32 matmuls and convolutions on the GPU (TF32 would round operands to 10 mantissa bits)."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def forward_backward(model, x, autocast=False):
+    model.zero_grad(set_to_none=True)
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
+        out = model(x)
+    out.float().logsumexp(-1).sum().backward()
+    grads = {n: p.grad.detach().float().cpu() for n, p in model.named_parameters() if p.grad is not None}
+    return out.detach().float().cpu(), grads
+
+
+def relative(got, want):
+    """(output error, gradient error over all parameters), both ||got - want|| / ||want||."""
+    (out, grads), (ref_out, ref_grads) = got, want
+    assert grads.keys() == ref_grads.keys() and len(ref_grads) > 0
+    diff = torch.cat([(grads[n] - ref_grads[n]).flatten() for n in ref_grads])
+    ref = torch.cat([ref_grads[n].flatten() for n in ref_grads])
+    return ((out - ref_out).norm() / ref_out.norm()).item(), (diff.norm() / ref.norm()).item()
+
+
+@pytest.mark.parametrize("name", IMAGE_MODELS)
+def test_cuda_float32_equals_cpu_and_bf16_autocast_is_finite(name):
+    torch.manual_seed(0)
+    model = timm.create_model(name, **family(name).small).eval()
+    x = _input(model, family(name).sizes[0], batch=2)
+    cpu = forward_backward(model, x)
+    model.cuda()
+    with no_tf32():
+        gpu = forward_backward(model, x.cuda())
+    out_err, grad_err = relative(gpu, cpu)
+    assert out_err <= FP32_BOUND and grad_err <= FP32_BOUND, \
+        f"{name}: CUDA float32 vs CPU: output {out_err:.2e}, gradients {grad_err:.2e} (bound {FP32_BOUND})"
+
+    bf16 = forward_backward(model, x.cuda(), autocast=True)
+    assert torch.isfinite(bf16[0]).all(), f"{name}: non-finite bf16 output on the GPU"
+    bad = [n for n, g in bf16[1].items() if not torch.isfinite(g).all()]
+    assert not bad, f"{name}: non-finite bf16 gradients on the GPU: {bad[:5]}"
+    out_err, grad_err = relative(bf16, gpu)
+    assert out_err <= OUT_BOUND and grad_err <= GRAD_BOUND, \
+        f"{name}: CUDA bf16 autocast vs float32: output {out_err:.2e} (bound {OUT_BOUND}), gradients " \
+        f"{grad_err:.2e} (bound {GRAD_BOUND})"
+
+
+@pytest.mark.parametrize("name", ["vim2_t", "viqs_t"])
+def test_inductor_on_cuda_matches_eager(name):
+    torch.manual_seed(0)
+    model = timm.create_model(name, **family(name).small).eval().cuda()
+    x = _input(model, family(name).sizes[0], batch=2).cuda()
+    with no_tf32():
+        eager = forward_backward(model, x)
+        torch._dynamo.reset()
+        compiled = forward_backward(torch.compile(model, fullgraph=True), x)
+    out_err, grad_err = relative(compiled, eager)
+    assert out_err <= FP32_BOUND and grad_err <= 10 * FP32_BOUND, \
+        f"{name}: inductor (CUDA) vs eager: output {out_err:.2e}, gradients {grad_err:.2e}"

@@ -2,7 +2,7 @@
 # The GPU checks in one call, for a machine with a CUDA device and its own python3 + torch (a lent GPU machine,
 # a cloud instance): build _C for the card, run every gpu-marked test, run benchmarks/gpu.py. Logs go to $OUT.
 #
-#   OUT=/tmp/gpu bash scripts/gpu_check.sh            # STEPS="build tests bench compile" by default
+#   OUT=/tmp/gpu bash scripts/gpu_check.sh     # STEPS="build tests bench sanitize compile" by default
 #
 # Optional inputs, for machines that cannot reach a package index:
 #   .whl/*.whl                 wheels installed into /tmp/site first (e.g. the timm this project pins)
@@ -13,7 +13,7 @@
 set -u
 OUT=${OUT:-/tmp/gpu_check}
 PY=${PY:-python3}
-STEPS=${STEPS:-build tests bench compile}
+STEPS=${STEPS:-build tests bench sanitize compile}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 step() { echo; echo "== $1 ($(date -u +%H:%M:%S))"; }
@@ -63,6 +63,17 @@ if [[ " $STEPS " == *" bench "* ]]; then
   timeout ${BENCH_TIMEOUT:-240} $PY -m benchmarks.gpu --write-readme ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
   echo "bench exit: ${PIPESTATUS[0]}"
   cp benchmarks/README.md "$OUT/benchmarks_README.md"
+fi
+
+# compute-sanitizer over every kernel on small odd shapes (scripts/gpu_sanitize.py); errors make it exit non-zero
+if [[ " $STEPS " == *" sanitize "* ]]; then
+  for tool in memcheck racecheck; do
+    step "sanitize $tool"
+    timeout ${SANITIZE_TIMEOUT:-100} compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
+      $PY scripts/gpu_sanitize.py > "$OUT/sanitize_$tool.log" 2>&1
+    echo "sanitize $tool exit: $?"
+    grep -v "^========= *$" "$OUT/sanitize_$tool.log" | tail -12
+  done
 fi
 
 if [[ " $STEPS " == *" compile "* ]]; then

@@ -2,7 +2,7 @@
 # The GPU checks in one call, for a machine with a CUDA device and its own python3 + torch (a lent GPU machine,
 # a cloud instance): build _C for the card, run every gpu-marked test, run benchmarks/gpu.py. Logs go to $OUT.
 #
-#   OUT=/tmp/gpu bash scripts/gpu_check.sh     # STEPS="build tests bench sanitize compile" by default
+#   OUT=/tmp/gpu bash scripts/gpu_check.sh   # STEPS="build tests bench profile sanitize compile" by default
 #
 # Optional inputs, for machines that cannot reach a package index:
 #   .whl/*.whl                 wheels installed into /tmp/site first (e.g. the timm this project pins)
@@ -13,7 +13,7 @@
 set -u
 OUT=${OUT:-/tmp/gpu_check}
 PY=${PY:-python3}
-STEPS=${STEPS:-build tests bench sanitize compile}
+STEPS=${STEPS:-build tests bench profile sanitize compile}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 step() { echo; echo "== $1 ($(date -u +%H:%M:%S))"; }
@@ -32,7 +32,7 @@ $PY -c "import torch, timm; print('torch', torch.__version__, 'CUDA', torch.vers
 if [[ " $STEPS " == *" build "* ]]; then
   step build
   t0=$SECONDS
-  key=$(cat setup.py $(find ssm_plugins/csrc -type f | sort) | sha256sum | cut -c1-16)
+  key=$(cat setup.py $(find ssm_plugins/csrc -type f | LC_ALL=C sort) | sha256sum | cut -c1-16)
   suffix=$($PY -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
   echo "source key $key"
   if [ -f ".gpu_carry/_C$suffix" ] && [ "$(cat .gpu_carry/_C.key 2>/dev/null)" = "$key" ] &&
@@ -63,6 +63,13 @@ if [[ " $STEPS " == *" bench "* ]]; then
   timeout ${BENCH_TIMEOUT:-240} $PY -m benchmarks.gpu --write-readme ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
   echo "bench exit: ${PIPESTATUS[0]}"
   cp benchmarks/README.md "$OUT/benchmarks_README.md"
+fi
+
+if [[ " $STEPS " == *" profile "* ]]; then
+  step profile
+  timeout ${PROFILE_TIMEOUT:-150} $PY -m benchmarks.gpu_profile ${PROFILE_ARGS:-} > "$OUT/profile.log" 2>&1
+  echo "profile exit: $?"
+  grep -A40 "## selective scan" "$OUT/profile.log"
 fi
 
 # compute-sanitizer over every kernel on small odd shapes (scripts/gpu_sanitize.py); errors make it exit non-zero

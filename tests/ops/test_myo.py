@@ -506,5 +506,8 @@ def test_cuda_matches_cpu(dtype):
         x = myo_solve(uu, bb, 4)
         return [t.cpu().to(acc) for t in (x, *torch.autograd.grad(x, (uu, bb), grad_x.to(device)))]
 
+    # bf16: the float32 results round to bf16 on both devices; where they straddle a rounding boundary the two
+    # differ by one bf16 step (2^-7 in [1, 2): seen on an H200, 1 element of 132,066)
+    tol = 1e-2 if dtype == torch.bfloat16 else 1e-4
     for got, want in zip(run("cuda"), run("cpu")):
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol)

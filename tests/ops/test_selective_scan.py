@@ -46,8 +46,8 @@ def grads(fn, kw, delta_softplus, seed=1):
     full = {k: leaves.get(k) for k in kw}
     out, last = fn(**full, delta_softplus=delta_softplus, return_last_state=True)
     gen = torch.Generator().manual_seed(seed)
-    g_out = torch.randn(out.shape, generator=gen).to(out.dtype)
-    g_last = torch.randn(last.shape, generator=gen).to(last.dtype)
+    g_out = torch.randn(out.shape, generator=gen).to(out.device, out.dtype)
+    g_last = torch.randn(last.shape, generator=gen).to(last.device, last.dtype)
     got = torch.autograd.grad([out, last], list(leaves.values()), [g_out, g_last])
     return out, last, dict(zip(leaves, got))
 

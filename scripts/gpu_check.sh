@@ -2,7 +2,7 @@
 # The GPU checks in one call, for a machine with a CUDA device and its own python3 + torch (a lent GPU machine,
 # a cloud instance): build _C for the card, run every gpu-marked test, run benchmarks/gpu.py. Logs go to $OUT.
 #
-#   OUT=/tmp/gpu bash scripts/gpu_check.sh   # STEPS="build tests bench profile sanitize compile" by default
+#   OUT=/tmp/gpu bash scripts/gpu_check.sh   # STEPS="build tests bench profile sanitize ncu compile": all
 #
 # Optional inputs, for machines that cannot reach a package index:
 #   .whl/*.whl                 wheels installed into /tmp/site first (e.g. the timm this project pins)
@@ -13,7 +13,7 @@
 set -u
 OUT=${OUT:-/tmp/gpu_check}
 PY=${PY:-python3}
-STEPS=${STEPS:-build tests bench profile sanitize compile}
+STEPS=${STEPS:-build tests bench profile sanitize ncu compile}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 step() { echo; echo "== $1 ($(date -u +%H:%M:%S))"; }
@@ -25,6 +25,7 @@ if compgen -G ".whl/*.whl" >/dev/null; then
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 [ -d .gpu_carry/site ] && export PYTHONPATH=$PWD/.gpu_carry/site${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH=$PWD:$PYTHONPATH  # this checkout's ssm_plugins, for the scripts under scripts/
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 $PY -c "import torch, timm; print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'timm', timm.__version__,
 'device', torch.cuda.get_device_name(0))" || exit 1
@@ -83,9 +84,21 @@ if [[ " $STEPS " == *" sanitize "* ]]; then
   done
 fi
 
+# Nsight Compute on the scan kernels at the models' shapes (scripts/gpu_ncu.py); the clocks left as they are
+if [[ " $STEPS " == *" ncu "* ]]; then
+  step ncu
+  timeout ${NCU_TIMEOUT:-120} ncu --clock-control none -k regex:"fwd_kernel|bwd_kernel" -c 12 \
+    --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+    --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis $PY scripts/gpu_ncu.py > "$OUT/ncu.txt" 2>&1
+  echo "ncu exit: $?"
+  grep -E "^  [a-z_:<>(),0-9 ]*kernel|Duration|Registers Per|Achieved Occupancy|Memory Throughput|Compute \(SM\)" \
+    "$OUT/ncu.txt" | head -80
+fi
+
+# inductor's compile workers are subprocesses that can keep the interpreter from exiting: compile in-process
 if [[ " $STEPS " == *" compile "* ]]; then
   step compile
-  timeout ${COMPILE_TIMEOUT:-150} $PY -m pytest -m gpu -p no:cacheprovider -q -rfE --durations=5 \
+  TORCHINDUCTOR_COMPILE_THREADS=1 timeout ${COMPILE_TIMEOUT:-150} $PY -m pytest -m gpu -p no:cacheprovider -q -rfE --durations=5 \
     tests/models/test_cuda_models.py -k inductor 2>&1 | tee "$OUT/compile.log" | tail -15
   echo "compile exit: ${PIPESTATUS[0]}"
 fi

@@ -38,10 +38,11 @@ def no_tf32():
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
-def forward_backward(model, x, autocast=False):
+def forward_backward(model, x, autocast=False, call=None):
+    """Logits and parameter gradients of ``model`` (run through ``call``, e.g. its compiled form, if given)."""
     model.zero_grad(set_to_none=True)
     with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
-        out = model(x)
+        out = (call or model)(x)
     out.float().logsumexp(-1).sum().backward()
     grads = {n: p.grad.detach().float().cpu() for n, p in model.named_parameters() if p.grad is not None}
     return out.detach().float().cpu(), grads
@@ -87,7 +88,7 @@ def test_inductor_on_cuda_matches_eager(name):
     with no_tf32():
         eager = forward_backward(model, x)
         torch._dynamo.reset()
-        compiled = forward_backward(torch.compile(model, fullgraph=True), x)
+        compiled = forward_backward(model, x, call=torch.compile(model, fullgraph=True))
     out_err, grad_err = relative(compiled, eager)
     assert out_err <= FP32_BOUND and grad_err <= 10 * FP32_BOUND, \
         f"{name}: inductor (CUDA) vs eager: output {out_err:.2e}, gradients {grad_err:.2e}"

@@ -55,7 +55,7 @@ if [[ " $STEPS " == *" tests "* ]]; then
   step tests
   timeout ${TESTS_TIMEOUT:-240} $PY -m pytest -m gpu -p no:cacheprovider -q -rfE --durations=10 \
     --junitxml="$OUT/junit.xml" tests/ops tests/models/test_cuda_models.py \
-    -k "not inductor and not quick_run" 2>&1 | tee "$OUT/pytest.log" | tail -60
+    -k "not inductor and not quick_run and not profile_on" 2>&1 | tee "$OUT/pytest.log" | tail -60
   echo "tests exit: ${PIPESTATUS[0]}"
 fi
 
@@ -98,8 +98,8 @@ fi
 # inductor's compile workers are subprocesses that can keep the interpreter from exiting: compile in-process
 if [[ " $STEPS " == *" compile "* ]]; then
   step compile
-  TORCHINDUCTOR_COMPILE_THREADS=1 timeout ${COMPILE_TIMEOUT:-150} $PY -m pytest -m gpu -p no:cacheprovider -q -rfE --durations=5 \
-    tests/models/test_cuda_models.py -k inductor 2>&1 | tee "$OUT/compile.log" | tail -15
+  TORCHINDUCTOR_COMPILE_THREADS=1 timeout ${COMPILE_TIMEOUT:-150} $PY -m pytest -m gpu -p no:cacheprovider -q -rfE \
+    --durations=5 tests/models/test_cuda_models.py -k inductor 2>&1 | tee "$OUT/compile.log" | tail -15
   echo "compile exit: ${PIPESTATUS[0]}"
 fi
 step done

@@ -36,8 +36,8 @@ def main() -> int:
     u = r(128, 197, 384, dtype=torch.bfloat16).transpose(1, 2)
     leaves = [u.requires_grad_(), r(128, 12, 197, dtype=torch.bfloat16).requires_grad_(),
               (-torch.rand(384, 16, device="cuda") - 0.5).requires_grad_(),
-              r(128, 16, 197, dtype=torch.bfloat16).requires_grad_(), r(128, 16, 197, dtype=torch.bfloat16).requires_grad_(),
-              r(384, 12).requires_grad_()]
+              r(128, 16, 197, dtype=torch.bfloat16).requires_grad_(),
+              r(128, 16, 197, dtype=torch.bfloat16).requires_grad_(), r(384, 12).requires_grad_()]
     out = selective_scan(*leaves[:5], delta_proj=leaves[5], delta_softplus=True)
     out.float().sum().backward()
     torch.cuda.synchronize()

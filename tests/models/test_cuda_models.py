@@ -42,7 +42,7 @@ def forward_backward(model, x, autocast=False, call=None):
     """Logits and parameter gradients of ``model`` (run through ``call``, e.g. its compiled form, if given)."""
     model.zero_grad(set_to_none=True)
     with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
-        out = (call or model)(x)
+        out = (model if call is None else call)(x)  # not `call or model`: a compiled module has no len()
     out.float().logsumexp(-1).sum().backward()
     grads = {n: p.grad.detach().float().cpu() for n, p in model.named_parameters() if p.grad is not None}
     return out.detach().float().cpu(), grads

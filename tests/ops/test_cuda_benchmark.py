@@ -1,9 +1,9 @@
-"""benchmarks/gpu.py: on a machine without a CUDA device it says so and exits 0; with one, a quick run
-produces the op and model tables (marked gpu: skipped without a device)."""
+"""benchmarks/gpu.py and gpu_profile.py: on a machine without a CUDA device they say so and exit 0; with one, quick
+runs produce the op and model tables and the profile's sections (marked gpu: skipped without a device)."""
 import pytest
 import torch
 
-from benchmarks import gpu
+from benchmarks import gpu, gpu_profile
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path; this machine has a GPU")
@@ -11,6 +11,21 @@ def test_without_a_gpu_it_says_so_and_exits_0(capsys):
     assert gpu.main([]) == 0
     out = capsys.readouterr().out
     assert "no CUDA device" in out and "nothing measured" in out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path; this machine has a GPU")
+def test_profile_without_a_gpu_says_so_and_exits_0(capsys):
+    assert gpu_profile.main([]) == 0
+    assert "no CUDA device" in capsys.readouterr().out
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_profile_on_a_gpu(capsys):
+    assert gpu_profile.main(["--models", "vim2_t", "--batch", "8", "--rows", "5"]) == 0
+    out = capsys.readouterr().out
+    for section in ("synchronising calls", "forward ms per part", "by GPU time", "selective scan, ms"):
+        assert section in out
 
 
 @pytest.mark.gpu

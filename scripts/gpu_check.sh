@@ -6,8 +6,8 @@
 #
 # Optional inputs, for machines that cannot reach a package index:
 #   .whl/*.whl                 wheels installed into /tmp/site first (e.g. the timm this project pins)
-#   .gpu_carry/site/           put on PYTHONPATH (e.g. a mamba_ssm built elsewhere: benchmarks/gpu.py then adds
-#                              its selective_scan_fn row)
+#   .gpu_carry/site/           put on PYTHONPATH (e.g. mamba_ssm's selective scan from scripts/build_mamba_scan.sh:
+#                              benchmarks/gpu.py then adds its selective_scan_fn row)
 #   .gpu_carry/_C<suffix>.so   a prebuilt extension, used when .gpu_carry/_C.key equals this checkout's source key
 #                              (sha256 of setup.py and ssm_plugins/csrc, as printed below) and it imports
 set -u

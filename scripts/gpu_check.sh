@@ -4,7 +4,7 @@
 #
 #   OUT=/tmp/gpu bash scripts/gpu_check.sh   # STEPS="build tests bench profile sanitize ncu compile": all
 #
-# Optional inputs, for machines that cannot reach a package index:
+# Optional inputs, for machines that cannot reach a package index (scripts/build_for_device.sh makes all three):
 #   .whl/*.whl                 wheels installed into /tmp/site first (e.g. the timm this project pins)
 #   .gpu_carry/site/           put on PYTHONPATH (e.g. mamba_ssm's selective scan from scripts/build_mamba_scan.sh:
 #                              benchmarks/gpu.py then adds its selective_scan_fn row)

@@ -91,27 +91,39 @@ def _leaf(t: torch.Tensor) -> torch.Tensor:
 
 # ---- op cases: (op, case, {baseline name: step}, our step) ------------------------------------------------
 
-def scan_cases(quick: bool):
-    from ssm_plugins.ops import selective_scan
-    shapes = [(2, 64, 256, 16)] if quick else [(8, 1536, 1024, 16), (2, 768, 4096, 16), (1, 1536, 16384, 16)]
+def scan_inputs(batch: int, dim: int, length: int, n_state: int, dtype) -> tuple[dict, dict]:
+    """Leaves of one selective-scan case on DEVICE: ours (u, delta, z in ``dtype``, the rest float32) and the same
+    values for mamba_ssm's kernel, which takes a time-varying B, C in u's dtype."""
+    g = torch.Generator().manual_seed(0)
+    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    t = dict(u=r(batch, dim, length).to(dtype), delta=(0.5 * r(batch, dim, length) - 4.0).to(dtype),
+             A=-torch.arange(1, n_state + 1.0).repeat(dim, 1), B=r(batch, n_state, length),
+             C=r(batch, n_state, length), D=torch.ones(dim), z=r(batch, dim, length).to(dtype),
+             delta_bias=0.5 * r(dim))
+    t = {k: _leaf(v) for k, v in t.items()}
+    return t, {**t, "B": _leaf(t["B"].to(dtype)), "C": _leaf(t["C"].to(dtype))}
+
+
+def mamba_selective_scan_fn():
+    """mamba_ssm's selective_scan_fn, or None (saying why) when it is not importable."""
     try:
         from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
     except Exception as exc:  # noqa: BLE001 - not installed (or built for another torch): no mamba_ssm row
         print(f"(no mamba_ssm row: {type(exc).__name__}: {exc})")
-        selective_scan_fn = None
+        return None
+    return selective_scan_fn
+
+
+def scan_cases(quick: bool):
+    from ssm_plugins.ops import selective_scan
+    shapes = [(2, 64, 256, 16)] if quick else [(8, 1536, 1024, 16), (2, 768, 4096, 16), (1, 1536, 16384, 16)]
+    selective_scan_fn = mamba_selective_scan_fn()
     for batch, dim, length, n_state in shapes:
         for dtype in (torch.float32, torch.bfloat16):
-            g = torch.Generator().manual_seed(0)
-            r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
-            t = dict(u=r(batch, dim, length).to(dtype), delta=(0.5 * r(batch, dim, length) - 4.0).to(dtype),
-                     A=-torch.arange(1, n_state + 1.0).repeat(dim, 1), B=r(batch, n_state, length),
-                     C=r(batch, n_state, length), D=torch.ones(dim), z=r(batch, dim, length).to(dtype),
-                     delta_bias=0.5 * r(dim))
-            t = {k: _leaf(v) for k, v in t.items()}
+            t, mt = scan_inputs(batch, dim, length, n_state, dtype)
             call = lambda fn, t=t: fn(**t, delta_softplus=True)  # noqa: E731
             baselines = {"reference (PyTorch)": fwd_bwd(lambda: call(selective_scan), t.values())}
-            if selective_scan_fn is not None:  # its kernel takes a time-varying B, C in u's dtype (ours: float32)
-                mt = {**t, "B": _leaf(t["B"].to(dtype)), "C": _leaf(t["C"].to(dtype))}
+            if selective_scan_fn is not None:
                 baselines["mamba_ssm selective_scan_fn"] = fwd_bwd(lambda mt=mt: selective_scan_fn(
                     **mt, delta_softplus=True), mt.values())
             yield ("selective_scan", f"b{batch} d{dim} L{length} N{n_state} {str(dtype)[6:]}", baselines,
@@ -192,6 +204,21 @@ def op_rows(quick: bool) -> list[tuple]:
 
 # ---- model throughput -------------------------------------------------------------------------------------
 
+def train_step(model, batch: int):
+    """One training step of ``model`` on a random batch of 224x224 images (AMP bf16, SGD); returns (step, x)."""
+    x = torch.randn(batch, 3, 224, 224, device=DEVICE)
+    y = torch.randint(0, 1000, (batch,), device=DEVICE)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(DEVICE, dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+    return step, x
+
+
 def model_rows(batch: int, quick: bool) -> list[tuple]:
     import timm
     import ssm_plugins  # noqa: F401  (registers our models with timm)
@@ -200,27 +227,18 @@ def model_rows(batch: int, quick: bool) -> list[tuple]:
     speed = {}
     for name in names[:3] if quick else names:
         model = timm.create_model(name).to(DEVICE)
-        x = torch.randn(batch, 3, 224, 224, device=DEVICE)
-        y = torch.randint(0, 1000, (batch,), device=DEVICE)
-        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-
-        def train_step():
-            opt.zero_grad(set_to_none=True)
-            with torch.autocast(DEVICE, dtype=torch.bfloat16):
-                loss = torch.nn.functional.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
+        train, x = train_step(model, batch)
 
         def infer_step():
             with torch.no_grad(), torch.autocast(DEVICE, dtype=torch.bfloat16):
                 model(x)
 
         model.train()
-        train = batch / cuda_seconds(train_step, repeat=5, warmup=2)
+        train = batch / cuda_seconds(train, repeat=5, warmup=2)
         model.eval()
         infer = batch / cuda_seconds(infer_step, repeat=5, warmup=2)
         speed[name] = (train, infer)
-        del model, opt
+        del model, train
         if DEVICE == "cuda":
             torch.cuda.empty_cache()
     ref = {p: speed[p] for p in PEERS if p in speed}

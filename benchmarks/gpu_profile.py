@@ -21,20 +21,6 @@ from benchmarks import gpu
 from benchmarks._common import table
 
 
-def train_step(model, batch):
-    x = torch.randn(batch, 3, 224, 224, device="cuda")
-    y = torch.randint(0, 1000, (batch,), device="cuda")
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-    return step, x
-
-
 def sync_sites(step) -> list[tuple[str, int]]:
     """(call site, count) of the synchronising CUDA calls one step makes, most frequent first."""
     torch.cuda.set_sync_debug_mode("warn")
@@ -82,25 +68,15 @@ def part_times(model, x) -> list[tuple[str, float]]:
 
 
 def scan_split() -> list[tuple]:
-    """Our selective scan's forward alone and forward+backward against mamba_ssm's (B, C in u's dtype, its
-    contract; ours float32), milliseconds."""
+    """Our selective scan's forward alone and forward+backward against mamba_ssm's (benchmarks/gpu.py's inputs),
+    milliseconds."""
     from ssm_plugins.ops import selective_scan
-    try:
-        from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
-    except Exception:  # noqa: BLE001 - not installed
-        selective_scan_fn = None
+    selective_scan_fn = gpu.mamba_selective_scan_fn()
     rows = []
     for batch, dim, length in ((8, 1536, 1024), (2, 768, 4096)):
         for dtype in (torch.float32, torch.bfloat16):
-            g = torch.Generator().manual_seed(0)
-            r = lambda *s: torch.randn(*s, generator=g).cuda()  # noqa: E731
-            t = dict(u=r(batch, dim, length).to(dtype), delta=(0.5 * r(batch, dim, length) - 4.0).to(dtype),
-                     A=-torch.arange(1, 17.0).repeat(dim, 1).cuda(), B=r(batch, 16, length), C=r(batch, 16, length),
-                     D=torch.ones(dim).cuda(), z=r(batch, dim, length).to(dtype), delta_bias=0.5 * r(dim))
-            t = {k: v.requires_grad_() for k, v in t.items()}
-            mt = {**t, "B": t["B"].detach().to(dtype).requires_grad_(), "C": t["C"].detach().to(dtype).requires_grad_()}
             times = []
-            for fn, inputs in ((selective_scan, t), (selective_scan_fn, mt)):
+            for fn, inputs in zip((selective_scan, selective_scan_fn), gpu.scan_inputs(batch, dim, length, 16, dtype)):
                 if fn is None:
                     times += [float("nan")] * 2
                     continue
@@ -129,7 +105,7 @@ def main(argv=None) -> int:
     gpu.pin_settings()
     for name in args.models:
         model = timm.create_model(name).cuda().train()
-        step, x = train_step(model, args.batch)
+        step, x = gpu.train_step(model, args.batch)
         for _ in range(3):
             step()
         torch.cuda.synchronize()

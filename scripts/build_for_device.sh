@@ -32,8 +32,7 @@ git ls-files -z setup.py pyproject.toml ssm_plugins | xargs -0 cp --parents -t "
 (cd "$build" && TORCH_CUDA_ARCH_LIST=$ARCH "$SIDE/bin/python" setup.py build_ext --inplace >build.log 2>&1) ||
   { tail -40 "$build/build.log"; exit 1; }
 cp "$build"/ssm_plugins/_C.*.so .gpu_carry/
-(cd "$build" && cat setup.py $(find ssm_plugins/csrc -type f | LC_ALL=C sort) | sha256sum | cut -c1-16) \
-  > .gpu_carry/_C.key
+bash scripts/source_key.sh "$build" > .gpu_carry/_C.key
 echo "built .gpu_carry/$(basename "$build"/ssm_plugins/_C.*.so) for sm_${ARCH/./}, key $(cat .gpu_carry/_C.key)"
 
 .venv/bin/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d .whl \

@@ -9,7 +9,7 @@
 #   .gpu_carry/site/           put on PYTHONPATH (e.g. mamba_ssm's selective scan from scripts/build_mamba_scan.sh:
 #                              benchmarks/gpu.py then adds its selective_scan_fn row)
 #   .gpu_carry/_C<suffix>.so   a prebuilt extension, used when .gpu_carry/_C.key equals this checkout's source key
-#                              (sha256 of setup.py and ssm_plugins/csrc, as printed below) and it imports
+#                              (scripts/source_key.sh, printed below) and it imports
 set -u
 OUT=${OUT:-/tmp/gpu_check}
 PY=${PY:-python3}
@@ -33,7 +33,7 @@ $PY -c "import torch, timm; print('torch', torch.__version__, 'CUDA', torch.vers
 if [[ " $STEPS " == *" build "* ]]; then
   step build
   t0=$SECONDS
-  key=$(cat setup.py $(find ssm_plugins/csrc -type f | LC_ALL=C sort) | sha256sum | cut -c1-16)
+  key=$(bash scripts/source_key.sh)
   suffix=$($PY -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
   echo "source key $key"
   if [ -f ".gpu_carry/_C$suffix" ] && [ "$(cat .gpu_carry/_C.key 2>/dev/null)" = "$key" ] &&

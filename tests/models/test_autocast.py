@@ -26,13 +26,24 @@ _PENDING = {}
 
 
 
-def _run(model, x, autocast: bool):
+def forward_backward(model, x, autocast=False, call=None):
+    """Logits and parameter gradients (float32, on the CPU) of ``model`` on x's device, run through ``call`` (e.g.
+    its compiled form) if given, under bf16 autocast if ``autocast``."""
     model.zero_grad(set_to_none=True)
-    with torch.autocast('cpu', dtype=torch.bfloat16, enabled=autocast):
-        out = model(x)
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
+        out = (model if call is None else call)(x)  # not `call or model`: a compiled module has no len()
     out.float().logsumexp(-1).sum().backward()
-    grads = {n: p.grad.detach().float().clone() for n, p in model.named_parameters() if p.grad is not None}
-    return out.detach().float(), grads
+    grads = {n: p.grad.detach().float().cpu().clone() for n, p in model.named_parameters() if p.grad is not None}
+    return out.detach().float().cpu(), grads
+
+
+def relative(got, want):
+    """(output error, gradient error over all parameters) of two forward_backward results, ||got - want|| / ||want||."""
+    (out, grads), (ref_out, ref_grads) = got, want
+    assert grads.keys() == ref_grads.keys() and len(ref_grads) > 0
+    diff = torch.cat([(grads[n] - ref_grads[n]).flatten() for n in ref_grads])
+    ref = torch.cat([ref_grads[n].flatten() for n in ref_grads])
+    return ((out - ref_out).norm() / ref_out.norm()).item(), (diff.norm() / ref.norm()).item()
 
 
 def relative_errors(name):
@@ -42,16 +53,12 @@ def relative_errors(name):
     torch.manual_seed(0)
     model = timm.create_model(name, **family(name).small).eval()  # deterministic: no dropout / drop path
     x = _input(model, family(name).sizes[0], batch=4)
-    ref_out, ref_grads = _run(model, x, autocast=False)
-    out, grads = _run(model, x, autocast=True)
+    ref = forward_backward(model, x)
+    out, grads = low = forward_backward(model, x, autocast=True)
     assert torch.isfinite(out).all(), f'{name}: non-finite bf16 output'
-    assert grads.keys() == ref_grads.keys()
     for n, g in grads.items():
         assert torch.isfinite(g).all(), f'{name}: non-finite bf16 gradient of {n}'
-    out_err = ((out - ref_out).norm() / ref_out.norm()).item()
-    diff = torch.cat([(grads[n] - ref_grads[n]).flatten() for n in ref_grads])
-    ref = torch.cat([ref_grads[n].flatten() for n in ref_grads])
-    return out_err, (diff.norm() / ref.norm()).item()
+    return relative(low, ref)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py

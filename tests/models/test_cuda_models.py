@@ -19,7 +19,7 @@ import pytest
 import timm
 import torch
 
-from test_autocast import GRAD_BOUND, OUT_BOUND
+from test_autocast import GRAD_BOUND, OUT_BOUND, forward_backward, relative
 from test_contract import IMAGE_MODELS, _input, family
 
 pytestmark = pytest.mark.gpu
@@ -36,25 +36,6 @@ def no_tf32():
         yield
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-
-
-def forward_backward(model, x, autocast=False, call=None):
-    """Logits and parameter gradients of ``model`` (run through ``call``, e.g. its compiled form, if given)."""
-    model.zero_grad(set_to_none=True)
-    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
-        out = (model if call is None else call)(x)  # not `call or model`: a compiled module has no len()
-    out.float().logsumexp(-1).sum().backward()
-    grads = {n: p.grad.detach().float().cpu() for n, p in model.named_parameters() if p.grad is not None}
-    return out.detach().float().cpu(), grads
-
-
-def relative(got, want):
-    """(output error, gradient error over all parameters), both ||got - want|| / ||want||."""
-    (out, grads), (ref_out, ref_grads) = got, want
-    assert grads.keys() == ref_grads.keys() and len(ref_grads) > 0
-    diff = torch.cat([(grads[n] - ref_grads[n]).flatten() for n in ref_grads])
-    ref = torch.cat([ref_grads[n].flatten() for n in ref_grads])
-    return ((out - ref_out).norm() / ref_out.norm()).item(), (diff.norm() / ref.norm()).item()
 
 
 @pytest.mark.parametrize("name", IMAGE_MODELS)

@@ -210,20 +210,20 @@ class VisionTokenMixer(SelectiveTokenMixer):
     def _mix_s6_bi(self, u, xbar, perm):
         """Forward + backward S6 along the scan ``perm`` (batch, L); returns W_out's output (batch, L, dim) in
         scan order."""
-        inner, rank, n_state = self.inner, self.fwd.dt_rank, self.d_state
         proj = self._scanned_projections(_take_tokens(u, perm))
-        gate = F.silu(proj[..., :inner], inplace=_no_grad())
+        # one split, not slices: its backward is one cat, where each slice's is a zero-filled full-size gradient
+        sizes = [self.fwd.dt_rank, self.d_state, self.d_state]
+        gate, *sel = proj.split([self.inner] + sizes + sizes, dim=-1)
+        gate = F.silu(gate, inplace=_no_grad())
         x_scan = _take_tokens(xbar, perm).transpose(1, 2)  # x̄ in the scan order, read by both directions
 
-        def scan(direction, sel, D, reverse):  # Δ low rank: dt_proj applied per row inside the scan
-            return ops.selective_scan(
-                x_scan, sel[:, :rank], -torch.exp(direction.A_log), sel[:, rank:rank + n_state],
-                sel[:, rank + n_state:], D, delta_bias=direction.dt_bias, delta_softplus=True,
-                delta_proj=direction.dt_proj.weight, reverse=reverse)
+        def scan(direction, dt_low, B, C, D, reverse):  # Δ low rank: dt_proj applied per row inside the scan
+            return ops.selective_scan(x_scan, dt_low.mT, -torch.exp(direction.A_log), B.mT, C.mT, D,
+                                      delta_bias=direction.dt_bias, delta_softplus=True,
+                                      delta_proj=direction.dt_proj.weight, reverse=reverse)
 
-        sel_fwd, sel_bwd = proj[..., inner:].transpose(1, 2).chunk(2, dim=1)
         # the scans' outputs have x_scan's layout: y^T below is token-major (batch, L, E), no copy
-        y, y_rev = scan(self.fwd, sel_fwd, self.D, False).mT, scan(self.bwd, sel_bwd, None, True).mT
+        y, y_rev = scan(self.fwd, *sel[:3], self.D, False).mT, scan(self.bwd, *sel[3:], None, True).mT
         if _no_grad():  # in place: every (batch, L, E) temporary is memory the allocator may have to fault in again
             y = y.add_(y_rev).mul_(gate)
         else:

@@ -126,8 +126,8 @@ if _COMPILED:
             batch, groups, rank, length = low.shape
             grad_delta = grads[1].to(A.dtype).view(batch, groups, -1, length)
             proj = delta_proj.view(groups, -1, rank)
-            grads[1] = torch.einsum("gcr,bgcl->bgrl", proj, grad_delta).to(low.dtype)
-            grad_proj = torch.einsum("bgcl,bgrl->gcr", grad_delta, low.to(A.dtype)).reshape(delta_proj.shape)
+            grads[1] = torch.matmul(proj.mT, grad_delta).to(low.dtype)
+            grad_proj = torch.matmul(grad_delta, low.to(A.dtype).mT).sum(0).view(delta_proj.shape)
         return (*grads, None, grad_proj, None)
 
     torch.library.register_autograd(f"ssm_plugins::{_OP}", _backward, setup_context=_setup_context)

@@ -1,7 +1,8 @@
 """GPU benchmark: every op forward+backward against its reference (and mamba_ssm's selective_scan_fn when it is
 installed), and model training / inference throughput next to timm's DeiT-S and Swin-T, in one run.
 
-    .venv/bin/python -m benchmarks.gpu [--quick] [--batch 128] [--only ops|models] [--write-readme]
+    .venv/bin/python -m benchmarks.gpu [--quick] [--batch 128] [--only ops|models] [--models NAME ...]
+                                       [--compile MODE] [--write-readme]
 
 ``--device cpu`` runs the same cases on the CPU (wall-clock timing): a check that the script's calls are
 right on a machine without a GPU (tests/ops/test_cuda_benchmark.py), not a benchmark.
@@ -10,6 +11,10 @@ Timing: CUDA events around each call after warm-up, torch.cuda.synchronize() bef
 repeats. Settings pinned and printed: TF32 matmul and cuDNN on, cudnn.benchmark on, AMP bf16 autocast for the
 models (batch 128, 224x224, SGD step included in "train"). On a machine without a CUDA device it prints that
 there is no GPU and exits 0 (nothing is measured or faked).
+
+``--compile MODE`` also times each model compiled (torch.compile, inductor, that mode: ``default``, or
+``reduce-overhead`` to replay the step as a CUDA graph), a row beside the eager one: an eager vim2_t step spends
+as long launching its ~16,000 operators from Python as the GPU spends running them (benchmarks/README, GPU).
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ OUR_MODELS = ("vim2_t", "vim2_s", "viqs_t", "viqs_s", "deit_small_patch16_224_ss
               "swin_tiny_patch4_window7_224_ssm2d", "essm_2d_tiny", "myonet_tiny")
 PEERS = ("deit_small_patch16_224", "swin_tiny_patch4_window7_224")
 DEVICE = "cuda"  # --device
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 def pin_settings() -> dict:
@@ -211,6 +217,7 @@ def train_step(model, batch: int):
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 
     def step():
+        torch.compiler.cudagraph_mark_step_begin()  # a compiled CUDA-graph model: a new step (else nothing)
         opt.zero_grad(set_to_none=True)
         with torch.autocast(DEVICE, dtype=torch.bfloat16):
             loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -219,33 +226,51 @@ def train_step(model, batch: int):
     return step, x
 
 
-def model_rows(batch: int, quick: bool) -> list[tuple]:
+def throughput(model, batch: int) -> tuple[float, float]:
+    """(training, inference) images/s of ``model`` (compiled or not) at ``batch``."""
+    train, x = train_step(model, batch)
+
+    def infer_step():
+        torch.compiler.cudagraph_mark_step_begin()
+        with torch.no_grad(), torch.autocast(DEVICE, dtype=torch.bfloat16):
+            model(x)
+
+    model.train()
+    train_speed = batch / cuda_seconds(train, repeat=5, warmup=2)
+    model.eval()  # a compiled model recompiles for eval mode in its warm-up
+    return train_speed, batch / cuda_seconds(infer_step, repeat=5, warmup=2)
+
+
+def model_rows(batch: int, quick: bool, names=None, compile_mode=None, compile_backend="inductor") -> list[tuple]:
+    """A row per model (default: the peers and ours; ``quick`` the first three): eager, then compiled with
+    ``compile_mode`` when given; ratios against the peers run the same way."""
     import timm
     import ssm_plugins  # noqa: F401  (registers our models with timm)
     registered = set(timm.list_models())
-    names = [n for n in PEERS + OUR_MODELS if n in registered]
+    if names is None:
+        names = [n for n in PEERS + OUR_MODELS if n in registered]
+        names = names[:3] if quick else names
+    unknown = [n for n in names if n not in registered]
+    if unknown:
+        raise ValueError(f"--models: not registered with timm: {unknown}")
+    runs = [("", None)] + ([(f" (compiled, {compile_mode})", compile_mode)] if compile_mode else [])
     speed = {}
-    for name in names[:3] if quick else names:
-        model = timm.create_model(name).to(DEVICE)
-        train, x = train_step(model, batch)
-
-        def infer_step():
-            with torch.no_grad(), torch.autocast(DEVICE, dtype=torch.bfloat16):
-                model(x)
-
-        model.train()
-        train = batch / cuda_seconds(train, repeat=5, warmup=2)
-        model.eval()
-        infer = batch / cuda_seconds(infer_step, repeat=5, warmup=2)
-        speed[name] = (train, infer)
-        del model, train
-        if DEVICE == "cuda":
-            torch.cuda.empty_cache()
-    ref = {p: speed[p] for p in PEERS if p in speed}
+    for name in names:
+        for suffix, mode in runs:
+            model = timm.create_model(name).to(DEVICE)
+            if mode is not None:
+                torch._dynamo.reset()
+                model = torch.compile(model, mode=None if mode == "default" else mode, backend=compile_backend)
+            speed[name + suffix] = throughput(model, batch)
+            del model
+            if DEVICE == "cuda":
+                torch.cuda.empty_cache()
     rows = []
-    for name, (train, infer) in speed.items():
+    for key, (train, infer) in speed.items():
+        suffix = key[key.index(" "):] if " " in key else ""
+        ref = {p: speed[p + suffix] for p in PEERS if p + suffix in speed}
         rel = [f"{train / ref[p][0]:.2f} / {infer / ref[p][1]:.2f}" for p in PEERS if p in ref]
-        rows.append((name, train, infer, *rel, *[""] * (len(PEERS) - len(rel))))
+        rows.append((key, train, infer, *rel, *[""] * (len(PEERS) - len(rel))))
     return rows
 
 
@@ -254,6 +279,10 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes and three models: a smoke run")
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--only", choices=("ops", "models"), default=None)
+    parser.add_argument("--models", nargs="+", default=None, metavar="NAME",
+                        help="the models to time (timm names; default: DeiT-S, Swin-T and ours)")
+    parser.add_argument("--compile", choices=COMPILE_MODES, default=None, metavar="MODE",
+                        help=f"also time each model under torch.compile in this mode ({', '.join(COMPILE_MODES)})")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                         help="cpu: run the cases on the CPU to check the script (not a benchmark)")
     add_write_readme(parser)
@@ -266,7 +295,7 @@ def main(argv=None) -> int:
             print(table(["op", "case", "baseline", "baseline s", "ours s", "speed-up"], op_rows(args.quick)))
         if args.only in (None, "models"):
             print(table(["model", "train img/s", "infer img/s", *[f"vs {p}" for p in PEERS]],
-                        model_rows(args.batch, args.quick)))
+                        model_rows(args.batch, args.quick, args.models, args.compile)))
         return 0
     if not torch.cuda.is_available():
         print("benchmarks.gpu: no CUDA device on this machine (torch.cuda.is_available() is False); "
@@ -285,7 +314,7 @@ def main(argv=None) -> int:
             print(f"Training (fwd+bwd+SGD step) and inference images/s, batch {args.batch}, 224x224, AMP bf16; "
                   "ratios train / inference against each peer")
             print(table(["model", "train img/s", "infer img/s", *[f"vs {p}" for p in PEERS]],
-                        model_rows(args.batch, args.quick)))
+                        model_rows(args.batch, args.quick, args.models, args.compile)))
     return 0
 
 

@@ -2,7 +2,8 @@
 # The GPU checks in one call, for a machine with a CUDA device and its own python3 + torch (a lent GPU machine,
 # a cloud instance): build _C for the card, run every gpu-marked test, run benchmarks/gpu.py. Logs go to $OUT.
 #
-#   OUT=/tmp/gpu bash scripts/gpu_check.sh   # STEPS="build tests bench profile sanitize ncu compile": all
+#   OUT=/tmp/gpu bash scripts/gpu_check.sh   # STEPS="build tests bench profile sanitize ncu compile": these
+#                                             # (default); "bench_compiled" adds the compiled throughput rows
 #
 # Optional inputs, for machines that cannot reach a package index (scripts/build_for_device.sh makes all three):
 #   .whl/*.whl                 wheels installed into /tmp/site first (e.g. the timm this project pins)
@@ -64,6 +65,16 @@ if [[ " $STEPS " == *" bench "* ]]; then
   timeout ${BENCH_TIMEOUT:-240} $PY -m benchmarks.gpu --write-readme ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
   echo "bench exit: ${PIPESTATUS[0]}"
   cp benchmarks/README.md "$OUT/benchmarks_README.md"
+fi
+
+# The models under torch.compile (CUDA graphs: the eager step's Python/launch time gone), eager rows beside them
+if [[ " $STEPS " == *" bench_compiled "* ]]; then
+  step bench_compiled
+  TORCHINDUCTOR_COMPILE_THREADS=1 timeout ${BENCH_COMPILED_TIMEOUT:-420} $PY -m benchmarks.gpu --only models \
+    --compile ${COMPILE_MODE:-reduce-overhead} \
+    --models ${COMPILED_MODELS:-deit_small_patch16_224 swin_tiny_patch4_window7_224 vim2_t viqs_t} \
+    2>&1 | tee "$OUT/bench_compiled.log"
+  echo "bench_compiled exit: ${PIPESTATUS[0]}"
 fi
 
 if [[ " $STEPS " == *" profile "* ]]; then

@@ -672,7 +672,23 @@ def _has_param(module, name):
 # ---- Switch of Scans (§3.2) ----------------------------------------------------------------------------------------
 
 SCAN_NAMES = ("C1", "C2", "C3", "C4", "Z1", "Z2", "Z3", "Z4", "Z5", "Z6", "Z7", "Z8", "L1", "L2", "L3", "L4")
-_SCAN_CACHE = {}
+_INDEX_CACHE = {}  # (key, device) -> tuple of index tensors on that device
+
+
+def _cached_on(device, key, build):
+    """build()'s tuple of CPU tensors, made once per key and copied to ``device`` once per device: an index built
+    on the host and copied in every forward is a host-to-device copy that waits for the stream (three per vim2_t
+    step on a GPU) and keeps the step out of a CUDA graph. The cache outlives any trace: it is filled with real
+    tensors, never with the fake ones of a torch.export / torch.compile trace or a meta default device (they would
+    poison every later eager call)."""
+    device = torch.device(device)
+    if (key, device) not in _INDEX_CACHE:
+        with unset_fake_temporarily():
+            on_cpu = (key, torch.device("cpu"))
+            if on_cpu not in _INDEX_CACHE:
+                _INDEX_CACHE[on_cpu] = tuple(build())
+            _INDEX_CACHE[(key, device)] = tuple(t.to(device) for t in _INDEX_CACHE[on_cpu])
+    return _INDEX_CACHE[(key, device)]
 
 
 def _snake(grid):
@@ -689,27 +705,22 @@ def _local(grid, window):
     return torch.cat(parts)
 
 
-def scan_orders(height: int, width: int, local_windows: Sequence[int] = (2, 7)):
+def scan_orders(height: int, width: int, local_windows: Sequence[int] = (2, 7), device="cpu"):
     """The 16 scan orders of SoS over a (height x width) patch grid (§3.2; Z and L lists are [D] reconstructions).
 
     Returns (orders, inverses), LongTensors (16, height*width): ``x[:, orders[s]]`` is the scan-s sequence of
     row-major tokens x and ``y[:, inverses[s]]`` puts a scan-ordered y back in row-major order. Rows follow
     ``SCAN_NAMES``: C1 row-major, C2 column-major, C3/C4 their reverses; Z1..Z8 = {row, column}-snake x
     {identity, horizontal flip, vertical flip, 180° rotation}; L1/L2 = local(w1) and its reverse, L3/L4 =
-    local(w2) and its reverse. Cached per (height, width, local_windows).
+    local(w2) and its reverse. Cached per (height, width, local_windows) and ``device``.
     """
     _positive_int("height", height)
     _positive_int("width", width)
     local_windows = tuple(local_windows)
     if len(local_windows) != 2 or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in local_windows):
         raise ValueError(f"local_windows must be two positive ints, got {local_windows!r}")
-    key = (height, width, local_windows)
-    if key not in _SCAN_CACHE:
-        # the cache outlives any trace: fill it with real CPU tensors, never with the fake ones of a
-        # torch.export / torch.compile trace or a meta default device (they would poison every later eager call)
-        with unset_fake_temporarily():
-            _SCAN_CACHE[key] = _build_scan_orders(height, width, local_windows)
-    return _SCAN_CACHE[key]
+    return _cached_on(device, ("scan_orders", height, width, local_windows),
+                      lambda: _build_scan_orders(height, width, local_windows))
 
 
 def _build_scan_orders(height: int, width: int, local_windows: Tuple[int, int]):
@@ -841,11 +852,18 @@ class SwitchOfScans(nn.Module):
         return (f"dim={self.dim}, num_windows={self.num_windows}, top_n={self.top_n}, sos_gate={self.sos_gate!r}, "
                 f"cross_scan_attn={self.attn_q is not None}, fixed_scans={self.fixed_scans}")
 
-    def _windows(self, height, width):
-        """Window id (row-major over the ℓ x ℓ window grid) of every row-major token."""
-        rows = torch.cat([torch.full((len(c),), i) for i, c in enumerate(torch.arange(height).tensor_split(self.side))])
-        cols = torch.cat([torch.full((len(c),), i) for i, c in enumerate(torch.arange(width).tensor_split(self.side))])
-        return (rows[:, None] * self.side + cols[None, :]).reshape(-1)
+    def _windows(self, height, width, device):
+        """(window id of every row-major token (L,), the window means' weights (L, ℓ²) float64: one_hot / count),
+        on ``device``."""
+        def build():
+            splits = [[torch.full((len(c),), i, device="cpu")
+                       for i, c in enumerate(torch.arange(n, device="cpu").tensor_split(self.side))]
+                      for n in (height, width)]
+            rows, cols = torch.cat(splits[0]), torch.cat(splits[1])
+            window = (rows[:, None] * self.side + cols[None, :]).reshape(-1)
+            one_hot = F.one_hot(window, self.num_windows).double()
+            return window, one_hot / one_hot.sum(0)
+        return _cached_on(device, ("windows", height, width, self.side), build)
 
     def forward(self, e, grid_size):
         height, width = grid_size
@@ -854,13 +872,13 @@ class SwitchOfScans(nn.Module):
             raise ValueError(f"grid_size {tuple(grid_size)} must be at least {self.side}x{self.side} "
                              f"for num_windows={self.num_windows}")
         if self.lst_norm is not None:
-            window = self._windows(height, width).to(e.device)
-            one_hot = F.one_hot(window, self.num_windows).to(e.dtype)  # (L, ℓ²)
-            summary = self.lst_norm(torch.einsum("lw,bld->bwd", one_hot / one_hot.sum(0), e))  # S_i = LN(mean)
+            window, mean = self._windows(height, width, e.device)
+            summary = self.lst_norm(torch.einsum("lw,bld->bwd", mean.to(e.dtype), e))  # S_i = LN(mean)
             if self.lst_proj is not None:
                 e = self.lst_proj(torch.cat([e, summary[:, window]], dim=-1))
         if self.router is None:
-            scan_ids = torch.tensor(self.fixed_scans, device=e.device).expand(e.shape[0], -1)
+            scan_ids = _cached_on(e.device, ("fixed_scans", tuple(self.fixed_scans)),
+                                  lambda: [torch.tensor(self.fixed_scans, device="cpu")])[0].expand(e.shape[0], -1)
             return e, scan_ids, torch.ones(scan_ids.shape, device=e.device, dtype=e.dtype), None
         probs = torch.softmax(self.router(summary.flatten(1)), dim=-1)
         top_probs, scan_ids = probs.topk(self.top_n, dim=-1)
@@ -876,8 +894,8 @@ class SwitchOfScans(nn.Module):
 
     def scan_index(self, scan_ids, grid_size):
         """scan_ids (batch, n) -> per-sample (orders, inverses), each (batch, n, h*w) on scan_ids' device."""
-        orders, inverses = scan_orders(*grid_size, self.local_windows)
-        return orders.to(scan_ids.device)[scan_ids], inverses.to(scan_ids.device)[scan_ids]
+        orders, inverses = scan_orders(*grid_size, self.local_windows, device=scan_ids.device)
+        return orders[scan_ids], inverses[scan_ids]
 
     def combine(self, u, ys, gates):
         """u (batch, L, D) the mixer input (attention queries); ys (batch, n, L, D) the n scans' outputs in

@@ -173,3 +173,38 @@ def test_inference_path_equals_the_autograd_path(name):
         assert torch.equal(model(x), want)
     with torch.inference_mode():
         assert torch.equal(model(x), want)
+
+
+class _HostToDeviceCopies(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the shape of every tensor copied from the CPU to another device."""
+
+    def __init__(self):
+        super().__init__()
+        self.copies = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.overloadpacket is torch.ops.aten._to_copy:
+            src, dst = args[0], kwargs.get("device")
+        elif func.overloadpacket is torch.ops.aten.copy_:
+            src, dst = args[1], args[0].device
+        else:
+            src = dst = None
+        if isinstance(src, torch.Tensor) and src.device.type == "cpu" and dst is not None \
+                and torch.device(dst).type != "cpu":
+            self.copies.append(tuple(src.shape))
+        return func(*args, **kwargs)
+
+
+@pytest.mark.filterwarnings("ignore:ssm_plugins. the compiled extension has no meta kernel")
+@pytest.mark.parametrize("name", ["vim2_t", "viqs_t", "vim2_t_nosos"])
+def test_training_step_copies_nothing_from_the_host_after_the_first(name):
+    """Switch of Scans' window ids, scan orders and fixed scan ids are built on the host: copied to the model's
+    device once, not in every forward (on a GPU each copy from pageable memory waits for the stream; vim2_t's step
+    made three). The meta device stands in for the GPU: the copies are the same aten calls."""
+    model = timm.create_model(name, **TINY).to("meta")
+    x = torch.randn(2, 3, 64, 64, device="meta")
+    model(x).sum().backward()  # the first step fills the caches
+    with _HostToDeviceCopies() as seen:
+        model(x).sum().backward()
+    assert seen.copies == []

@@ -50,3 +50,19 @@ def test_op_cases_run_on_the_cpu(capsys):
 def test_model_rows_run_on_the_cpu(capsys):
     assert gpu.main(["--device", "cpu", "--only", "models", "--quick", "--batch", "2"]) == 0
     assert "deit_small_patch16_224" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_compiled_model_rows_run_on_the_cpu():
+    """--models / --compile: the compiled row sits beside the eager one, ratios against the peer run the same way
+    (aot_eager stands in for inductor, whose C++ build of DeiT-S takes minutes on two cores)."""
+    gpu.DEVICE = "cpu"
+    try:
+        rows = gpu.model_rows(2, False, ["deit_small_patch16_224"], "default", compile_backend="aot_eager")
+    finally:
+        gpu.DEVICE = "cuda"
+    assert [r[0] for r in rows] == ["deit_small_patch16_224", "deit_small_patch16_224 (compiled, default)"]
+    assert all(r[1] > 0 and r[2] > 0 for r in rows)
+    assert rows[0][3] == rows[1][3] == "1.00 / 1.00"  # each against the peer run its own way
+    with pytest.raises(ValueError, match="--models: not registered"):
+        gpu.model_rows(2, False, ["no_such_model"])

@@ -81,9 +81,8 @@ BwdResult selective_scan_bwd_cuda(const at::Tensor& u_, const at::Tensor& delta_
   auto dC = at::zeros_like(C);
   auto dD = at::zeros({s.dim}, acc);
   auto dbias = at::zeros({s.dim}, acc);
-  // Scratch: the state entering every chunk of every row (and the final state) from a forward pre-pass.
+  // Scratch: the state entering every chunk of every row, from a forward pre-pass (none for rows of one chunk).
   auto scratch = at::empty({cuda::selective_scan_bwd_scratch(s.batch, s.dim, s.L, s.N)}, acc);
-  auto last_state_scratch = at::empty({s.batch, s.dim, s.N}, acc);
   auto ptr = [](const c10::optional<at::Tensor>& t) -> const void* { return t ? t->data_ptr() : nullptr; };
   auto mptr = [](c10::optional<at::Tensor>& t) -> void* { return t ? t->data_ptr() : nullptr; };
   cuda::selective_scan_bwd_launch(static_cast<int>(dtype_code(u)), s.batch, s.dim, s.L, s.N, s.groups,
@@ -91,7 +90,7 @@ BwdResult selective_scan_bwd_cuda(const at::Tensor& u_, const at::Tensor& delta_
                                   ptr(D), ptr(bias), delta_softplus, grad_out.data_ptr(), ptr(grad_last),
                                   du.data_ptr(), ddelta.data_ptr(), mptr(dz), dA.data_ptr(), dB.data_ptr(),
                                   dC.data_ptr(), dD.data_ptr(), dbias.data_ptr(), scratch.data_ptr(),
-                                  last_state_scratch.data_ptr(), c10::cuda::getCurrentCUDAStream().stream());
+                                  c10::cuda::getCurrentCUDAStream().stream());
   c10::optional<at::Tensor> dD_out, dbias_out;
   if (D) dD_out = dD;
   if (bias) dbias_out = dbias;

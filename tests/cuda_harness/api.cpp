@@ -87,11 +87,11 @@ int selective_scan_bwd(int dtype, int64_t batch, int64_t dim, int64_t L, int64_t
                        const void* delta, const void* z, const void* A, const void* B, const void* C, const void* D,
                        const void* delta_bias, bool delta_softplus, const void* grad_out,
                        const void* grad_last_state, void* du, void* ddelta, void* dz, void* dA, void* dB, void* dC,
-                       void* dD, void* ddelta_bias, void* scratch, void* last_state_scratch) {
+                       void* dD, void* ddelta_bias, void* scratch) {
   return guarded([&] {
     sc::selective_scan_bwd_launch(dtype, batch, dim, L, N, groups, u, delta, z, A, B, C, D, delta_bias,
                                   delta_softplus, grad_out, grad_last_state, du, ddelta, dz, dA, dB, dC, dD,
-                                  ddelta_bias, scratch, last_state_scratch, nullptr);
+                                  ddelta_bias, scratch, nullptr);
   });
 }
 

@@ -239,12 +239,11 @@ class Harness:
         dA, dB, dC = torch.zeros_like(A), torch.zeros_like(B), torch.zeros_like(C)
         dD, dbias = torch.zeros(dim, dtype=A.dtype), torch.zeros(dim, dtype=A.dtype)
         scratch = _empty(self.lib.selective_scan_bwd_scratch(batch, dim, L, N), dtype=A.dtype)
-        last_state_scratch = _empty(batch, dim, N, dtype=A.dtype)
         self._run("selective_scan_bwd", (u, delta, A, B, C, D, z, bias, grad_out, grad_last, du, ddelta, dz, dA, dB,
-                                         dC, dD, dbias, scratch, last_state_scratch),
+                                         dC, dD, dbias, scratch),
                   DTYPE_CODE[u.dtype], batch, dim, L, N, groups, _p(u), _p(delta), _p(z), _p(A), _p(B), _p(C),
                   _p(D), _p(bias), bool(delta_softplus), _p(grad_out), _p(grad_last), _p(du), _p(ddelta), _p(dz),
-                  _p(dA), _p(dB), _p(dC), _p(dD), _p(dbias), _p(scratch), _p(last_state_scratch))
+                  _p(dA), _p(dB), _p(dC), _p(dD), _p(dbias), _p(scratch))
         return du, ddelta, dA, dB, dC, dD if D is not None else None, dz, dbias if bias is not None else None
 
     # -- quasi-separable mixing ----------------------------------------------------------------------------

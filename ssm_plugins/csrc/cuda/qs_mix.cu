@@ -34,8 +34,11 @@ constexpr unsigned kFullMask = 0xffffffffu;
 
 template <typename T> struct Acc { using type = float; };
 template <> struct Acc<double> { using type = double; };
-// States per pass, held in registers; 8 for double keeps the shared memory of the block scan at 32 KB.
-template <typename acc_t> constexpr int kGroup = sizeof(acc_t) == 8 ? 8 : 16;
+// States per pass, held in registers. 8 (4 for double): at 16, the per-state arrays and the hoisted B/C loads took
+// 245-255 registers a thread (one 256-thread block per SM, 12.5 % occupancy, the backward spilling; Nsight Compute
+// on the H200, csrc/README); at 8 the forward needs 121 and the backward 128 (ptxas -v, sm_90): two blocks per SM.
+// A second pass over the states re-reads x and dt, which the profile shows idle DRAM can afford (1-2 % busy).
+template <typename acc_t> constexpr int kGroup = sizeof(acc_t) == 8 ? 4 : 8;
 
 // Over the states of the current group (a compile-time trip count, so the per-state arrays stay in registers).
 #define QS_FOR_STATE(n) _Pragma("unroll") for (int n = 0; n < kG; ++n) if (n < nn)
@@ -58,7 +61,7 @@ template <typename acc_t>
 struct ColumnDirection {
   global_ptr<const acc_t> dt, A, B, C;
   acc_t bias;
-  int64_t a_step, dt_s1, B_s1, B_s3, C_s1, C_s3;  // A[h, n] = A[n * a_step]: a_step 0 for scalar A
+  int64_t a_step, dt_s1, B_s1, C_s1;  // A[h, n] = A[n * a_step]: a_step 0 for scalar A; B, C: N contiguous
 
   __device__ ColumnDirection(const QsMixDirection& d, int64_t b, int64_t h, int64_t g) {
     dt = global_ptr<const acc_t>(static_cast<const acc_t*>(d.dt)) + b * d.dt_s[0] + h * d.dt_s[2];
@@ -67,12 +70,14 @@ struct ColumnDirection {
     B = global_ptr<const acc_t>(static_cast<const acc_t*>(d.B)) + b * d.B_s[0] + g * d.B_s[2];
     C = global_ptr<const acc_t>(static_cast<const acc_t*>(d.C)) + b * d.C_s[0] + g * d.C_s[2];
     bias = d.bias ? global_ptr<const acc_t>(static_cast<const acc_t*>(d.bias))[h] : acc_t(0);
-    dt_s1 = d.dt_s[1], B_s1 = d.B_s[1], B_s3 = d.B_s[3], C_s1 = d.C_s[1], C_s3 = d.C_s[3];
+    dt_s1 = d.dt_s[1], B_s1 = d.B_s[1], C_s1 = d.C_s[1];
   }
   __device__ acc_t raw_delta(int64_t t) const { return dt[t * dt_s1] + bias; }
   __device__ acc_t Av(int64_t n) const { return A[n * a_step]; }
-  __device__ acc_t Bv(int64_t t, int64_t n) const { return B[t * B_s1 + n * B_s3]; }
-  __device__ acc_t Cv(int64_t t, int64_t n) const { return C[t * C_s1 + n * C_s3]; }
+  // Unit stride along N: the states of a step are one base address plus immediate offsets (a stride per state
+  // held 16 more 64-bit addresses in registers).
+  __device__ acc_t Bv(int64_t t, int64_t n) const { return B[t * B_s1 + n]; }
+  __device__ acc_t Cv(int64_t t, int64_t n) const { return C[t * C_s1 + n]; }
 };
 
 template <typename acc_t>
@@ -269,16 +274,18 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments) bwd_kernel(Shape s, QsM
       const int nn = s.N - n0 < kG ? static_cast<int>(s.N - n0) : kG;
       auto ckpt_at = [&](int64_t c, int n) { return (c * s.N + n0 + n) * columns + q.col; };
       acc_t carry[kG], prod[kG], h[kG], dA_acc[kG];
-      // Pre-pass: the state entering each chunk.
+      // Pre-pass: the state entering each chunk (the last chunk's exit state is never read: not scanned).
       QS_FOR_STATE(n) carry[n] = acc_t(0);
       for (int64_t c = 0; c < n_chunks; ++c) {
         if (threadIdx.y == 0) {
           QS_FOR_STATE(n) ckpt[ckpt_at(c, n)] = carry[n];
         }
+        if (c == n_chunks - 1) break;  // uniform over the block: the block scan's barriers stay matched
         const int64_t i0 = c * chunk + threadIdx.y * kSteps;
         local_scan(dr, x, tensors.x_s[1], i0, n0, nn, prod, h);
         block_compose<false>(pairs, nn, prod, h, carry);
       }
+      __syncthreads();  // the last checkpoint (no block scan after it) is read by every segment below
       // Chunks from last to first; lam_carry is the adjoint of the state leaving the chunk.
       acc_t lam_carry[kG];
       QS_FOR_STATE(n) lam_carry[n] = acc_t(0), dA_acc[n] = acc_t(0);
@@ -423,10 +430,21 @@ int64_t qs_mix_bwd_columns(int64_t batch, int64_t H, int64_t P) {
   return batch * ((H * P + kLanes - 1) / kLanes * kLanes);
 }
 
+namespace {
+void check_state_strides(const QsMixTensors& t, int64_t N) {
+  for (const QsMixDirection& d : t.dir) {
+    if (N > 1 && (d.B_s[3] != 1 || d.C_s[3] != 1)) {
+      throw std::invalid_argument("ssm_plugins: qs_mix CUDA kernels need B and C with unit stride along N");
+    }
+  }
+}
+}  // namespace
+
 void qs_mix_fwd_launch(int dtype, int64_t batch, int64_t L, int64_t H, int64_t P, int64_t N, int64_t G,
                        const QsMixTensors& t, bool dt_softplus, bool hydra_shift, void* y_acc, const int64_t* y_s,
                        cudaStream_t stream) {
   if (batch * H * P == 0 || L == 0) return;
+  check_state_strides(t, N);
   const Shape s{batch, L, H, P, N, G};
   switch (dtype) {
     case 0: launch_fwd<float>(s, t, dt_softplus, hydra_shift, y_acc, y_s, stream); break;
@@ -444,6 +462,7 @@ void qs_mix_bwd_launch(int dtype, int64_t batch, int64_t L, int64_t H, int64_t P
                        void* const* ddt, void* const* dA, void* const* dB, void* const* dC, void* dgamma,
                        cudaStream_t stream) {
   if (batch * H * P == 0 || L == 0) return;
+  check_state_strides(t, N);
   const Shape s{batch, L, H, P, N, G};
   switch (dtype) {
     case 0: launch_bwd<float>(s, t, dt_softplus, hydra_shift, grad_y, grad_s, chunk, ckpt, chunk_states, dx_acc, ddt, dA, dB, dC, dgamma, stream); break;

@@ -9,7 +9,7 @@ namespace ssm_plugins {
 namespace cuda {
 
 // One scan direction: dt (batch, L, H), A (H, A_cols) contiguous with A_cols = N (diagonal) or 1 (scalar),
-// B and C (batch, L, G, N), bias (H,) or null. Strides are in elements. All in the accumulation dtype
+// B and C (batch, L, G, N) with unit stride along N (the launchers check it), bias (H,) or null. Strides are in elements. All in the accumulation dtype
 // (float64 for float64 x, float32 otherwise).
 struct QsMixDirection {
   const void *dt, *A, *B, *C, *bias;

@@ -7,7 +7,8 @@
 // shared memory, and the state carried from the previous chunk. The output accumulates C_t h_t in
 // registers over n and is stored coalesced through shared memory.
 // The backward walks the chunks from last to first; per chunk and state it recomputes the forward scan from
-// the chunk's stored starting state (a forward pre-pass of the same kernel writes them), then runs the
+// the chunk's stored starting state (a forward pre-pass of the same kernel writes them, scanning every chunk but
+// the last; a row of one chunk starts from zero and needs no pre-pass), then runs the
 // adjoint recurrence as a reverse block scan of the same shape. Gradients shared by the row's steps (A, D,
 // delta_bias) are reduced within the block (warp shuffles, then shared memory) before one atomicAdd per
 // block; dB and dC get one atomicAdd per (row, step, state), as in mamba_ssm (a block holds one channel),
@@ -155,8 +156,9 @@ struct Row {
         skip(p.D ? p.D[d] : acc_t(0)) {}
 };
 
-// Forward. out may be null (backward pre-pass); chunk_states, if given, receives the state entering each
-// chunk, (batch * dim, n_chunks, N); last_state (batch * dim, N) the final state.
+// Forward; last_state (batch * dim, N) receives the final state. Backward pre-pass: out and last_state null,
+// chunk_states receives the state entering each chunk, (batch * dim, n_chunks, N), and the last chunk (whose
+// exit state nothing reads) is not scanned.
 template <int kThreads, int kItems, typename T>
 __global__ void __launch_bounds__(kThreads) fwd_kernel(Args<T> p, global_ptr<T> out,
                                                       global_ptr<typename Acc<T>::type> last_state,
@@ -172,6 +174,12 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Args<T> p, global_ptr<T> 
   for (int n = threadIdx.x; n < p.N; n += kThreads) carry[n] = acc_t(0);
   __syncthreads();
   for (int64_t c = 0; c < n_chunks; ++c) {
+    if (!out && c == n_chunks - 1) {  // pre-pass: the last chunk's entry state is all the backward reads of it
+      if (threadIdx.x == 0) {  // thread 0 wrote carry: no barrier needed
+        for (int64_t n = 0; n < p.N; ++n) chunk_states[(row * n_chunks + c) * p.N + n] = carry[n];
+      }
+      break;
+    }
     const int64_t t0 = c * kChunk, valid = p.L - t0 < kChunk ? p.L - t0 : kChunk;
     const int64_t first = t0 + threadIdx.x * kItems;  // this thread's first step
     acc_t u[kItems], dt[kItems], y[kItems];
@@ -225,6 +233,7 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Args<T> p, global_ptr<T> 
       store_chunk<kItems, false, T>(out + row * p.L + t0, valid, stage, y);
     }
   }
+  if (!last_state) return;
   __syncthreads();
   for (int n = threadIdx.x; n < p.N; n += kThreads) last_state[row * p.N + n] = carry[n];
 }
@@ -290,7 +299,7 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(Args<T> p, Grads<T> q,
       }
       // Forward recomputation of the chunk's states from its stored starting state.
       Pair<acc_t> total;
-      const acc_t h0 = chunk_states[(row * n_chunks + c) * p.N + n];
+      const acc_t h0 = c == 0 ? acc_t(0) : chunk_states[(row * n_chunks + c) * p.N + n];
       acc_t h = block_scan<kThreads, false>(mine, Pair<acc_t>{acc_t(1), h0}, warp_total, total).b;
       for (int k = 0; k < kItems; ++k) {
         h_prev[k] = h;
@@ -424,11 +433,12 @@ void selective_scan_fwd_launch(int dtype, int64_t batch, int64_t dim, int64_t L,
 namespace {
 template <typename T>
 void launch_bwd(const Args<T>& p, const void* grad_out, const void* grad_last, void* du, void* ddelta, void* dz,
-                void* dA, void* dB, void* dC, void* dD, void* dbias, void* scratch, void* last_state_scratch,
-                cudaStream_t stream) {
+                void* dA, void* dB, void* dC, void* dD, void* dbias, void* scratch, cudaStream_t stream) {
   using acc_t = typename Acc<T>::type;
-  launch_fwd<true, T>(p, nullptr, last_state_scratch, scratch, stream);  // the state entering every chunk
-  check_launch("selective_scan_bwd (forward pre-pass)");
+  if (p.L > selective_scan_chunk(p.L, true)) {  // the state entering every chunk after the first
+    launch_fwd<true, T>(p, nullptr, nullptr, scratch, stream);
+    check_launch("selective_scan_bwd (forward pre-pass)");
+  }
   const Grads<T> q{static_cast<const T*>(grad_out), static_cast<const acc_t*>(grad_last), static_cast<T*>(du),
                    static_cast<T*>(ddelta), static_cast<T*>(dz), static_cast<acc_t*>(dA), static_cast<acc_t*>(dB),
                    static_cast<acc_t*>(dC), static_cast<acc_t*>(dD), static_cast<acc_t*>(dbias)};
@@ -446,15 +456,14 @@ void selective_scan_bwd_launch(int dtype, int64_t batch, int64_t dim, int64_t L,
                                const void* C, const void* D, const void* delta_bias, bool delta_softplus,
                                const void* grad_out, const void* grad_last_state, void* du, void* ddelta, void* dz,
                                void* dA, void* dB, void* dC, void* dD, void* ddelta_bias, void* scratch,
-                               void* last_state_scratch, cudaStream_t stream) {
+                               cudaStream_t stream) {
   if (N > kMaxState) throw std::invalid_argument("ssm_plugins: selective_scan CUDA kernel supports N <= 256");
   if (batch * dim == 0 || L == 0) return;
   if (dim > 2147483647 || batch > 65535) throw std::invalid_argument("ssm_plugins: selective_scan: grid too large");
 #define SSM_BWD(CODE, T)                                                                                        \
   case CODE:                                                                                                    \
     launch_bwd<T>(make_args<T>(batch, dim, L, N, groups, u, delta, z, A, B, C, D, delta_bias, delta_softplus),  \
-                  grad_out, grad_last_state, du, ddelta, dz, dA, dB, dC, dD, ddelta_bias, scratch,              \
-                  last_state_scratch, stream);                                                                  \
+                  grad_out, grad_last_state, du, ddelta, dz, dA, dB, dC, dD, ddelta_bias, scratch, stream);     \
     break;
   switch (dtype) {
     SSM_BWD(0, float)

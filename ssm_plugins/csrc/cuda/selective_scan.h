@@ -25,7 +25,8 @@ int64_t selective_scan_chunk(int64_t L, bool backward);
 int64_t selective_scan_bwd_scratch(int64_t batch, int64_t dim, int64_t L, int64_t N);
 
 // Backward. One block per (batch, channel) row walks the chunks from last to first, recomputing each chunk's
-// states from `scratch` (filled by a forward pre-pass, which also writes last_state_scratch, (batch, dim, N)).
+// states from `scratch` (the state entering each chunk after the first, filled by a forward pre-pass; rows of one
+// chunk start from zero and skip it).
 // grad A, D and delta_bias are reduced per block, then added with atomicAdd; grad B and C are added per step:
 // dA (dim, N), dB and dC (batch, groups, N, L), dD and dbias (dim,) must be zeroed, in the accumulation
 // dtype. du, ddelta and dz are in the input dtype; z, grad_last_state, dz, dD and dbias may be null.
@@ -34,7 +35,7 @@ void selective_scan_bwd_launch(int dtype, int64_t batch, int64_t dim, int64_t L,
                                const void* C, const void* D, const void* delta_bias, bool delta_softplus,
                                const void* grad_out, const void* grad_last_state, void* du, void* ddelta, void* dz,
                                void* dA, void* dB, void* dC, void* dD, void* ddelta_bias, void* scratch,
-                               void* last_state_scratch, cudaStream_t stream);
+                               cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace ssm_plugins

@@ -73,3 +73,31 @@ def test_inductor_on_cuda_matches_eager(name):
     out_err, grad_err = relative(compiled, eager)
     assert out_err <= FP32_BOUND and grad_err <= 10 * FP32_BOUND, \
         f"{name}: inductor (CUDA) vs eager: output {out_err:.2e}, gradients {grad_err:.2e}"
+
+
+@pytest.mark.parametrize("name", ["vim2_t", "viqs_t"])
+def test_training_step_makes_no_host_device_synchronisation(name):
+    """After a first step (it fills Switch of Scans' per-device index caches), an AMP training step never waits for
+    the GPU: the eager step's Python and launch time is as long as its GPU time, so a synchronisation empties the
+    launch queue (vim2_t made three a step before the caches; test_vim2_models checks the copies on the meta
+    device, this the whole step on a real one)."""
+    torch.manual_seed(0)
+    model = timm.create_model(name, **family(name).small).cuda().train()
+    x = _input(model, family(name).sizes[0], batch=2).cuda()
+    y = torch.randint(0, model.num_classes, (2,), device="cuda")
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+
+    step()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")

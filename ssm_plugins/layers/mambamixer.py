@@ -675,20 +675,36 @@ SCAN_NAMES = ("C1", "C2", "C3", "C4", "Z1", "Z2", "Z3", "Z4", "Z5", "Z6", "Z7", 
 _INDEX_CACHE = {}  # (key, device) -> tuple of index tensors on that device
 
 
-def _cached_on(device, key, build):
-    """build()'s tuple of CPU tensors, made once per key and copied to ``device`` once per device: an index built
-    on the host and copied in every forward is a host-to-device copy that waits for the stream (three per vim2_t
-    step on a GPU) and keeps the step out of a CUDA graph. The cache outlives any trace: it is filled with real
-    tensors, never with the fake ones of a torch.export / torch.compile trace or a meta default device (they would
-    poison every later eager call)."""
-    device = torch.device(device)
+@torch.compiler.assume_constant_result  # a torch.compile trace calls it eagerly and keeps the tensors as constants
+def _cached_on(device, build, *args):
+    """``build(*args)``'s tuple of CPU tensors, made once per (build, args) and copied to ``device`` once per device:
+    an index built on the host and copied in every forward is a host-to-device copy that waits for the stream (three
+    per vim2_t step on a GPU) and keeps the step out of a CUDA graph. The cache outlives any trace: it is filled with
+    real tensors, never with the fake ones of a torch.export trace or a meta default device (they would poison every
+    later eager call). ``build`` is a module-level function and ``args`` constants, as torch.compile needs."""
+    key, device = (build.__name__, args), torch.device(device)
     if (key, device) not in _INDEX_CACHE:
         with unset_fake_temporarily():
             on_cpu = (key, torch.device("cpu"))
             if on_cpu not in _INDEX_CACHE:
-                _INDEX_CACHE[on_cpu] = tuple(build())
+                _INDEX_CACHE[on_cpu] = tuple(build(*args))
             _INDEX_CACHE[(key, device)] = tuple(t.to(device) for t in _INDEX_CACHE[on_cpu])
     return _INDEX_CACHE[(key, device)]
+
+
+def _window_ids(height: int, width: int, side: int, num_windows: int):
+    """(window id of every row-major token (L,), the window means' weights (L, side²) float64: one_hot / count) for
+    a side x side grid of windows over a (height x width) token grid."""
+    splits = [[torch.full((len(part),), i, device="cpu")
+               for i, part in enumerate(torch.arange(n, device="cpu").tensor_split(side))] for n in (height, width)]
+    rows, cols = torch.cat(splits[0]), torch.cat(splits[1])
+    window = (rows[:, None] * side + cols[None, :]).reshape(-1)
+    one_hot = F.one_hot(window, num_windows).double()
+    return window, one_hot / one_hot.sum(0)
+
+
+def _scan_ids(scans: Tuple[int, ...]):
+    return (torch.tensor(scans, device="cpu"),)
 
 
 def _snake(grid):
@@ -719,8 +735,7 @@ def scan_orders(height: int, width: int, local_windows: Sequence[int] = (2, 7), 
     local_windows = tuple(local_windows)
     if len(local_windows) != 2 or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in local_windows):
         raise ValueError(f"local_windows must be two positive ints, got {local_windows!r}")
-    return _cached_on(device, ("scan_orders", height, width, local_windows),
-                      lambda: _build_scan_orders(height, width, local_windows))
+    return _cached_on(device, _build_scan_orders, height, width, local_windows)
 
 
 def _build_scan_orders(height: int, width: int, local_windows: Tuple[int, int]):
@@ -852,19 +867,6 @@ class SwitchOfScans(nn.Module):
         return (f"dim={self.dim}, num_windows={self.num_windows}, top_n={self.top_n}, sos_gate={self.sos_gate!r}, "
                 f"cross_scan_attn={self.attn_q is not None}, fixed_scans={self.fixed_scans}")
 
-    def _windows(self, height, width, device):
-        """(window id of every row-major token (L,), the window means' weights (L, ℓ²) float64: one_hot / count),
-        on ``device``."""
-        def build():
-            splits = [[torch.full((len(c),), i, device="cpu")
-                       for i, c in enumerate(torch.arange(n, device="cpu").tensor_split(self.side))]
-                      for n in (height, width)]
-            rows, cols = torch.cat(splits[0]), torch.cat(splits[1])
-            window = (rows[:, None] * self.side + cols[None, :]).reshape(-1)
-            one_hot = F.one_hot(window, self.num_windows).double()
-            return window, one_hot / one_hot.sum(0)
-        return _cached_on(device, ("windows", height, width, self.side), build)
-
     def forward(self, e, grid_size):
         height, width = grid_size
         _check_input("e", e, self.dim, height * width, f" = h*w of grid_size {tuple(grid_size)}")
@@ -872,13 +874,12 @@ class SwitchOfScans(nn.Module):
             raise ValueError(f"grid_size {tuple(grid_size)} must be at least {self.side}x{self.side} "
                              f"for num_windows={self.num_windows}")
         if self.lst_norm is not None:
-            window, mean = self._windows(height, width, e.device)
+            window, mean = _cached_on(e.device, _window_ids, height, width, self.side, self.num_windows)
             summary = self.lst_norm(torch.einsum("lw,bld->bwd", mean.to(e.dtype), e))  # S_i = LN(mean)
             if self.lst_proj is not None:
                 e = self.lst_proj(torch.cat([e, summary[:, window]], dim=-1))
         if self.router is None:
-            scan_ids = _cached_on(e.device, ("fixed_scans", tuple(self.fixed_scans)),
-                                  lambda: [torch.tensor(self.fixed_scans, device="cpu")])[0].expand(e.shape[0], -1)
+            scan_ids = _cached_on(e.device, _scan_ids, tuple(self.fixed_scans))[0].expand(e.shape[0], -1)
             return e, scan_ids, torch.ones(scan_ids.shape, device=e.device, dtype=e.dtype), None
         probs = torch.softmax(self.router(summary.flatten(1)), dim=-1)
         top_probs, scan_ids = probs.topk(self.top_n, dim=-1)

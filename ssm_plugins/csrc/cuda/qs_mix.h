@@ -9,8 +9,8 @@ namespace ssm_plugins {
 namespace cuda {
 
 // One scan direction: dt (batch, L, H), A (H, A_cols) contiguous with A_cols = N (diagonal) or 1 (scalar),
-// B and C (batch, L, G, N) with unit stride along N (the launchers check it), bias (H,) or null. Strides are in elements. All in the accumulation dtype
-// (float64 for float64 x, float32 otherwise).
+// B and C (batch, L, G, N) with unit stride along N (the launchers check it), bias (H,) or null. Strides are in
+// elements. All in the accumulation dtype (float64 for float64 x, float32 otherwise).
 struct QsMixDirection {
   const void *dt, *A, *B, *C, *bias;
   int64_t A_cols, dt_s[3], B_s[4], C_s[4];

@@ -675,7 +675,6 @@ SCAN_NAMES = ("C1", "C2", "C3", "C4", "Z1", "Z2", "Z3", "Z4", "Z5", "Z6", "Z7", 
 _INDEX_CACHE = {}  # (key, device) -> tuple of index tensors on that device
 
 
-@torch.compiler.assume_constant_result  # a torch.compile trace calls it eagerly and keeps the tensors as constants
 def _cached_on(device, build, *args):
     """``build(*args)``'s tuple of CPU tensors, made once per (build, args) and copied to ``device`` once per device:
     an index built on the host and copied in every forward is a host-to-device copy that waits for the stream (three
@@ -690,6 +689,12 @@ def _cached_on(device, build, *args):
                 _INDEX_CACHE[on_cpu] = tuple(build(*args))
             _INDEX_CACHE[(key, device)] = tuple(t.to(device) for t in _INDEX_CACHE[on_cpu])
     return _INDEX_CACHE[(key, device)]
+
+
+# A torch.compile trace calls _cached_on eagerly and keeps its tensors as constants (at a grid never run eagerly
+# it would otherwise meet unset_fake_temporarily, which dynamo does not trace): what torch.compiler.
+# assume_constant_result sets, without the torch._dynamo import that decorator costs `import ssm_plugins` (0.3 s).
+_cached_on._dynamo_marked_constant = True
 
 
 def _window_ids(height: int, width: int, side: int, num_windows: int):

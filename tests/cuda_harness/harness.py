@@ -89,7 +89,7 @@ def _headers_text() -> str:
 
 def _compile(cxx: str, text: str, suffix: str, out: Path, key: str, extra: list[str]) -> None:
     """Compile one source text to `out` (atomically: concurrent test processes may build the same object)."""
-    work = out.parent / f"{key}.{os.getpid()}"
+    work = out.parent / f"{key}-{os.getpid()}"  # no dot: with_suffix below must keep the pid
     src = work.with_suffix(suffix)
     src.write_text(text)
     inc = cuda_include()

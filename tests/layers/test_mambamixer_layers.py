@@ -511,3 +511,23 @@ def test_scan_order_cache_holds_real_cpu_tensors_whoever_fills_it():
     for tensor in (orders, inverses, *fake_filled):
         assert type(tensor) is torch.Tensor and tensor.device.type == "cpu"
     assert orders[0].tolist() == list(range(39))  # C1, row-major: real values
+
+
+@pytest.mark.parametrize("fixed_scans", [None, "cross4"])
+def test_switch_of_scans_compiles_in_one_graph_at_a_grid_never_run_eagerly(fixed_scans):
+    """SoS's window ids, scan orders and fixed scan ids come from a per-device cache that a torch.compile trace
+    calls eagerly (as constants): on a cache miss inside the trace the build must not break the graph."""
+    torch.manual_seed(0)
+    sos = SwitchOfScans(DIM, fixed_scans=fixed_scans)
+    grid = (7, 5)  # a grid no other test builds, so the trace meets empty caches
+    e = torch.randn(2, 35, DIM)
+
+    def route(e):
+        e, scan_ids, gates, _ = sos(e, grid)
+        orders, inverses = sos.scan_index(scan_ids, grid)
+        return e, orders, inverses, gates
+
+    torch._dynamo.reset()
+    compiled = torch.compile(route, backend="aot_eager", fullgraph=True)(e)
+    for got, want in zip(compiled, route(e), strict=True):
+        torch.testing.assert_close(got, want)

@@ -697,14 +697,14 @@ def _cached_on(device, build, *args):
 _cached_on._dynamo_marked_constant = True
 
 
-def _window_ids(height: int, width: int, side: int, num_windows: int):
-    """(window id of every row-major token (L,), the window means' weights (L, side²) float64: one_hot / count) for
-    a side x side grid of windows over a (height x width) token grid."""
+def _window_ids(height: int, width: int, side: int, num_windows: int, dtype: torch.dtype):
+    """(window id of every row-major token (L,), the window means' weights (L, side²) in ``dtype``: one_hot / count)
+    for a side x side grid of windows over a (height x width) token grid."""
     splits = [[torch.full((len(part),), i, device="cpu")
                for i, part in enumerate(torch.arange(n, device="cpu").tensor_split(side))] for n in (height, width)]
     rows, cols = torch.cat(splits[0]), torch.cat(splits[1])
     window = (rows[:, None] * side + cols[None, :]).reshape(-1)
-    one_hot = F.one_hot(window, num_windows).double()
+    one_hot = F.one_hot(window, num_windows).to(dtype)
     return window, one_hot / one_hot.sum(0)
 
 
@@ -879,8 +879,8 @@ class SwitchOfScans(nn.Module):
             raise ValueError(f"grid_size {tuple(grid_size)} must be at least {self.side}x{self.side} "
                              f"for num_windows={self.num_windows}")
         if self.lst_norm is not None:
-            window, mean = _cached_on(e.device, _window_ids, height, width, self.side, self.num_windows)
-            summary = self.lst_norm(torch.einsum("lw,bld->bwd", mean.to(e.dtype), e))  # S_i = LN(mean)
+            window, mean = _cached_on(e.device, _window_ids, height, width, self.side, self.num_windows, e.dtype)
+            summary = self.lst_norm(torch.einsum("lw,bld->bwd", mean, e))  # S_i = LN(mean)
             if self.lst_proj is not None:
                 e = self.lst_proj(torch.cat([e, summary[:, window]], dim=-1))
         if self.router is None:

@@ -210,10 +210,10 @@ def op_rows(quick: bool) -> list[tuple]:
 
 # ---- model throughput -------------------------------------------------------------------------------------
 
-def train_step(model, batch: int):
-    """One training step of ``model`` on a random batch of 224x224 images (AMP bf16, SGD); returns (step, x)."""
-    x = torch.randn(batch, 3, 224, 224, device=DEVICE)
-    y = torch.randint(0, 1000, (batch,), device=DEVICE)
+def train_step(model, batch: int, size=(224, 224)):
+    """One training step of ``model`` on a random batch of images of ``size`` (AMP bf16, SGD); returns (step, x)."""
+    x = torch.randn(batch, 3, *size, device=DEVICE)
+    y = torch.randint(0, model.num_classes, (batch,), device=DEVICE)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 
     def step():
@@ -253,24 +253,24 @@ def model_rows(batch: int, quick: bool, names=None, compile_mode=None, compile_b
     unknown = [n for n in names if n not in registered]
     if unknown:
         raise ValueError(f"--models: not registered with timm: {unknown}")
-    runs = [("", None)] + ([(f" (compiled, {compile_mode})", compile_mode)] if compile_mode else [])
-    speed = {}
+    modes = [None] + ([compile_mode] if compile_mode else [])
+    speed = {}  # (name, mode) -> (train, infer)
     for name in names:
-        for suffix, mode in runs:
+        for mode in modes:
             model = timm.create_model(name).to(DEVICE)
             if mode is not None:
                 torch._dynamo.reset()
                 model = torch.compile(model, mode=None if mode == "default" else mode, backend=compile_backend)
-            speed[name + suffix] = throughput(model, batch)
+            speed[name, mode] = throughput(model, batch)
             del model
             if DEVICE == "cuda":
                 torch.cuda.empty_cache()
     rows = []
-    for key, (train, infer) in speed.items():
-        suffix = key[key.index(" "):] if " " in key else ""
-        ref = {p: speed[p + suffix] for p in PEERS if p + suffix in speed}
+    for (name, mode), (train, infer) in speed.items():
+        ref = {p: speed[p, mode] for p in PEERS if (p, mode) in speed}
         rel = [f"{train / ref[p][0]:.2f} / {infer / ref[p][1]:.2f}" for p in PEERS if p in ref]
-        rows.append((key, train, infer, *rel, *[""] * (len(PEERS) - len(rel))))
+        label = name if mode is None else f"{name} (compiled, {mode})"
+        rows.append((label, train, infer, *rel, *[""] * (len(PEERS) - len(rel))))
     return rows
 
 

@@ -19,6 +19,7 @@ import pytest
 import timm
 import torch
 
+from benchmarks import gpu, gpu_profile
 from test_autocast import GRAD_BOUND, OUT_BOUND, forward_backward, relative
 from test_contract import IMAGE_MODELS, _input, family
 
@@ -83,21 +84,7 @@ def test_training_step_makes_no_host_device_synchronisation(name):
     device, this the whole step on a real one)."""
     torch.manual_seed(0)
     model = timm.create_model(name, **family(name).small).cuda().train()
-    x = _input(model, family(name).sizes[0], batch=2).cuda()
-    y = torch.randint(0, model.num_classes, (2,), device="cuda")
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-
+    step, _ = gpu.train_step(model, 2, family(name).sizes[0])
     step()
     torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        step()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
+    assert gpu_profile.sync_sites(step) == []  # (call site, count) of each synchronising call

@@ -1,30 +1,5 @@
-import hashlib
-import os
-import tempfile
-from pathlib import Path
-
 import pytest
 import torch
-
-
-def _source_keyed_inductor_cache():
-    """Inductor's FX-graph and AOT-autograd caches key a graph by its own code, not by our ops' fake kernels and
-    autograd formulas: a graph cached before a change to those is replayed after it (a stale stride assertion fails
-    a correct change; a broken fake kernel would pass). So the tests use one cache directory per hash of
-    ssm_plugins' sources (a warm cache still serves reruns of unchanged code). An explicit TORCHINDUCTOR_CACHE_DIR
-    is kept."""
-    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
-        return
-    package = Path(__file__).resolve().parent.parent / "ssm_plugins"
-    digest = hashlib.sha1()
-    for path in sorted(package.rglob("*")):
-        if path.suffix in (".py", ".cpp", ".h", ".cu") and "__pycache__" not in path.parts:
-            digest.update(path.relative_to(package).as_posix().encode() + path.read_bytes())
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tempfile.gettempdir(),
-                                                         f"torchinductor_ssm_plugins_{digest.hexdigest()[:12]}")
-
-
-_source_keyed_inductor_cache()
 
 
 def pytest_collection_modifyitems(config, items):

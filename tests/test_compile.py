@@ -57,7 +57,8 @@ def test_inductor_matches_eager(name, kwargs, size):
 def test_inductor_transposed_inputs_to_the_ops():
     """The issue's reproduction at op level: a transposed intermediate fed to selective_scan and myo_solve. With
     fake kernels promising the input's layout (empty_like) inductor asserted ``stride 17==1``. The FX graph cache
-    is off: its key does not cover the ops' fake kernels, so a stale cached graph could hide a regression."""
+    is off so the graph is laid out anew every run (its key covers the fake kernels only through the tag
+    ``ssm_plugins.ops._compile_cache`` adds)."""
     from ssm_plugins import ops
 
     def scan(x, delta, A, B, C):

@@ -9,9 +9,10 @@ Public API (names and contracts fixed; other code and tests rely on them):
                      trees: myo_tree (k-ary 1-D), myo_quadtree (2-D), myo_tree_from_parent, MyoTree
     backend_info     what the extension provides on this machine
 Every op registers a FLOP formula for torch.utils.flop_counter.FlopCounterMode, and so do torch's FFT ops
-(``_flops``), which torch leaves uncounted.
+(``_flops``), which torch leaves uncounted. Importing the ops adds a digest of their sources to torch.compile's
+cache key tag (``_compile_cache``: a warm cache must not replay graphs traced with older fake kernels or formulas).
 """
-from . import _flops, reference  # noqa: F401  (_flops: FLOP formulas for torch's FFT ops)
+from . import _compile_cache, _flops, reference  # noqa: F401  (_flops: FLOP formulas for torch's FFT ops)
 from ._backend import backend_info
 from .essm import essm_conv
 from .myo import MyoTree, myo_quadtree, myo_solve, myo_tree, myo_tree_from_parent
@@ -21,3 +22,5 @@ from .ssm2d import fft_conv2d, fuse_directions, ssm2d_kernel
 
 __all__ = ["selective_scan", "qs_mix", "ssm2d_kernel", "fft_conv2d", "fuse_directions", "essm_conv", "myo_solve",
            "myo_tree", "myo_quadtree", "myo_tree_from_parent", "MyoTree", "backend_info", "reference"]
+
+_compile_cache.tag_compile_caches()

@@ -20,7 +20,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_flatten, tree_map_only
 
-from ssm_plugins.ops import _backend, myo_quadtree, myo_tree
+from ssm_plugins.ops import _backend, _compile_cache, myo_quadtree, myo_tree, selective_scan
 
 pytestmark = pytest.mark.skipif(not _backend.backend_info()["extension"], reason="needs the compiled extension")
 
@@ -278,3 +278,43 @@ def test_opcheck_faketensor(op, device):
     only, so on the CPU it passed with every stride mismatch that test found; on a GPU it checks them too."""
     args = on_device(ROWS[op]("transposed"), device)
     torch.library.opcheck(getattr(OPS, op).default, args, test_utils=("test_schema", "test_faketensor"))
+
+
+def test_compile_caches_are_keyed_by_the_ops_sources(monkeypatch, tmp_path):
+    """Inductor's FX-graph cache and AOTAutograd's cache key a graph by its own code: a graph calling our ops does
+    not change when their fake kernels or autograd formulas do, so ``import ssm_plugins`` tags the caches with a
+    digest of ssm_plugins/ops (``_compile_cache``). A warm cache hits for the same digest and misses for another one
+    (without the tag, the third compile below hits the second's entry)."""
+    from torch._dynamo.utils import counters
+
+    tag = torch.compiler.config.cache_key_tag
+    assert _compile_cache._PREFIX + _compile_cache.sources_digest() in tag.split(";")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setattr(torch.compiler.config, "cache_key_tag", "user-tag")  # restored after the test
+    args = (torch.randn(1, 4, 8), torch.rand(1, 4, 8), -torch.rand(4, 3), torch.randn(1, 3, 8), torch.randn(1, 3, 8))
+
+    def compile_and_count(digest):
+        assert _compile_cache.tag_compile_caches(digest) == f"user-tag;{_compile_cache._PREFIX}{digest}"
+        torch._dynamo.reset()
+        counters.clear()
+        torch.compile(selective_scan, fullgraph=True)(*args)
+        return counters["inductor"]["fxgraph_cache_hit"], counters["aot_autograd"]["autograd_cache_hit"]
+
+    assert compile_and_count("a" * 16) == (0, 0)
+    assert compile_and_count("a" * 16) == (1, 1)
+    assert compile_and_count("b" * 16) == (0, 0)
+
+
+def test_sources_digest_follows_every_ops_source(tmp_path):
+    (tmp_path / "reference").mkdir()
+    (tmp_path / "selective_scan.py").write_text("fake = 1\n")
+    (tmp_path / "reference" / "qs_mix.py").write_text("formula = 1\n")
+    before = _compile_cache.sources_digest(tmp_path)
+    (tmp_path / "reference" / "qs_mix.py").write_text("formula = 2\n")
+    assert _compile_cache.sources_digest(tmp_path) != before
+    (tmp_path / "reference" / "qs_mix.py").write_text("formula = 1\n")
+    assert _compile_cache.sources_digest(tmp_path) == before
+    (tmp_path / "reference" / "__pycache__").mkdir()
+    (tmp_path / "reference" / "__pycache__" / "stale.py").write_text("")
+    assert _compile_cache.sources_digest(tmp_path) == before
+

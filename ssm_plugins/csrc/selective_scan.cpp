@@ -43,7 +43,8 @@ std::tuple<at::Tensor, at::Tensor> selective_scan_fwd_cuda(const at::Tensor& u_,
   auto out = at::empty_like(u, at::MemoryFormat::Contiguous);
   auto last_state = at::zeros({s.batch, s.dim, s.N}, A.options());
   auto ptr = [](const c10::optional<at::Tensor>& t) -> const void* { return t ? t->data_ptr() : nullptr; };
-  cuda::selective_scan_fwd_launch(static_cast<int>(dtype_code(u)), s.batch, s.dim, s.L, s.N, s.groups,
+  cuda::selective_scan_fwd_launch(static_cast<int>(dtype_code(u)), B.scalar_type() != A.scalar_type(), s.batch, s.dim,
+                                  s.L, s.N, s.groups,
                                   u.data_ptr(), delta.data_ptr(), ptr(z), A.data_ptr(), B.data_ptr(), C.data_ptr(),
                                   ptr(D), ptr(bias), delta_softplus, ptr(proj), s.rank, s.delta_groups,
                                   out.data_ptr(), last_state.data_ptr(), c10::cuda::getCurrentCUDAStream().stream());
@@ -77,15 +78,16 @@ BwdResult selective_scan_bwd_cuda(const at::Tensor& u_, const at::Tensor& delta_
   if (z) dz = at::empty_like(u, at::MemoryFormat::Contiguous);
   // Shared reductions are atomics into zeroed accumulation-dtype buffers.
   auto dA = at::zeros_like(A);
-  auto dB = at::zeros_like(B);
-  auto dC = at::zeros_like(C);
+  auto dB = at::zeros(B.sizes(), acc);  // atomics accumulate in A's dtype, whatever B's
+  auto dC = at::zeros(C.sizes(), acc);
   auto dD = at::zeros({s.dim}, acc);
   auto dbias = at::zeros({s.dim}, acc);
   // Scratch: the state entering every chunk of every row, from a forward pre-pass (none for rows of one chunk).
   auto scratch = at::empty({cuda::selective_scan_bwd_scratch(s.batch, s.dim, s.L, s.N)}, acc);
   auto ptr = [](const c10::optional<at::Tensor>& t) -> const void* { return t ? t->data_ptr() : nullptr; };
   auto mptr = [](c10::optional<at::Tensor>& t) -> void* { return t ? t->data_ptr() : nullptr; };
-  cuda::selective_scan_bwd_launch(static_cast<int>(dtype_code(u)), s.batch, s.dim, s.L, s.N, s.groups,
+  cuda::selective_scan_bwd_launch(static_cast<int>(dtype_code(u)), B.scalar_type() != A.scalar_type(), s.batch, s.dim,
+                                  s.L, s.N, s.groups,
                                   u.data_ptr(), delta.data_ptr(), ptr(z), A.data_ptr(), B.data_ptr(), C.data_ptr(),
                                   ptr(D), ptr(bias), delta_softplus, grad_out.data_ptr(), ptr(grad_last),
                                   du.data_ptr(), ddelta.data_ptr(), mptr(dz), dA.data_ptr(), dB.data_ptr(),
@@ -94,7 +96,7 @@ BwdResult selective_scan_bwd_cuda(const at::Tensor& u_, const at::Tensor& delta_
   c10::optional<at::Tensor> dD_out, dbias_out;
   if (D) dD_out = dD;
   if (bias) dbias_out = dbias;
-  return {du, ddelta, dA, dB, dC, dD_out, dz, dbias_out};
+  return {du, ddelta, dA, dB.to(B.scalar_type()), dC.to(C.scalar_type()), dD_out, dz, dbias_out};
 }
 #endif
 

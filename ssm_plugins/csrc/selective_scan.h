@@ -8,7 +8,8 @@
 // Contract of the raw ops (ssm_plugins/ops/selective_scan.py normalises user input to it):
 //   u, delta, z   (batch, dim, L)         float32 / float64 / float16 / bfloat16, one dtype
 //   A             (dim, N)                accumulation dtype (float64 for float64 input, else float32)
-//   B, C          (batch, groups, N, L)   accumulation dtype; dim % groups == 0
+//   B, C          (batch, groups, N, L)   accumulation dtype or u's (mamba_ssm's contract), one dtype for both;
+//                                         dim % groups == 0
 //   D, delta_bias (dim,)                  accumulation dtype
 //   out           (batch, dim, L)         dtype of u;  last_state (batch, dim, N) accumulation dtype
 // h_t = exp(dt_t A) h_{t-1} + dt_t B_t u_t ;  y_t = C_t . h_t + D u_t ;  out = y * silu(z)
@@ -64,8 +65,9 @@ inline ScanShape check_fwd(const at::Tensor& u, const at::Tensor& delta, const a
             "selective_scan: A must be float64 for float64 input, else float32");
   for (const at::Tensor* t : {&B, &C}) {
     SSM_CHECK(t->dim() == 4 && t->size(0) == s.batch && t->size(1) == s.groups && t->size(2) == s.N &&
-                  t->size(3) == s.L && t->scalar_type() == acc,
-              "selective_scan: B and C must be (batch, groups, N, L) in A's dtype");
+                  t->size(3) == s.L && t->scalar_type() == B.scalar_type() &&
+                  (B.scalar_type() == acc || B.scalar_type() == u.scalar_type()),
+              "selective_scan: B and C must be (batch, groups, N, L), both in A's dtype or both in u's");
   }
   SSM_CHECK(s.groups > 0 && s.dim % s.groups == 0, "selective_scan: dim must be a multiple of groups");
   for (const auto* t : {&D, &delta_bias}) {

@@ -204,7 +204,7 @@ BwdResult bwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tens
   const int64_t Npad = round_up(s.N, W), nv = Npad / W, Lpad = round_up(s.L, W);
   const int64_t per_group = s.dim / s.groups, bg_count = s.batch * s.groups, rows = s.batch * s.dim;
   const int64_t bc_size = s.L * Npad;  // one (batch, group)'s B, C, grad B or grad C
-  Prepared<acc_t> prep(s, Npad, A, B, C);
+  Prepared<scalar_t, acc_t> prep(s, Npad, A, B, C);
   const BwdFn<acc_t> core = pick_bwd_core<acc_t>(nv);
 
   auto du = at::empty_like(u, at::MemoryFormat::Contiguous);
@@ -329,7 +329,7 @@ BwdResult bwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tens
   c10::optional<at::Tensor> dD, dbias;
   if (D) dD = fold_rows(gD_rows.data());
   if (delta_bias) dbias = fold_rows(gbias_rows.data());
-  return {du, ddelta, dA, dB, dC, dD, dz, dbias};
+  return {du, ddelta, dA, dB.to(B.scalar_type()), dC.to(C.scalar_type()), dD, dz, dbias};
 }
 
 }  // namespace

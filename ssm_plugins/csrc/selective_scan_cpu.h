@@ -89,15 +89,15 @@ void pad_rows(acc_t* dst, const acc_t* src, int64_t rows, int64_t n, int64_t npa
   }
 }
 
-// Contiguous (mats, N, L) -> (mats, L, Npad), zero padded.
-template <typename acc_t>
-void transpose_pad(acc_t* dst, const acc_t* src, int64_t mats, int64_t N, int64_t L, int64_t Npad, bool reverse) {
+// Contiguous (mats, N, L) -> (mats, L, Npad), zero padded, converted to the accumulation type.
+template <typename src_t, typename acc_t>
+void transpose_pad(acc_t* dst, const src_t* src, int64_t mats, int64_t N, int64_t L, int64_t Npad, bool reverse) {
   for (int64_t m = 0; m < mats; ++m) {
-    const acc_t* sm = src + m * N * L;
+    const src_t* sm = src + m * N * L;
     acc_t* dm = dst + m * L * Npad;
     for (int64_t t = 0; t < L; ++t) {
       const int64_t from = reverse ? L - 1 - t : t;
-      for (int64_t n = 0; n < N; ++n) dm[t * Npad + n] = sm[n * L + from];
+      for (int64_t n = 0; n < N; ++n) dm[t * Npad + n] = static_cast<acc_t>(sm[n * L + from]);
       std::fill(dm + t * Npad + N, dm + (t + 1) * Npad, acc_t(0));
     }
   }
@@ -137,16 +137,24 @@ inline int64_t threads_for(int64_t updates) {
   return std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), updates / kMinUpdatesPerThread));
 }
 
-// A, B and C in the cores' layout: A (dim, Npad), B and C (batch * groups, L, Npad).
-template <typename acc_t>
+// A, B and C in the cores' layout: A (dim, Npad), B and C (batch * groups, L, Npad), all in acc_t (B and C come in
+// acc_t or in u's scalar_t).
+template <typename scalar_t, typename acc_t>
 struct Prepared {
   AlignedBuffer<acc_t> A, BT, CT;
   Prepared(const ScanShape& s, int64_t Npad, const at::Tensor& A_, const at::Tensor& B_, const at::Tensor& C_)
       : A(s.dim * Npad), BT(s.batch * s.groups * s.L * Npad), CT(s.batch * s.groups * s.L * Npad) {
     const at::Tensor Ac = A_.contiguous(), Bc = B_.contiguous(), Cc = C_.contiguous();
     pad_rows(A.data(), Ac.data_ptr<acc_t>(), s.dim, s.N, Npad);
-    transpose_pad(BT.data(), Bc.data_ptr<acc_t>(), s.batch * s.groups, s.N, s.L, Npad, s.reverse);
-    transpose_pad(CT.data(), Cc.data_ptr<acc_t>(), s.batch * s.groups, s.N, s.L, Npad, s.reverse);
+    auto prepare = [&](acc_t* dst, const at::Tensor& src) {
+      if (src.scalar_type() == Ac.scalar_type()) {
+        transpose_pad(dst, src.data_ptr<acc_t>(), s.batch * s.groups, s.N, s.L, Npad, s.reverse);
+      } else {
+        transpose_pad(dst, src.data_ptr<scalar_t>(), s.batch * s.groups, s.N, s.L, Npad, s.reverse);
+      }
+    };
+    prepare(BT.data(), Bc);
+    prepare(CT.data(), Cc);
   }
 };
 

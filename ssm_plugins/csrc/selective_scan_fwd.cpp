@@ -236,7 +236,7 @@ void fwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tensor& d
   constexpr int W = Simd<acc_t>::W;
   const int64_t Npad = round_up(s.N, W), Lpad = round_up(s.L, W);
   const int64_t per_group = s.dim / s.groups, blocks = (per_group + W - 1) / W;
-  Prepared<acc_t> prep(s, Npad, A, B, C);
+  Prepared<scalar_t, acc_t> prep(s, Npad, A, B, C);
   const FwdFn<scalar_t, acc_t> block = pick_fwd_block<scalar_t, acc_t>(s.N);
   const scalar_t *u_p = u.data_ptr<scalar_t>(), *delta_p = delta.data_ptr<scalar_t>();
   const scalar_t* z_p = opt_ptr<scalar_t>(z);

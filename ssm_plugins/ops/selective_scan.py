@@ -58,7 +58,9 @@ def _normalise(u, delta, A, B, C, D, z, delta_bias, delta_proj=None):
     _validate.same_device(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=delta_bias, delta_proj=delta_proj)
     acc = _validate.compute_dtype(u.dtype)
     cast = (lambda t: None if t is None else t.to(acc))
-    return (u, delta.to(u.dtype), A.to(acc), B4.to(acc), C4.to(acc), cast(D),
+    # B and C as mamba_ssm takes them: in u's dtype (a bf16 projection's output, read as is) or else in acc's
+    bc = u.dtype if B4.dtype == C4.dtype == u.dtype else acc
+    return (u, delta.to(u.dtype), A.to(acc), B4.to(bc), C4.to(bc), cast(D),
             None if z is None else z.to(u.dtype), cast(delta_bias)), cast(delta_proj)
 
 
@@ -67,7 +69,8 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
     """The S6 scan (mambamixer.md §1.1), same contract as ``mamba_ssm.selective_scan_fn``.
 
     Args:
-        u, delta, z: (batch, dim, L). A: (dim, N), real. B, C: (batch, N, L) or (batch, groups, N, L).
+        u, delta, z: (batch, dim, L). A: (dim, N), real. B, C: (batch, N, L) or (batch, groups, N, L); both in u's
+            dtype are read as they are (mamba_ssm's contract), else in the accumulation dtype.
         D, delta_bias: (dim,). delta_softplus: apply softplus to delta + delta_bias.
         delta_proj: (dim, R), or None. Given, delta is low rank, (batch, R, L) or (batch, groups, R, L), and channel
             d's delta is ``delta_proj[d] @ delta[:, group of d]`` (Mamba's dt_proj): the kernels compute it per row,
@@ -118,6 +121,7 @@ if _COMPILED:
             grad_out = torch.zeros_like(u)
         low = delta
         if delta_proj is not None:  # the backward kernel takes the full delta
+            low = low.to(A.dtype)  # once, for delta and for grad delta_proj
             delta = reference.low_rank_delta(low, delta_proj, A.dtype).to(u.dtype)
         grads = list(torch.ops.ssm_plugins.selective_scan_bwd(u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus,
                                                               grad_out, grad_last_state, ctx.reverse))
@@ -126,8 +130,8 @@ if _COMPILED:
             batch, groups, rank, length = low.shape
             grad_delta = grads[1].to(A.dtype).view(batch, groups, -1, length)
             proj = delta_proj.view(groups, -1, rank)
-            grads[1] = torch.matmul(proj.mT, grad_delta).to(low.dtype)
-            grad_proj = torch.matmul(grad_delta, low.to(A.dtype).mT).sum(0).view(delta_proj.shape)
+            grads[1] = torch.matmul(proj.mT, grad_delta).to(u.dtype)  # low-rank delta has u's dtype
+            grad_proj = torch.matmul(grad_delta, low.mT).sum(0).view(delta_proj.shape)
         return (*grads, None, grad_proj, None)
 
     torch.library.register_autograd(f"ssm_plugins::{_OP}", _backward, setup_context=_setup_context)

@@ -224,8 +224,8 @@ class Harness:
         out = _empty(dtype=u.dtype, like=u)
         last_state = torch.zeros(batch, dim, N, dtype=A.dtype)
         self._run("selective_scan_fwd", (u, delta, A, B, C, D, z, bias, proj, out, last_state), DTYPE_CODE[u.dtype],
-                  batch, dim, L, N, groups, _p(u), _p(delta), _p(z), _p(A), _p(B), _p(C), _p(D), _p(bias),
-                  bool(delta_softplus), _p(proj), rank, delta_groups, _p(out), _p(last_state))
+                  B.dtype != A.dtype, batch, dim, L, N, groups, _p(u), _p(delta), _p(z), _p(A), _p(B), _p(C), _p(D),
+                  _p(bias), bool(delta_softplus), _p(proj), rank, delta_groups, _p(out), _p(last_state))
         return out, last_state
 
     def selective_scan_bwd(self, u, delta, A, B, C, D, z, delta_bias, delta_softplus, grad_out, grad_last_state):
@@ -236,15 +236,18 @@ class Harness:
         grad_last = None if grad_last_state is None else grad_last_state.to(A.dtype).contiguous()
         du, ddelta = _empty(dtype=u.dtype, like=u), _empty(dtype=u.dtype, like=u)
         dz = None if z is None else _empty(dtype=u.dtype, like=u)
-        dA, dB, dC = torch.zeros_like(A), torch.zeros_like(B), torch.zeros_like(C)
+        dA = torch.zeros_like(A)
+        dB, dC = torch.zeros_like(B, dtype=A.dtype), torch.zeros_like(C, dtype=A.dtype)  # atomics in A's dtype
         dD, dbias = torch.zeros(dim, dtype=A.dtype), torch.zeros(dim, dtype=A.dtype)
         scratch = _empty(self.lib.selective_scan_bwd_scratch(batch, dim, L, N), dtype=A.dtype)
         self._run("selective_scan_bwd", (u, delta, A, B, C, D, z, bias, grad_out, grad_last, du, ddelta, dz, dA, dB,
                                          dC, dD, dbias, scratch),
-                  DTYPE_CODE[u.dtype], batch, dim, L, N, groups, _p(u), _p(delta), _p(z), _p(A), _p(B), _p(C),
+                  DTYPE_CODE[u.dtype], B.dtype != A.dtype, batch, dim, L, N, groups, _p(u), _p(delta), _p(z), _p(A),
+                  _p(B), _p(C),
                   _p(D), _p(bias), bool(delta_softplus), _p(grad_out), _p(grad_last), _p(du), _p(ddelta), _p(dz),
                   _p(dA), _p(dB), _p(dC), _p(dD), _p(dbias), _p(scratch))
-        return du, ddelta, dA, dB, dC, dD if D is not None else None, dz, dbias if bias is not None else None
+        return (du, ddelta, dA, dB.to(B.dtype), dC.to(C.dtype), dD if D is not None else None, dz,
+                dbias if bias is not None else None)
 
     # -- quasi-separable mixing ----------------------------------------------------------------------------
     @staticmethod

@@ -84,8 +84,9 @@ def scan_args(dtype, batch, dim, length, n_state, groups, options, seed=0):
     u = randn(batch, dim, length, dtype=dtype, gen=gen)
     delta = randn(batch, dim, length, dtype=dtype, gen=gen, scale=0.5)
     A = (-(0.5 + torch.rand(dim, n_state, generator=gen, dtype=torch.float64))).to(acc)
-    B = randn(batch, groups, n_state, length, dtype=acc, gen=gen)
-    C = randn(batch, groups, n_state, length, dtype=acc, gen=gen)
+    bc = dtype if "bc_input_dtype" in options else acc  # B and C in u's dtype, as mamba_ssm takes them
+    B = randn(batch, groups, n_state, length, dtype=bc, gen=gen)
+    C = randn(batch, groups, n_state, length, dtype=bc, gen=gen)
     D = randn(dim, dtype=acc, gen=gen) if "D" in options else None
     z = randn(batch, dim, length, dtype=dtype, gen=gen) if "z" in options else None
     bias = randn(dim, dtype=acc, gen=gen, scale=0.3) if "bias" in options else None
@@ -109,6 +110,19 @@ def test_selective_scan(cuda, dtype, case):
     grad_last = randn(*last.shape, dtype=last.dtype, gen=gen) if case != 2 else None
     assert_same(cuda.selective_scan_bwd(*args, grad_out, grad_last), OPS.selective_scan_bwd(*args, grad_out, grad_last),
                 dtype, "bwd")
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("case", [0, 1])
+def test_selective_scan_b_and_c_in_the_input_dtype(cuda, dtype, case):
+    batch, dim, length, n_state, groups, options = SCAN_CASES[case]
+    args, gen = scan_args(dtype, batch, dim, length, n_state, groups, (*options, "bc_input_dtype"))
+    assert args[3].dtype == args[4].dtype == dtype
+    assert_same(cuda.selective_scan_fwd(*args), OPS.selective_scan_fwd(*args), dtype, "fwd")
+    out, last = OPS.selective_scan_fwd(*args)
+    grad_out = randn(*out.shape, dtype=dtype, gen=gen)
+    assert_same(cuda.selective_scan_bwd(*args, grad_out, None), OPS.selective_scan_bwd(*args, grad_out, None), dtype,
+                "bwd")
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

@@ -43,11 +43,12 @@ def transposed(*shape, dims=(-1, -2), dtype=None):
 
 def _scan_args(kind):
     batch, dim, length, n_state, groups = 2, 6, 7, 3, 2
-    if kind in ("transposed", "bf16"):  # u, delta, z as (batch, L, dim) views; B, C sliced from a wider buffer
-        low = torch.bfloat16 if kind == "bf16" else torch.float32  # bf16: u, delta, z (the rest float32)
+    if kind in ("transposed", "bf16", "bf16_bc"):  # u, delta, z as (batch, L, dim) views; B, C sliced, transposed
+        low = torch.bfloat16 if kind.startswith("bf16") else torch.float32  # bf16: u, delta, z (the rest float32)
+        bc = low if kind == "bf16_bc" else torch.float32  # bf16_bc: B, C in u's dtype too (mamba_ssm's contract)
         u, delta, z = (transposed(batch, dim, length, dtype=low) for _ in range(3))
-        B = randn(batch, groups, n_state, 2 * length)[..., ::2]
-        C = transposed(batch, groups, n_state, length, dims=(1, 3))
+        B = randn(batch, groups, n_state, 2 * length, dtype=bc)[..., ::2]
+        C = transposed(batch, groups, n_state, length, dims=(1, 3), dtype=bc)
         A = transposed(dim, n_state, dims=(0, 1))
         D, bias = randn(2 * dim)[::2], randn(dim)
     else:  # contiguous, odd sizes, no optional inputs
@@ -203,7 +204,7 @@ ROWS = {f.__name__: f for f in (selective_scan_fwd, selective_scan_bwd, qs_mix_f
                                  ssm2d_kernel_bwd, fft_conv2d, fft_conv2d_bwd, essm_kernel, essm_kernel_bwd,
                                  myo_solve_fwd, myo_solve_bwd)}
 # Input layouts per op (default: transposed and plain); bf16: half-precision sequences, float32 parameters.
-_QS_KINDS, _SCAN_KINDS = ("transposed", "bf16", "sliced", "plain"), ("transposed", "bf16", "plain")
+_QS_KINDS, _SCAN_KINDS = ("transposed", "bf16", "sliced", "plain"), ("transposed", "bf16", "bf16_bc", "plain")
 KINDS = {"qs_mix_fwd": _QS_KINDS, "qs_mix_bwd": _QS_KINDS,
          "selective_scan_fwd": _SCAN_KINDS, "selective_scan_bwd": _SCAN_KINDS}
 

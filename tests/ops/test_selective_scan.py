@@ -10,6 +10,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ssm_plugins import ops
 from ssm_plugins.ops import _backend, reference, selective_scan
+from ssm_plugins.ops.selective_scan import _normalise as normalise
 
 HAS_KERNEL = _backend.has_kernel("selective_scan_fwd", "cpu") and _backend.has_kernel("selective_scan_bwd", "cpu")
 needs_kernel = pytest.mark.skipif(not HAS_KERNEL, reason="ssm_plugins._C has no CPU selective_scan kernels")
@@ -322,6 +323,34 @@ def test_backward_low_precision():
     for name in want:
         assert got[name].dtype == kw[name].dtype
         assert rel_err(got[name], want[name]) < 2e-2, name
+
+
+@needs_kernel
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_b_and_c_in_the_input_dtype_are_read_as_they_are(monkeypatch, isa, dtype, reverse):
+    """mamba_ssm's contract: B and C in u's dtype (a bf16 projection's output under autocast) reach the kernels
+    without a cast, and give what their values in float32 give: the same output, and grad B / grad C that are the
+    float32 ones rounded to B's dtype. B in u's dtype with C in float32 is cast to float32 (no precision lost)."""
+    monkeypatch.setenv("SSM_PLUGINS_CPU_ISA", isa)
+    kw = make(2, 6, 45, 5, 3, dtype)
+    kw["B"], kw["C"] = kw["B"].to(dtype), kw["C"].to(dtype)
+    up = {**kw, "B": kw["B"].float(), "C": kw["C"].float()}
+
+    def op_args(k):  # what the public function passes to the op
+        return normalise(*(k[n] for n in ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")))[0]
+
+    assert op_args(kw)[3].dtype == op_args(kw)[4].dtype == dtype  # passed on in u's dtype
+    out, last, got = grads(lambda **k: selective_scan(**k, reverse=reverse), kw, True)
+    out_up, last_up, want = grads(lambda **k: selective_scan(**k, reverse=reverse), up, True)
+    assert torch.equal(out, out_up) and torch.equal(last, last_up)
+    for name in want:
+        assert got[name].dtype == kw[name].dtype, name
+        assert torch.equal(got[name], want[name].to(kw[name].dtype)), name
+    mixed = {**kw, "C": kw["C"].float()}
+    assert op_args(mixed)[3].dtype == op_args(mixed)[4].dtype == torch.float32
+    assert torch.equal(selective_scan(**mixed, delta_softplus=True), selective_scan(**up, delta_softplus=True))
 
 
 @needs_kernel

@@ -13,7 +13,8 @@
 // delta_bias) are reduced within the block (warp shuffles, then shared memory) before one atomicAdd per
 // block; dB and dC get one atomicAdd per (row, step, state), as in mamba_ssm (a block holds one channel),
 // issued coalesced through the shared-memory stage.
-// Inputs float32 / float64 / float16 / bfloat16; state and accumulation in float32 (float64 for float64).
+// Inputs float32 / float64 / float16 / bfloat16; B and C in the accumulation dtype or the input's (BC, as
+// mamba_ssm takes them); state and accumulation in float32 (float64 for float64).
 // No torch headers here (see setup.py); runs under the host harness too (tests/cuda_harness).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -133,12 +134,14 @@ __device__ inline void store_chunk(global_ptr<T> dst, int64_t valid, Stage stage
   __syncwarp();
 }
 
-template <typename T>
+template <typename T, typename BC>
 struct Args {
   using acc_t = typename Acc<T>::type;
   int64_t batch, dim, L, N, groups;
   global_ptr<const T> u, delta, z;
-  global_ptr<const acc_t> A, B, C, D, delta_bias;
+  global_ptr<const acc_t> A;
+  global_ptr<const BC> B, C;
+  global_ptr<const acc_t> D, delta_bias;
   bool softplus;
   global_ptr<const acc_t> delta_proj;  // null, or (dim, rank) with delta (batch, delta_groups, rank, L)
   int64_t rank, delta_groups;
@@ -150,7 +153,8 @@ struct Row {
   using acc_t = typename Acc<T>::type;
   int64_t b, d, row, g, n_chunks;
   acc_t bias, skip;
-  __device__ Row(const Args<T>& p, int64_t chunk)
+  template <typename BC>
+  __device__ Row(const Args<T, BC>& p, int64_t chunk)
       : b(blockIdx.y), d(blockIdx.x), row(b * p.dim + d), g(d / (p.dim / p.groups)),
         n_chunks((p.L + chunk - 1) / chunk), bias(p.delta_bias ? p.delta_bias[d] : acc_t(0)),
         skip(p.D ? p.D[d] : acc_t(0)) {}
@@ -159,8 +163,8 @@ struct Row {
 // Forward; last_state (batch * dim, N) receives the final state. Backward pre-pass: out and last_state null,
 // chunk_states receives the state entering each chunk, (batch * dim, n_chunks, N), and the last chunk (whose
 // exit state nothing reads) is not scanned.
-template <int kThreads, int kItems, typename T>
-__global__ void __launch_bounds__(kThreads) fwd_kernel(Args<T> p, global_ptr<T> out,
+template <int kThreads, int kItems, typename T, typename BC>
+__global__ void __launch_bounds__(kThreads) fwd_kernel(Args<T, BC> p, global_ptr<T> out,
                                                       global_ptr<typename Acc<T>::type> last_state,
                                                       global_ptr<typename Acc<T>::type> chunk_states) {
   using acc_t = typename Acc<T>::type;
@@ -206,8 +210,8 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Args<T> p, global_ptr<T> 
       const acc_t An = p.A[d * p.N + n];
       const int64_t bc = ((b * p.groups + g) * p.N + n) * p.L + t0;
       acc_t Bv[kItems], Cv[kItems];
-      load_chunk<kItems, acc_t>(p.B + bc, valid, stage, Bv, acc_t(0));
-      load_chunk<kItems, acc_t>(p.C + bc, valid, stage, Cv, acc_t(0));
+      load_chunk<kItems, BC>(p.B + bc, valid, stage, Bv, acc_t(0));
+      load_chunk<kItems, BC>(p.C + bc, valid, stage, Cv, acc_t(0));
       Pair<acc_t> step[kItems];
       Pair<acc_t> mine{acc_t(1), acc_t(0)};
       for (int k = 0; k < kItems; ++k) {
@@ -247,8 +251,8 @@ struct Grads {
   global_ptr<acc_t> dA, dB, dC, dD, dbias;
 };
 
-template <int kThreads, int kItems, typename T>
-__global__ void __launch_bounds__(kThreads) bwd_kernel(Args<T> p, Grads<T> q,
+template <int kThreads, int kItems, typename T, typename BC>
+__global__ void __launch_bounds__(kThreads) bwd_kernel(Args<T, BC> p, Grads<T> q,
                                                       global_ptr<const typename Acc<T>::type> chunk_states) {
   using acc_t = typename Acc<T>::type;
   constexpr int kChunk = kThreads * kItems;
@@ -289,8 +293,8 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(Args<T> p, Grads<T> q,
       const acc_t An = p.A[d * p.N + n];
       const int64_t bc = ((b * p.groups + g) * p.N + n) * p.L;
       acc_t a[kItems], Bv[kItems], Cv[kItems], h_prev[kItems], dBv[kItems], dCv[kItems];
-      load_chunk<kItems, acc_t>(p.B + bc + t0, valid, stage, Bv, acc_t(0));
-      load_chunk<kItems, acc_t>(p.C + bc + t0, valid, stage, Cv, acc_t(0));
+      load_chunk<kItems, BC>(p.B + bc + t0, valid, stage, Bv, acc_t(0));
+      load_chunk<kItems, BC>(p.C + bc + t0, valid, stage, Cv, acc_t(0));
       Pair<acc_t> mine{acc_t(1), acc_t(0)};
       for (int k = 0; k < kItems; ++k) {
         const bool in = first + k < p.L;
@@ -365,23 +369,46 @@ void with_config(int64_t L, F&& f) {
   }
 }
 
-template <typename T>
-Args<T> make_args(int64_t batch, int64_t dim, int64_t L, int64_t N, int64_t groups, const void* u, const void* delta,
-                  const void* z, const void* A, const void* B, const void* C, const void* D, const void* delta_bias,
-                  bool softplus, const void* delta_proj = nullptr, int64_t rank = 0, int64_t delta_groups = 0) {
+template <typename T, typename BC>
+Args<T, BC> make_args(int64_t batch, int64_t dim, int64_t L, int64_t N, int64_t groups, const void* u,
+                      const void* delta, const void* z, const void* A, const void* B, const void* C, const void* D,
+                      const void* delta_bias, bool softplus, const void* delta_proj = nullptr, int64_t rank = 0,
+                      int64_t delta_groups = 0) {
   using acc_t = typename Acc<T>::type;
-  return Args<T>{batch, dim, L, N, groups, static_cast<const T*>(u), static_cast<const T*>(delta),
-                 static_cast<const T*>(z), static_cast<const acc_t*>(A), static_cast<const acc_t*>(B),
-                 static_cast<const acc_t*>(C), static_cast<const acc_t*>(D), static_cast<const acc_t*>(delta_bias),
-                 softplus, static_cast<const acc_t*>(delta_proj), rank, delta_groups};
+  return Args<T, BC>{batch, dim, L, N, groups, static_cast<const T*>(u), static_cast<const T*>(delta),
+                     static_cast<const T*>(z), static_cast<const acc_t*>(A), static_cast<const BC*>(B),
+                     static_cast<const BC*>(C), static_cast<const acc_t*>(D), static_cast<const acc_t*>(delta_bias),
+                     softplus, static_cast<const acc_t*>(delta_proj), rank, delta_groups};
 }
 
-template <bool kBackward, typename T>
-void launch_fwd(const Args<T>& p, void* out, void* last_state, void* chunk_states, cudaStream_t stream) {
+// Calls f(T, BC) as types (value-initialised tags) for a dtype code and B/C in the input dtype or not; BC is the
+// accumulation type for float32 and float64 input either way.
+template <typename F>
+void with_types(int dtype, bool bc_input_dtype, F&& f) {
+  auto pick = [&](auto t) {
+    using T = decltype(t);
+    using acc_t = typename Acc<T>::type;
+    if (bc_input_dtype && !std::is_same<T, acc_t>::value) {
+      f(T{}, T{});
+    } else {
+      f(T{}, acc_t{});
+    }
+  };
+  switch (dtype) {
+    case 0: pick(float{}); break;
+    case 1: pick(double{}); break;
+    case 2: pick(__half{}); break;
+    case 3: pick(__nv_bfloat16{}); break;
+    default: throw std::invalid_argument("ssm_plugins: selective_scan: unsupported dtype code");
+  }
+}
+
+template <bool kBackward, typename T, typename BC>
+void launch_fwd(const Args<T, BC>& p, void* out, void* last_state, void* chunk_states, cudaStream_t stream) {
   using acc_t = typename Acc<T>::type;
   with_config<kBackward>(p.L, [&](auto threads, auto items) {
     const dim3 grid(static_cast<unsigned>(p.dim), static_cast<unsigned>(p.batch));
-    launch_kernel(fwd_kernel<decltype(threads)::value, decltype(items)::value, T>, grid, decltype(threads)::value,
+    launch_kernel(fwd_kernel<decltype(threads)::value, decltype(items)::value, T, BC>, grid, decltype(threads)::value,
                   decltype(threads)::value * decltype(items)::value * sizeof(acc_t), stream, p,
                   static_cast<T*>(out), static_cast<acc_t*>(last_state), static_cast<acc_t*>(chunk_states));
   });
@@ -405,38 +432,31 @@ int64_t selective_scan_bwd_scratch(int64_t batch, int64_t dim, int64_t L, int64_
   return batch * dim * ((L + chunk - 1) / chunk) * (N > 0 ? N : 1);
 }
 
-void selective_scan_fwd_launch(int dtype, int64_t batch, int64_t dim, int64_t L, int64_t N, int64_t groups,
-                               const void* u, const void* delta, const void* z, const void* A, const void* B,
-                               const void* C, const void* D, const void* delta_bias, bool delta_softplus,
-                               const void* delta_proj, int64_t rank, int64_t delta_groups, void* out,
-                               void* last_state, cudaStream_t stream) {
+void selective_scan_fwd_launch(int dtype, bool bc_input_dtype, int64_t batch, int64_t dim, int64_t L, int64_t N,
+                               int64_t groups, const void* u, const void* delta, const void* z, const void* A,
+                               const void* B, const void* C, const void* D, const void* delta_bias,
+                               bool delta_softplus, const void* delta_proj, int64_t rank, int64_t delta_groups,
+                               void* out, void* last_state, cudaStream_t stream) {
   if (N > kMaxState) throw std::invalid_argument("ssm_plugins: selective_scan CUDA kernel supports N <= 256");
   if (batch * dim == 0 || L == 0) return;
   if (dim > 2147483647 || batch > 65535) throw std::invalid_argument("ssm_plugins: selective_scan: grid too large");
-#define SSM_FWD(CODE, T)                                                                                       \
-  case CODE:                                                                                                   \
-    launch_fwd<false, T>(make_args<T>(batch, dim, L, N, groups, u, delta, z, A, B, C, D, delta_bias,           \
-                                      delta_softplus, delta_proj, rank, delta_groups),                         \
-                         out, last_state, nullptr, stream);                                                    \
-    break;
-  switch (dtype) {
-    SSM_FWD(0, float)
-    SSM_FWD(1, double)
-    SSM_FWD(2, __half)
-    SSM_FWD(3, __nv_bfloat16)
-    default: throw std::invalid_argument("ssm_plugins: selective_scan: unsupported dtype code");
-  }
-#undef SSM_FWD
+  with_types(dtype, bc_input_dtype, [&](auto t, auto bc) {
+    using T = decltype(t);
+    using BC = decltype(bc);
+    launch_fwd<false>(make_args<T, BC>(batch, dim, L, N, groups, u, delta, z, A, B, C, D, delta_bias, delta_softplus,
+                                       delta_proj, rank, delta_groups),
+                      out, last_state, nullptr, stream);
+  });
   check_launch("selective_scan_fwd");
 }
 
 namespace {
-template <typename T>
-void launch_bwd(const Args<T>& p, const void* grad_out, const void* grad_last, void* du, void* ddelta, void* dz,
+template <typename T, typename BC>
+void launch_bwd(const Args<T, BC>& p, const void* grad_out, const void* grad_last, void* du, void* ddelta, void* dz,
                 void* dA, void* dB, void* dC, void* dD, void* dbias, void* scratch, cudaStream_t stream) {
   using acc_t = typename Acc<T>::type;
   if (p.L > selective_scan_chunk(p.L, true)) {  // the state entering every chunk after the first
-    launch_fwd<true, T>(p, nullptr, nullptr, scratch, stream);
+    launch_fwd<true>(p, nullptr, nullptr, scratch, stream);
     check_launch("selective_scan_bwd (forward pre-pass)");
   }
   const Grads<T> q{static_cast<const T*>(grad_out), static_cast<const acc_t*>(grad_last), static_cast<T*>(du),
@@ -444,35 +464,28 @@ void launch_bwd(const Args<T>& p, const void* grad_out, const void* grad_last, v
                    static_cast<acc_t*>(dC), static_cast<acc_t*>(dD), static_cast<acc_t*>(dbias)};
   with_config<true>(p.L, [&](auto threads, auto items) {
     const dim3 grid(static_cast<unsigned>(p.dim), static_cast<unsigned>(p.batch));
-    launch_kernel(bwd_kernel<decltype(threads)::value, decltype(items)::value, T>, grid, decltype(threads)::value,
+    launch_kernel(bwd_kernel<decltype(threads)::value, decltype(items)::value, T, BC>, grid, decltype(threads)::value,
                   decltype(threads)::value * decltype(items)::value * sizeof(acc_t), stream, p,
                   q, static_cast<const acc_t*>(scratch));
   });
 }
 }  // namespace
 
-void selective_scan_bwd_launch(int dtype, int64_t batch, int64_t dim, int64_t L, int64_t N, int64_t groups,
-                               const void* u, const void* delta, const void* z, const void* A, const void* B,
-                               const void* C, const void* D, const void* delta_bias, bool delta_softplus,
-                               const void* grad_out, const void* grad_last_state, void* du, void* ddelta, void* dz,
-                               void* dA, void* dB, void* dC, void* dD, void* ddelta_bias, void* scratch,
-                               cudaStream_t stream) {
+void selective_scan_bwd_launch(int dtype, bool bc_input_dtype, int64_t batch, int64_t dim, int64_t L, int64_t N,
+                               int64_t groups, const void* u, const void* delta, const void* z, const void* A,
+                               const void* B, const void* C, const void* D, const void* delta_bias,
+                               bool delta_softplus, const void* grad_out, const void* grad_last_state, void* du,
+                               void* ddelta, void* dz, void* dA, void* dB, void* dC, void* dD, void* ddelta_bias,
+                               void* scratch, cudaStream_t stream) {
   if (N > kMaxState) throw std::invalid_argument("ssm_plugins: selective_scan CUDA kernel supports N <= 256");
   if (batch * dim == 0 || L == 0) return;
   if (dim > 2147483647 || batch > 65535) throw std::invalid_argument("ssm_plugins: selective_scan: grid too large");
-#define SSM_BWD(CODE, T)                                                                                        \
-  case CODE:                                                                                                    \
-    launch_bwd<T>(make_args<T>(batch, dim, L, N, groups, u, delta, z, A, B, C, D, delta_bias, delta_softplus),  \
-                  grad_out, grad_last_state, du, ddelta, dz, dA, dB, dC, dD, ddelta_bias, scratch, stream);     \
-    break;
-  switch (dtype) {
-    SSM_BWD(0, float)
-    SSM_BWD(1, double)
-    SSM_BWD(2, __half)
-    SSM_BWD(3, __nv_bfloat16)
-    default: throw std::invalid_argument("ssm_plugins: selective_scan: unsupported dtype code");
-  }
-#undef SSM_BWD
+  with_types(dtype, bc_input_dtype, [&](auto t, auto bc) {
+    using T = decltype(t);
+    using BC = decltype(bc);
+    launch_bwd(make_args<T, BC>(batch, dim, L, N, groups, u, delta, z, A, B, C, D, delta_bias, delta_softplus),
+               grad_out, grad_last_state, du, ddelta, dz, dA, dB, dC, dD, ddelta_bias, scratch, stream);
+  });
   check_launch("selective_scan_bwd");
 }
 

@@ -7,15 +7,15 @@ typedef struct CUstream_st* cudaStream_t;
 namespace ssm_plugins {
 namespace cuda {
 
-// dtype: 0 float32, 1 float64, 2 float16, 3 bfloat16 (ssm_plugins::DType). A, B, C, D, delta_bias and
-// last_state are float64 for float64 input, float32 otherwise.
+// dtype: 0 float32, 1 float64, 2 float16, 3 bfloat16 (ssm_plugins::DType). A, D, delta_bias and last_state are
+// float64 for float64 input, float32 otherwise; so are B and C, or, with bc_input_dtype, they have the input's dtype.
 // delta_proj (dim, rank), accumulation dtype, or null: with it delta is (batch, delta_groups, rank, L) and each
 // row's delta is delta_proj[d] . delta[b, d / (dim / delta_groups)] (selective_scan.h).
-void selective_scan_fwd_launch(int dtype, int64_t batch, int64_t dim, int64_t L, int64_t N, int64_t groups,
-                               const void* u, const void* delta, const void* z, const void* A, const void* B,
-                               const void* C, const void* D, const void* delta_bias, bool delta_softplus,
-                               const void* delta_proj, int64_t rank, int64_t delta_groups, void* out,
-                               void* last_state, cudaStream_t stream);
+void selective_scan_fwd_launch(int dtype, bool bc_input_dtype, int64_t batch, int64_t dim, int64_t L, int64_t N,
+                               int64_t groups, const void* u, const void* delta, const void* z, const void* A,
+                               const void* B, const void* C, const void* D, const void* delta_bias,
+                               bool delta_softplus, const void* delta_proj, int64_t rank, int64_t delta_groups,
+                               void* out, void* last_state, cudaStream_t stream);
 
 // Time steps per chunk (a block's threads x steps per thread) of the forward or backward for rows of length L.
 int64_t selective_scan_chunk(int64_t L, bool backward);
@@ -29,13 +29,14 @@ int64_t selective_scan_bwd_scratch(int64_t batch, int64_t dim, int64_t L, int64_
 // chunk start from zero and skip it).
 // grad A, D and delta_bias are reduced per block, then added with atomicAdd; grad B and C are added per step:
 // dA (dim, N), dB and dC (batch, groups, N, L), dD and dbias (dim,) must be zeroed, in the accumulation
-// dtype. du, ddelta and dz are in the input dtype; z, grad_last_state, dz, dD and dbias may be null.
-void selective_scan_bwd_launch(int dtype, int64_t batch, int64_t dim, int64_t L, int64_t N, int64_t groups,
-                               const void* u, const void* delta, const void* z, const void* A, const void* B,
-                               const void* C, const void* D, const void* delta_bias, bool delta_softplus,
-                               const void* grad_out, const void* grad_last_state, void* du, void* ddelta, void* dz,
-                               void* dA, void* dB, void* dC, void* dD, void* ddelta_bias, void* scratch,
-                               cudaStream_t stream);
+// dtype (dB and dC too, whatever B's dtype). du, ddelta and dz are in the input dtype; z, grad_last_state, dz, dD
+// and dbias may be null.
+void selective_scan_bwd_launch(int dtype, bool bc_input_dtype, int64_t batch, int64_t dim, int64_t L, int64_t N,
+                               int64_t groups, const void* u, const void* delta, const void* z, const void* A,
+                               const void* B, const void* C, const void* D, const void* delta_bias,
+                               bool delta_softplus, const void* grad_out, const void* grad_last_state, void* du,
+                               void* ddelta, void* dz, void* dA, void* dB, void* dC, void* dD, void* ddelta_bias,
+                               void* scratch, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace ssm_plugins

@@ -44,14 +44,16 @@ at::Tensor qs_mix_fwd_cuda(const at::Tensor& x, const at::Tensor& dt, const at::
                            bool dt_softplus, bool hydra_shift) {
   const MixShape s = check_inputs(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias, dt_bias_rev);
   const c10::cuda::CUDAGuard guard(x.device());
-  const DirectionTensors fwd(dt, A, B, C, dt_bias), rev(dt_rev, A_rev, B_rev, C_rev, dt_bias_rev);
+  const bool in_acc = in_acc_for_cuda(x, dt, A);
+  const DirectionTensors fwd(dt, A, B, C, dt_bias, in_acc), rev(dt_rev, A_rev, B_rev, C_rev, dt_bias_rev, in_acc);
   // The kernel accumulates both directions in the accumulation dtype, then y is cast to x's dtype.
   auto y_acc = at::empty_like(x, x.options().dtype(A.scalar_type()));
   cuda::QsMixTensors t = cuda_tensors(x, fwd, rev, gamma);
   int64_t y_s[4];
   copy_strides(y_acc, y_s);
-  cuda::qs_mix_fwd_launch(static_cast<int>(dtype_code(x)), s.batch, s.L, s.H, s.P, s.N, s.G, t, dt_softplus,
-                          hydra_shift, y_acc.data_ptr(), y_s, c10::cuda::getCurrentCUDAStream().stream());
+  cuda::qs_mix_fwd_launch(static_cast<int>(dtype_code(x)), fwd.dt.scalar_type() != A.scalar_type(), s.batch, s.L,
+                          s.H, s.P, s.N, s.G, t, dt_softplus, hydra_shift, y_acc.data_ptr(), y_s,
+                          c10::cuda::getCurrentCUDAStream().stream());
   return y_acc.to(x.scalar_type());
 }
 
@@ -64,7 +66,8 @@ BwdResult qs_mix_bwd_cuda(const at::Tensor& grad_y, const at::Tensor& x, const a
   SSM_CHECK(grad_y.sizes() == x.sizes() && grad_y.scalar_type() == x.scalar_type(),
             "qs_mix_bwd: grad_y must match x in shape and dtype");
   const c10::cuda::CUDAGuard guard(x.device());
-  const DirectionTensors fwd(dt, A, B, C, dt_bias), rev(dt_rev, A_rev, B_rev, C_rev, dt_bias_rev);
+  const bool in_acc = in_acc_for_cuda(x, dt, A);
+  const DirectionTensors fwd(dt, A, B, C, dt_bias, in_acc), rev(dt_rev, A_rev, B_rev, C_rev, dt_bias_rev, in_acc);
   const auto acc_opts = A.options();
   const int64_t chunk = cuda::qs_mix_bwd_chunk(s.L);
   const int64_t columns = cuda::qs_mix_bwd_columns(s.batch, s.H, s.P);
@@ -86,11 +89,11 @@ BwdResult qs_mix_bwd_cuda(const at::Tensor& grad_y, const at::Tensor& x, const a
   cuda::QsMixTensors t = cuda_tensors(x, fwd, rev, gamma);
   int64_t grad_s[4];
   copy_strides(grad_y, grad_s);
-  cuda::qs_mix_bwd_launch(static_cast<int>(dtype_code(x)), s.batch, s.L, s.H, s.P, s.N, s.G, t, dt_softplus,
-                          hydra_shift, grad_y.data_ptr(), grad_s, chunk, ckpt.data_ptr(), chunk_states.data_ptr(),
-                          dx_acc.data_ptr(), ddt_p, dA_p, dB_p, dC_p, dgamma.data_ptr(),
-                          c10::cuda::getCurrentCUDAStream().stream());
-  return {in_layout_of(x, dx_acc), ddt[0], dA[0], dB[0], dC[0], ddt[1], dA[1], dB[1], dC[1], dgamma};
+  cuda::qs_mix_bwd_launch(static_cast<int>(dtype_code(x)), fwd.dt.scalar_type() != A.scalar_type(), s.batch, s.L,
+                          s.H, s.P, s.N, s.G, t, dt_softplus, hydra_shift, grad_y.data_ptr(), grad_s, chunk,
+                          ckpt.data_ptr(), chunk_states.data_ptr(), dx_acc.data_ptr(), ddt_p, dA_p, dB_p, dC_p,
+                          dgamma.data_ptr(), c10::cuda::getCurrentCUDAStream().stream());
+  return bwd_result(in_layout_of(x, dx_acc), ddt, dA, dB, dC, dgamma, dt.scalar_type());
 }
 #endif
 

@@ -9,9 +9,12 @@
 // Contract of the raw ops (ssm_plugins/ops/qs_mix.py normalises user input to it). Any strides are allowed
 // (the channel mixer scans along a strided axis); `acc` is float64 for float64 x, float32 otherwise.
 //   x                     (batch, L, H, P)  float32 / float64 / float16 / bfloat16
-//   dt, dt_rev, gamma     (batch, L, H)     acc
+//   dt, dt_rev            (batch, L, H)     one floating dtype for dt, B, C and their _rev (a bf16 projection's
+//                                           outputs are taken as they are): the kernels read acc or x's dtype,
+//                                           another is converted to acc on the way in; their gradients have it
+//   gamma                 (batch, L, H)     acc
 //   A, A_rev              (H, N) or (H, 1)  acc (diagonal A per head, or scalar A per head)
-//   B, C, B_rev, C_rev    (batch, L, G, N)  acc, H % G == 0 (head h reads group h / (H / G))
+//   B, C, B_rev, C_rev    (batch, L, G, N)  dt's dtype, H % G == 0 (head h reads group h / (H / G))
 //   dt_bias, dt_bias_rev  (H,)              acc, optional
 //   y                     (batch, L, H, P)  x's dtype and memory layout
 // Per (batch, head, feature), with Δ = softplus?(dt + dt_bias), Ā_t = exp(Δ_t A), B̄_t = Δ_t B_t:
@@ -52,10 +55,12 @@ inline MixShape check_inputs(const at::Tensor& x, const at::Tensor& dt, const at
   const auto acc = A.scalar_type();
   SSM_CHECK(acc == (x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat),
             "qs_mix: A must be float64 for float64 x, float32 otherwise");
+  const auto params = dt.scalar_type();
+  SSM_CHECK(at::isFloatingType(params), "qs_mix: dt must be a floating-point tensor");
   for (const at::Tensor* t : {&dt, &dt_rev, &gamma}) {
     SSM_CHECK(t->dim() == 3 && t->size(0) == s.batch && t->size(1) == s.L && t->size(2) == s.H &&
-                  t->scalar_type() == acc,
-              "qs_mix: dt, dt_rev and gamma must be (batch, L, H) in A's dtype");
+                  t->scalar_type() == (t == &gamma ? acc : params),
+              "qs_mix: dt, dt_rev and gamma must be (batch, L, H); gamma in A's dtype, dt_rev in dt's");
   }
   for (const at::Tensor* t : {&A, &A_rev}) {
     SSM_CHECK(t->dim() == 2 && t->size(0) == s.H && (t->size(1) == s.N || t->size(1) == 1) &&
@@ -64,8 +69,8 @@ inline MixShape check_inputs(const at::Tensor& x, const at::Tensor& dt, const at
   }
   for (const at::Tensor* t : {&B, &C, &B_rev, &C_rev}) {
     SSM_CHECK(t->dim() == 4 && t->size(0) == s.batch && t->size(1) == s.L && t->size(2) == s.G &&
-                  t->size(3) == s.N && t->scalar_type() == acc,
-              "qs_mix: B, C, B_rev and C_rev must be (batch, L, G, N) in A's dtype");
+                  t->size(3) == s.N && t->scalar_type() == params,
+              "qs_mix: B, C, B_rev and C_rev must be (batch, L, G, N) in dt's dtype");
   }
   SSM_CHECK(s.G > 0 && s.H % s.G == 0, "qs_mix: H must be a multiple of the number of groups G");
   for (const auto* t : {&dt_bias, &dt_bias_rev}) {
@@ -80,12 +85,17 @@ inline MixShape check_inputs(const at::Tensor& x, const at::Tensor& dt, const at
 // The per-op tensors behind a Direction. dt keeps its strides (it is as long as x's sequence axis); A, the
 // bias, B and C are made contiguous: B and C are small (no head or feature axis), and a Mamba-layout
 // (batch, N, L) B read N values L elements apart per step, 32 pages per step with C, which ran 4x slower.
+// `in_acc`: dt, B and C are converted to A's dtype (the CPU kernels read acc_t; the CUDA kernels read acc_t or
+// x's dtype: in_acc_for_cuda).
 struct DirectionTensors {
   at::Tensor dt, A, B, C;
   c10::optional<at::Tensor> bias;
   DirectionTensors(const at::Tensor& dt_, const at::Tensor& A_, const at::Tensor& B_, const at::Tensor& C_,
-                   const c10::optional<at::Tensor>& bias_)
-      : dt(dt_), A(A_.contiguous()), B(B_.contiguous()), C(C_.contiguous()) {
+                   const c10::optional<at::Tensor>& bias_, bool in_acc)
+      : dt(in_acc ? dt_.to(A_.scalar_type()) : dt_),
+        A(A_.contiguous()),
+        B((in_acc ? B_.to(A_.scalar_type()) : B_).contiguous()),
+        C((in_acc ? C_.to(A_.scalar_type()) : C_).contiguous()) {
     if (bias_) bias = bias_->contiguous();
   }
   template <typename acc_t>
@@ -103,8 +113,23 @@ void copy_strides(const at::Tensor& t, int64_t (&out)[D]) {
   for (int i = 0; i < D; ++i) out[i] = t.stride(i);
 }
 
+inline bool in_acc_for_cuda(const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A) {
+  return dt.scalar_type() != A.scalar_type() && dt.scalar_type() != x.scalar_type();
+}
+
 using BwdResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
                              at::Tensor, at::Tensor, at::Tensor>;
+
+// The backward's result from gradients accumulated in A's dtype: ddt, dB, dC of both directions in dt's dtype
+// (the inputs' own; no copy when that is A's).
+inline BwdResult bwd_result(const at::Tensor& dx, const at::Tensor (&ddt)[2], const at::Tensor (&dA)[2],
+                            const at::Tensor (&dB)[2], const at::Tensor (&dC)[2], const at::Tensor& dgamma,
+                            at::ScalarType params) {
+  return {dx,
+          ddt[0].to(params), dA[0], dB[0].to(params), dC[0].to(params),
+          ddt[1].to(params), dA[1], dB[1].to(params), dC[1].to(params),
+          dgamma};
+}
 
 }  // namespace
 

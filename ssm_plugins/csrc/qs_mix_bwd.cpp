@@ -393,7 +393,7 @@ BwdResult qs_mix_bwd_cpu(const at::Tensor& grad_y, const at::Tensor& x, const at
   const MixShape s = check_inputs(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias, dt_bias_rev);
   SSM_CHECK(grad_y.sizes() == x.sizes() && grad_y.scalar_type() == x.scalar_type(),
             "qs_mix_bwd: grad_y must match x in shape and dtype");
-  const DirectionTensors fwd(dt, A, B, C, dt_bias), rev(dt_rev, A_rev, B_rev, C_rev, dt_bias_rev);
+  const DirectionTensors fwd(dt, A, B, C, dt_bias, true), rev(dt_rev, A_rev, B_rev, C_rev, dt_bias_rev, true);
   const auto acc_opts = A.options();
   const int64_t parts = num_parts(s.batch * s.H);
   auto dx = at::empty_like(x);  // x's layout (the fake kernel declares the same)
@@ -425,8 +425,9 @@ BwdResult qs_mix_bwd_cpu(const at::Tensor& grad_y, const at::Tensor& x, const at
     }
     bwd_cpu_kernel(a, parts);
   });
-  return {dx,          ddt[0], dA[0].sum(0), dB[0].sum(0), dC[0].sum(0), ddt[1], dA[1].sum(0),
-          dB[1].sum(0), dC[1].sum(0), dgamma};
+  const at::Tensor dA_sum[2] = {dA[0].sum(0), dA[1].sum(0)}, dB_sum[2] = {dB[0].sum(0), dB[1].sum(0)},
+                   dC_sum[2] = {dC[0].sum(0), dC[1].sum(0)};
+  return bwd_result(dx, ddt, dA_sum, dB_sum, dC_sum, dgamma, dt.scalar_type());
 }
 
 }  // namespace ssm_plugins

@@ -73,8 +73,13 @@ def _normalise(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias, dt_b
     _validate.same_device(x=x, dt=dt, A=A, B=B, C=C, dt_rev=dt_rev, A_rev=A_rev, B_rev=B_rev, C_rev=C_rev,
                           gamma=gamma, dt_bias=dt_bias, dt_bias_rev=dt_bias_rev)
     acc = _validate.compute_dtype(x.dtype)
-    cast = (lambda t: None if t is None else t.to(acc))
-    args = (x, *(cast(t) for t in (dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias, dt_bias_rev)))
+    cast = (lambda t, dtype=acc: None if t is None else t.to(dtype))
+    # dt, B, C (both directions) in one dtype, e.g. a bf16 projection's outputs under autocast, are passed as they
+    # are (the op converts what its kernels do not read); else all in acc's. gamma, A and the biases in acc's.
+    selection = (dt, B, C, dt_rev, B_rev, C_rev)
+    sel_dtype = dt.dtype if all(t.dtype == dt.dtype for t in selection) else acc
+    dt, B, C, dt_rev, B_rev, C_rev = (cast(t, sel_dtype) for t in selection)
+    args = (x, dt, cast(A), B, C, dt_rev, cast(A_rev), B_rev, C_rev, *(cast(t) for t in (gamma, dt_bias, dt_bias_rev)))
     return args, mamba
 
 
@@ -110,7 +115,10 @@ def qs_mix(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, *, dt_bias=None, 
         dt_softplus, dt_bias, dt_bias_rev: Δ = softplus(dt + dt_bias) as in Mamba's fused scan, so layers
             pass the raw projection and the bias; the bias gradients are summed in the op's backward.
     Dtypes: float32, float64, float16, bfloat16 x; accumulation in float32 (float64 for float64 x); the
-    output has x's dtype. All arguments are differentiable (compiled backward ``qs_mix_bwd``).
+    output has x's dtype. dt, B, C and their ``_rev`` in one dtype are taken in it (their gradients come back in
+    it; the kernels read x's dtype or the accumulation dtype without a cast); in several dtypes they, like A,
+    gamma and the biases, are taken in the accumulation dtype.
+    All arguments are differentiable (compiled backward ``qs_mix_bwd``).
     """
     args, mamba = _normalise(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias, dt_bias_rev, qs_shift)
     if _backend.use_kernel(_OP, args[0]):

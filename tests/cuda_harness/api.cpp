@@ -95,23 +95,25 @@ int selective_scan_bwd(int dtype, bool bc_input_dtype, int64_t batch, int64_t di
   });
 }
 
-int qs_mix_fwd(int dtype, int64_t batch, int64_t L, int64_t H, int64_t P, int64_t N, int64_t G,
-               const sc::QsMixTensors* t, bool dt_softplus, bool hydra_shift, void* y_acc, const int64_t* y_s) {
+int qs_mix_fwd(int dtype, bool params_in_input_dtype, int64_t batch, int64_t L, int64_t H, int64_t P, int64_t N,
+               int64_t G, const sc::QsMixTensors* t, bool dt_softplus, bool hydra_shift, void* y_acc,
+               const int64_t* y_s) {
   return guarded([&] {
-    sc::qs_mix_fwd_launch(dtype, batch, L, H, P, N, G, *t, dt_softplus, hydra_shift, y_acc, y_s, nullptr);
+    sc::qs_mix_fwd_launch(dtype, params_in_input_dtype, batch, L, H, P, N, G, *t, dt_softplus, hydra_shift, y_acc,
+                          y_s, nullptr);
   });
 }
 
 int64_t qs_mix_bwd_chunk(int64_t L) { return sc::qs_mix_bwd_chunk(L); }
 int64_t qs_mix_bwd_columns(int64_t batch, int64_t H, int64_t P) { return sc::qs_mix_bwd_columns(batch, H, P); }
 
-int qs_mix_bwd(int dtype, int64_t batch, int64_t L, int64_t H, int64_t P, int64_t N, int64_t G,
-               const sc::QsMixTensors* t, bool dt_softplus, bool hydra_shift, const void* grad_y,
+int qs_mix_bwd(int dtype, bool params_in_input_dtype, int64_t batch, int64_t L, int64_t H, int64_t P, int64_t N,
+               int64_t G, const sc::QsMixTensors* t, bool dt_softplus, bool hydra_shift, const void* grad_y,
                const int64_t* grad_s, int64_t chunk, void* ckpt, void* chunk_states, void* dx_acc,
                void* const* ddt, void* const* dA, void* const* dB, void* const* dC, void* dgamma) {
   return guarded([&] {
-    sc::qs_mix_bwd_launch(dtype, batch, L, H, P, N, G, *t, dt_softplus, hydra_shift, grad_y, grad_s, chunk, ckpt,
-                          chunk_states, dx_acc, ddt, dA, dB, dC, dgamma, nullptr);
+    sc::qs_mix_bwd_launch(dtype, params_in_input_dtype, batch, L, H, P, N, G, *t, dt_softplus, hydra_shift, grad_y,
+                          grad_s, chunk, ckpt, chunk_states, dx_acc, ddt, dA, dB, dC, dgamma, nullptr);
   });
 }
 

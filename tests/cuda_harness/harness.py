@@ -272,8 +272,9 @@ class Harness:
         dirs = self._qs_dirs(dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, dt_bias, dt_bias_rev)
         y_acc = _empty(dtype=A.dtype, like=x)
         t = self._qs_tensors(x, dirs, gamma)
-        self._run("qs_mix_fwd", (x, gamma, y_acc, *[v for d in dirs for v in d]), DTYPE_CODE[x.dtype], batch, L, H,
-                  P, N, G, ctypes.byref(t), bool(dt_softplus), bool(hydra_shift), _p(y_acc), _strides(y_acc, 4))
+        self._run("qs_mix_fwd", (x, gamma, y_acc, *[v for d in dirs for v in d]), DTYPE_CODE[x.dtype],
+                  dt.dtype != A.dtype, batch, L, H, P, N, G, ctypes.byref(t), bool(dt_softplus), bool(hydra_shift),
+                  _p(y_acc), _strides(y_acc, 4))
         return y_acc.to(x.dtype)
 
     def qs_mix_bwd(self, grad_y, x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias, dt_bias_rev,
@@ -295,9 +296,11 @@ class Harness:
         t = self._qs_tensors(x, dirs, gamma)
         self._run("qs_mix_bwd", (grad_y, x, gamma, ckpt, chunk_states, dx_acc, dgamma, *ddt, *dA, *dB, *dC,
                                  *[v for d in dirs for v in d]),
-                  DTYPE_CODE[x.dtype], batch, L, H, P, N, G, ctypes.byref(t), bool(dt_softplus), bool(hydra_shift),
-                  _p(grad_y), _strides(grad_y, 4), chunk, _p(ckpt), _p(chunk_states), _p(dx_acc), *arrays,
-                  _p(dgamma))
+                  DTYPE_CODE[x.dtype], dt.dtype != A.dtype, batch, L, H, P, N, G, ctypes.byref(t), bool(dt_softplus),
+                  bool(hydra_shift), _p(grad_y), _strides(grad_y, 4), chunk, _p(ckpt), _p(chunk_states), _p(dx_acc),
+                  *arrays, _p(dgamma))
+        # accumulated in A's dtype; dt, B, C's gradients in their own (qs_mix.h's bwd_result)
+        ddt, dB, dC = ([g.to(dt.dtype) for g in grads] for grads in (ddt, dB, dC))
         return (dx_acc.to(x.dtype), ddt[0], dA[0], dB[0], dC[0], ddt[1], dA[1], dB[1], dC[1], dgamma)
 
     # -- 2-D SSM kernel ------------------------------------------------------------------------------------

@@ -137,18 +137,20 @@ def test_selective_scan_low_rank_delta(cuda, dtype):
 
 # ---- quasi-separable mixing -------------------------------------------------------------------------------
 
-def qs_args(dtype, batch, length, heads, feat, n_state, groups, scalar_a, strided_x, seed=0):
+def qs_args(dtype, batch, length, heads, feat, n_state, groups, scalar_a, strided_x, seed=0, selection_dtype=None):
+    """selection_dtype: that of dt, B, C and their _rev (the op takes them in the accumulation dtype or in x's)."""
     gen = torch.Generator().manual_seed(seed)
     acc = torch.float64 if dtype == torch.float64 else torch.float32
+    sel = selection_dtype or acc
     a_cols = 1 if scalar_a else n_state
     x = randn(batch, heads, length, feat, dtype=dtype, gen=gen)
     x = x.transpose(1, 2) if strided_x else x.transpose(1, 2).contiguous()  # (batch, L, H, P), maybe strided
     dirs = []
     for _ in range(2):
-        dirs += [randn(batch, length, heads, dtype=acc, gen=gen, scale=0.5),
+        dirs += [randn(batch, length, heads, dtype=sel, gen=gen, scale=0.5),
                  (-torch.rand(heads, a_cols, generator=gen, dtype=torch.float64) - 0.1).to(acc),
-                 randn(batch, length, groups, n_state, dtype=acc, gen=gen),
-                 randn(batch, length, groups, n_state, dtype=acc, gen=gen)]
+                 randn(batch, length, groups, n_state, dtype=sel, gen=gen),
+                 randn(batch, length, groups, n_state, dtype=sel, gen=gen)]
     gamma = randn(batch, length, heads, dtype=acc, gen=gen)
     bias = randn(heads, dtype=acc, gen=gen, scale=0.2)
     return [x, *dirs, gamma, bias, None], gen
@@ -169,6 +171,18 @@ QS_CASES = [  # (batch, length, heads, feat, n_state, groups, scalar_a, strided_
 def test_qs_mix(cuda, dtype, case, hydra_shift):
     args, gen = qs_args(dtype, *QS_CASES[case])
     flags = (case != 1, hydra_shift)  # dt_softplus on in cases 0 and 2
+    assert_same(cuda.qs_mix_fwd(*args, *flags), OPS.qs_mix_fwd(*args, *flags), dtype, "fwd")
+    grad_y = randn(*args[0].shape, dtype=dtype, gen=gen)
+    assert_same(cuda.qs_mix_bwd(grad_y, *args, *flags), OPS.qs_mix_bwd(grad_y, *args, *flags), dtype, "bwd")
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("case", [0, 5])
+def test_qs_mix_selection_in_the_input_dtype(cuda, dtype, case):
+    """dt, B, C (both directions) in x's dtype, as a bf16 projection gives them: read as they are."""
+    args, gen = qs_args(dtype, *QS_CASES[case], selection_dtype=dtype)
+    assert {args[i].dtype for i in (1, 3, 4, 5, 7, 8)} == {dtype}
+    flags = (True, False)
     assert_same(cuda.qs_mix_fwd(*args, *flags), OPS.qs_mix_fwd(*args, *flags), dtype, "fwd")
     grad_y = randn(*args[0].shape, dtype=dtype, gen=gen)
     assert_same(cuda.qs_mix_bwd(grad_y, *args, *flags), OPS.qs_mix_bwd(grad_y, *args, *flags), dtype, "bwd")

@@ -74,12 +74,15 @@ def selective_scan_bwd(kind):
 # ---- quasi-separable mixing ----------------------------------------------------------------------------
 
 def _qs_args(kind):
-    if kind in ("transposed", "bf16"):  # the channel mixer's layout: all strided views, static gamma expanded
+    if kind in ("transposed", "bf16", "bf16_sel"):  # the channel mixer's layout: strided views, static gamma expanded
         batch, length, heads, feat, groups, n_state = 2, 5, 4, 3, 2, 3
-        x = transposed(batch, length, heads, feat, dims=(1, 2), dtype=torch.bfloat16 if kind == "bf16" else None)
-        dt, dt_rev = transposed(batch, length, heads, dims=(1, 2)), randn(batch, length, heads)
+        low = torch.bfloat16 if kind.startswith("bf16") else None
+        sel = low if kind == "bf16_sel" else None  # bf16_sel: dt, B, C (both directions) in x's dtype too
+        x = transposed(batch, length, heads, feat, dims=(1, 2), dtype=low)
+        dt = transposed(batch, length, heads, dims=(1, 2), dtype=sel)
+        dt_rev = randn(batch, length, heads, dtype=sel or torch.float32)
         A, A_rev = -randn(heads, n_state).abs(), -randn(heads, 1).abs()
-        B, C, B_rev, C_rev = (transposed(batch, length, groups, n_state, dims=(1, 3)) for _ in range(4))
+        B, C, B_rev, C_rev = (transposed(batch, length, groups, n_state, dims=(1, 3), dtype=sel) for _ in range(4))
         gamma = randn(length, heads).expand(batch, length, heads)
         bias, bias_rev = randn(heads), randn(heads)
         return [x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, bias, bias_rev, True, False]
@@ -103,7 +106,7 @@ def qs_mix_fwd(kind):
 def qs_mix_bwd(kind):
     args = _qs_args(kind)
     y = OPS.qs_mix_fwd(*args)
-    grad = transposed(*y.shape, dims=(0, 2), dtype=y.dtype) if kind in ("transposed", "bf16") else torch.randn_like(y)
+    grad = transposed(*y.shape, dims=(0, 2), dtype=y.dtype) if kind not in ("sliced", "plain") else torch.randn_like(y)
     return [grad, *args]
 
 
@@ -204,7 +207,8 @@ ROWS = {f.__name__: f for f in (selective_scan_fwd, selective_scan_bwd, qs_mix_f
                                  ssm2d_kernel_bwd, fft_conv2d, fft_conv2d_bwd, essm_kernel, essm_kernel_bwd,
                                  myo_solve_fwd, myo_solve_bwd)}
 # Input layouts per op (default: transposed and plain); bf16: half-precision sequences, float32 parameters.
-_QS_KINDS, _SCAN_KINDS = ("transposed", "bf16", "sliced", "plain"), ("transposed", "bf16", "bf16_bc", "plain")
+_QS_KINDS = ("transposed", "bf16", "bf16_sel", "sliced", "plain")
+_SCAN_KINDS = ("transposed", "bf16", "bf16_bc", "plain")
 KINDS = {"qs_mix_fwd": _QS_KINDS, "qs_mix_bwd": _QS_KINDS,
          "selective_scan_fwd": _SCAN_KINDS, "selective_scan_bwd": _SCAN_KINDS}
 

@@ -318,6 +318,53 @@ def test_bfloat16_backward_matches_float32():
     torch.testing.assert_close(dx16.float(), dx32, rtol=2e-2, atol=2e-2 * dx32.abs().max().item())
 
 
+SELECTION = ("dt", "B", "C", "dt_rev", "B_rev", "C_rev")
+
+
+@needs_kernel
+@pytest.mark.parametrize("isa", ["generic", "avx2", "avx512"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("layout", ["heads", "mamba"])
+@pytest.mark.parametrize("x_dtype", ["same", "float32"])
+def test_selection_in_its_own_dtype_is_taken_as_it_is(monkeypatch, isa, dtype, layout, x_dtype):
+    """dt, B, C and their _rev in one low-precision dtype (a bf16 projection's outputs under autocast), with x in it
+    too (QSMixer's token mixer) or in float32 (the channel mixer reads a LayerNorm's float32 output), are passed to
+    the op without a cast and give what their values in float32 give: the same output, and their gradients rounded
+    to their dtype. One of them in float32 sends all six in float32 (no precision lost)."""
+    from ssm_plugins.ops.qs_mix import _normalise
+
+    monkeypatch.setenv("SSM_PLUGINS_CPU_ISA", isa)
+    t = make_inputs(batch=2, length=37, heads=4, feat=3, n_state=5, groups=2, scalar_a=layout == "heads",
+                    dtype=torch.float32)
+    if layout == "mamba":  # (batch, dim, L) x, dt; (batch, N, L) B, C; static (dim, L) gamma
+        t = {**t, "x": t["x"][..., 0].mT, "gamma": t["gamma"][0].mT, "A": t["A"], "A_rev": t["A_rev"],
+             **{k: t[k].mT for k in ("dt", "dt_rev")}, **{k: t[k][:, :, 0].mT for k in ("B", "C", "B_rev", "C_rev")}}
+    t["x"] = t["x"].to(dtype if x_dtype == "same" else torch.float32)
+    low = {**t, **{k: t[k].to(dtype) for k in SELECTION}}
+    up = {**low, **{k: low[k].float() for k in SELECTION}}
+    kw = dict(dt_bias=torch.full((4,), 0.1), dt_bias_rev=torch.full((4,), -0.1), dt_softplus=True)
+
+    def selection_dtypes(inputs):  # of dt, B, C, dt_rev, B_rev, C_rev as the public function passes them to the op
+        args = _normalise(*positional(inputs), kw["dt_bias"], kw["dt_bias_rev"], "exact")[0]
+        return [args[i].dtype for i in (1, 3, 4, 5, 7, 8)]
+
+    assert selection_dtypes(low) == [dtype] * 6
+
+    def run(inputs):
+        leaves = {k: v.clone().requires_grad_() for k, v in inputs.items()}
+        y = qs_mix(*positional(leaves), **kw)
+        return y, dict(zip(leaves, torch.autograd.grad(y.float().square().sum(), list(leaves.values()))))
+
+    (y_low, g_low), (y_up, g_up) = run(low), run(up)
+    assert torch.equal(y_low, y_up)
+    for name, grad in g_up.items():
+        assert g_low[name].dtype == low[name].dtype, name
+        assert torch.equal(g_low[name], grad.to(low[name].dtype)), name
+    mixed = {**low, "C_rev": up["C_rev"]}
+    assert selection_dtypes(mixed) == [torch.float32] * 6
+    assert torch.equal(qs_mix(*positional(mixed), **kw), y_up)
+
+
 # ---- argument checking ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name, value, match", [

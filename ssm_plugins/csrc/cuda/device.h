@@ -5,6 +5,9 @@
 // Kernels take their global-memory arguments as global_ptr<T>, launch through launch_kernel, and declare
 // dynamic shared memory with SSM_DYNAMIC_SHARED(T, name). No torch headers.
 #pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cstddef>
 #include <stdexcept>
 #include <string>
@@ -62,6 +65,21 @@ namespace cuda {
 inline void check_launch(const char* what) {
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+// Calls f(T{}, P{}) for an input dtype code (0 float32, 1 float64, 2 float16, 3 bfloat16: ssm_plugins::DType) and
+// P, the type of the inputs an op takes in the accumulation dtype or, with `params_in_input_dtype`, in the input's
+// (as mamba_ssm takes B and C): float16 / bfloat16 input then instantiates its kernels twice, float32 and float64
+// once (both choices are the same type).
+template <typename F>
+void with_input_types(int dtype, bool params_in_input_dtype, const char* op, F&& f) {
+  switch (dtype) {
+    case 0: f(float{}, float{}); break;
+    case 1: f(double{}, double{}); break;
+    case 2: params_in_input_dtype ? f(__half{}, __half{}) : f(__half{}, float{}); break;
+    case 3: params_in_input_dtype ? f(__nv_bfloat16{}, __nv_bfloat16{}) : f(__nv_bfloat16{}, float{}); break;
+    default: throw std::invalid_argument(std::string("ssm_plugins: ") + op + ": unsupported dtype code");
+  }
 }
 
 }  // namespace cuda

@@ -1,7 +1,7 @@
 // Quasi-separable mixing CUDA kernels (math and layouts in ssm_plugins/csrc/qs_mix.cpp). A block per (batch
 // element, tile of 32 adjacent (head, feature) columns): threadIdx.x is the column (the loads of x, dt, y and
 // the gradients coalesce over features), threadIdx.y one of up to 8 time segments of 8 consecutive steps, so a
-// chunk of up to 64 steps runs in parallel along L. Per state (in groups of 16, 8 for double, held in
+// chunk of up to 64 steps runs in parallel along L. Per state (in groups of 8, 4 for double, held in
 // registers) each direction's strict scan h_t = exp(dt_t A) h_{t-1} + dt_t B_t x_t is a block-wide scan of
 // (decay, input) pairs: each thread scans its steps from zero, publishes (decay product, local state) in
 // shared memory, composes the segments before it onto the state carried from the previous chunk, and re-runs
@@ -10,7 +10,8 @@
 // adjoint as the mirror-image reverse block scan, and reduces the shared gradients before atomics: dB, dC
 // per (step, group) and ddt, dgamma per (step, head) with segmented warp sums (one atomic per warp segment),
 // dA per head over the block (warp sums, then the warps' sums in shared memory, one atomic per block).
-// fp32 state and accumulation for float16/bfloat16 (fp64 for double). No torch headers here (see setup.py).
+// fp32 state and accumulation for float16/bfloat16 (fp64 for double); dt, B, C in the accumulation dtype or in x's
+// (P: a bf16 projection's output is read as it is). No torch headers here (see setup.py).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -56,28 +57,30 @@ int64_t segments_of(int64_t L) {
   return segments < kMaxSegments ? (segments > 0 ? segments : 1) : kMaxSegments;
 }
 
-// Where column `col` = (b, h, p) reads its direction's parameters.
-template <typename acc_t>
+// Where column `col` = (b, h, p) reads its direction's parameters: dt, B, C of type P (acc_t, or x's dtype when the
+// op got them so), A and the bias in acc_t.
+template <typename acc_t, typename P>
 struct ColumnDirection {
-  global_ptr<const acc_t> dt, A, B, C;
+  global_ptr<const P> dt, B, C;
+  global_ptr<const acc_t> A;
   acc_t bias;
   int64_t a_step, dt_s1, B_s1, C_s1;  // A[h, n] = A[n * a_step]: a_step 0 for scalar A; B, C: N contiguous
 
   __device__ ColumnDirection(const QsMixDirection& d, int64_t b, int64_t h, int64_t g) {
-    dt = global_ptr<const acc_t>(static_cast<const acc_t*>(d.dt)) + b * d.dt_s[0] + h * d.dt_s[2];
+    dt = global_ptr<const P>(static_cast<const P*>(d.dt)) + b * d.dt_s[0] + h * d.dt_s[2];
     A = global_ptr<const acc_t>(static_cast<const acc_t*>(d.A)) + h * d.A_cols;
     a_step = d.A_cols == 1 ? 0 : 1;
-    B = global_ptr<const acc_t>(static_cast<const acc_t*>(d.B)) + b * d.B_s[0] + g * d.B_s[2];
-    C = global_ptr<const acc_t>(static_cast<const acc_t*>(d.C)) + b * d.C_s[0] + g * d.C_s[2];
+    B = global_ptr<const P>(static_cast<const P*>(d.B)) + b * d.B_s[0] + g * d.B_s[2];
+    C = global_ptr<const P>(static_cast<const P*>(d.C)) + b * d.C_s[0] + g * d.C_s[2];
     bias = d.bias ? global_ptr<const acc_t>(static_cast<const acc_t*>(d.bias))[h] : acc_t(0);
     dt_s1 = d.dt_s[1], B_s1 = d.B_s[1], C_s1 = d.C_s[1];
   }
-  __device__ acc_t raw_delta(int64_t t) const { return dt[t * dt_s1] + bias; }
+  __device__ acc_t raw_delta(int64_t t) const { return to_acc(dt[t * dt_s1]) + bias; }
   __device__ acc_t Av(int64_t n) const { return A[n * a_step]; }
   // Unit stride along N: the states of a step are one base address plus immediate offsets (a stride per state
   // held 16 more 64-bit addresses in registers).
-  __device__ acc_t Bv(int64_t t, int64_t n) const { return B[t * B_s1 + n]; }
-  __device__ acc_t Cv(int64_t t, int64_t n) const { return C[t * C_s1 + n]; }
+  __device__ acc_t Bv(int64_t t, int64_t n) const { return to_acc(B[t * B_s1 + n]); }
+  __device__ acc_t Cv(int64_t t, int64_t n) const { return to_acc(C[t * C_s1 + n]); }
 };
 
 template <typename acc_t>
@@ -107,9 +110,9 @@ struct Place {
 };
 
 // Scan order i -> time t of a direction (0 forward, 1 reverse), and a step's delta.
-template <typename acc_t>
+template <typename acc_t, typename P>
 struct Direction {
-  ColumnDirection<acc_t> d;
+  ColumnDirection<acc_t, P> d;
   int dir;
   int64_t L;
   bool softplus_dt;
@@ -124,8 +127,8 @@ struct Direction {
 // The thread's steps composed from a zero state: h <- a h + delta B x; prod <- a prod (states n0 .. n0 + nn).
 // The step loops of the kernels stay rolled (delta and x are reloaded per pass): unrolled over steps and
 // states, the compiler hoisted every step's B and C loads into registers and spilled.
-template <int kG, typename T, typename acc_t>
-__device__ inline void local_scan(const Direction<acc_t>& dr, global_ptr<const T> x, int64_t x_s1, int64_t i0,
+template <int kG, typename T, typename acc_t, typename P>
+__device__ inline void local_scan(const Direction<acc_t, P>& dr, global_ptr<const T> x, int64_t x_s1, int64_t i0,
                                   int64_t n0, int nn, acc_t (&prod)[kG], acc_t (&h)[kG]) {
   QS_FOR_STATE(n) prod[n] = acc_t(1), h[n] = acc_t(0);
 #pragma unroll 1
@@ -161,7 +164,7 @@ __device__ inline void block_compose(Smem pairs, int nn, acc_t (&prod)[kG], acc_
   __syncthreads();  // the pairs are rewritten by the next chunk
 }
 
-template <typename T>
+template <typename T, typename P>
 __global__ void __launch_bounds__(kLanes * kMaxSegments) fwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool hydra_shift,
                            global_ptr<typename Acc<T>::type> y, int64_t y_s0, int64_t y_s1, int64_t y_s2, int64_t y_s3) {
   using acc_t = typename Acc<T>::type;
@@ -175,7 +178,7 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments) fwd_kernel(Shape s, QsM
   const global_ptr<acc_t> yc = y + q.b * y_s0 + q.h * y_s2 + q.p * y_s3;
   const int64_t chunk = blockDim.y * kSteps;
   for (int dir = 0; dir < 2; ++dir) {
-    const Direction<acc_t> dr{ColumnDirection<acc_t>(tensors.dir[dir], q.b, q.h, q.g), dir, s.L, softplus_dt};
+    const Direction<acc_t, P> dr{ColumnDirection<acc_t, P>(tensors.dir[dir], q.b, q.h, q.g), dir, s.L, softplus_dt};
     for (int64_t n0 = 0; n0 < s.N; n0 += kG) {
       const int nn = s.N - n0 < kG ? static_cast<int>(s.N - n0) : kG;
       acc_t carry[kG], prod[kG], h[kG];
@@ -246,7 +249,7 @@ struct BwdOut {
   global_ptr<acc_t> dx, ddt[2], dA[2], dB[2], dC[2], dgamma;
 };
 
-template <typename T>
+template <typename T, typename P>
 __global__ void __launch_bounds__(kLanes * kMaxSegments) bwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool hydra_shift, global_ptr<const T> grad,
                            int64_t g_s0, int64_t g_s1, int64_t g_s2, int64_t g_s3, int64_t columns,
                            global_ptr<typename Acc<T>::type> ckpt, global_ptr<typename Acc<T>::type> chunk_states,
@@ -268,7 +271,7 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments) bwd_kernel(Shape s, QsM
   const int64_t chunk = blockDim.y * kSteps, n_chunks = (s.L + chunk - 1) / chunk;
 
   for (int dir = 0; dir < 2; ++dir) {
-    const Direction<acc_t> dr{ColumnDirection<acc_t>(tensors.dir[dir], q.b, q.h, q.g), dir, s.L, softplus_dt};
+    const Direction<acc_t, P> dr{ColumnDirection<acc_t, P>(tensors.dir[dir], q.b, q.h, q.g), dir, s.L, softplus_dt};
     const QsMixDirection& raw = tensors.dir[dir];
     for (int64_t n0 = 0; n0 < s.N; n0 += kG) {
       const int nn = s.N - n0 < kG ? static_cast<int>(s.N - n0) : kG;
@@ -391,18 +394,18 @@ std::size_t shared_bytes(int64_t segments) {
   return static_cast<std::size_t>(segments) * 2 * kGroup<acc_t> * kLanes * sizeof(acc_t);
 }
 
-template <typename T>
+template <typename T, typename P>
 void launch_fwd(const Shape& s, const QsMixTensors& t, bool softplus_dt, bool hydra_shift, void* y,
                 const int64_t* y_s, cudaStream_t stream) {
   using acc_t = typename Acc<T>::type;
   const int64_t segments = segments_of(s.L);
   const int64_t blocks = s.batch * ((s.H * s.P + kLanes - 1) / kLanes);
-  launch_kernel(fwd_kernel<T>, static_cast<unsigned>(blocks), dim3(kLanes, static_cast<unsigned>(segments)),
+  launch_kernel(fwd_kernel<T, P>, static_cast<unsigned>(blocks), dim3(kLanes, static_cast<unsigned>(segments)),
                 shared_bytes<T>(segments), stream, s, t, softplus_dt, hydra_shift, static_cast<acc_t*>(y), y_s[0],
                 y_s[1], y_s[2], y_s[3]);
 }
 
-template <typename T>
+template <typename T, typename P>
 void launch_bwd(const Shape& s, const QsMixTensors& t, bool softplus_dt, bool hydra_shift, const void* grad,
                 const int64_t* g_s, int64_t chunk, void* ckpt, void* chunk_states, void* dx, void* const* ddt,
                 void* const* dA, void* const* dB, void* const* dC, void* dgamma, cudaStream_t stream) {
@@ -416,10 +419,10 @@ void launch_bwd(const Shape& s, const QsMixTensors& t, bool softplus_dt, bool hy
     out.dB[dir] = static_cast<acc_t*>(dB[dir]);
     out.dC[dir] = static_cast<acc_t*>(dC[dir]);
   }
-  launch_kernel(bwd_kernel<T>, static_cast<unsigned>(columns / kLanes), dim3(kLanes, static_cast<unsigned>(segments)),
-                shared_bytes<T>(segments), stream, s, t, softplus_dt, hydra_shift, static_cast<const T*>(grad),
-                g_s[0], g_s[1], g_s[2], g_s[3], columns, static_cast<acc_t*>(ckpt), static_cast<acc_t*>(chunk_states),
-                out);
+  const dim3 block(kLanes, static_cast<unsigned>(segments));
+  launch_kernel(bwd_kernel<T, P>, static_cast<unsigned>(columns / kLanes), block, shared_bytes<T>(segments), stream,
+                s, t, softplus_dt, hydra_shift, static_cast<const T*>(grad), g_s[0], g_s[1], g_s[2], g_s[3], columns,
+                static_cast<acc_t*>(ckpt), static_cast<acc_t*>(chunk_states), out);
 }
 
 }  // namespace
@@ -440,37 +443,30 @@ void check_state_strides(const QsMixTensors& t, int64_t N) {
 }
 }  // namespace
 
-void qs_mix_fwd_launch(int dtype, int64_t batch, int64_t L, int64_t H, int64_t P, int64_t N, int64_t G,
-                       const QsMixTensors& t, bool dt_softplus, bool hydra_shift, void* y_acc, const int64_t* y_s,
-                       cudaStream_t stream) {
+void qs_mix_fwd_launch(int dtype, bool params_in_input_dtype, int64_t batch, int64_t L, int64_t H, int64_t P,
+                       int64_t N, int64_t G, const QsMixTensors& t, bool dt_softplus, bool hydra_shift, void* y_acc,
+                       const int64_t* y_s, cudaStream_t stream) {
   if (batch * H * P == 0 || L == 0) return;
   check_state_strides(t, N);
   const Shape s{batch, L, H, P, N, G};
-  switch (dtype) {
-    case 0: launch_fwd<float>(s, t, dt_softplus, hydra_shift, y_acc, y_s, stream); break;
-    case 1: launch_fwd<double>(s, t, dt_softplus, hydra_shift, y_acc, y_s, stream); break;
-    case 2: launch_fwd<__half>(s, t, dt_softplus, hydra_shift, y_acc, y_s, stream); break;
-    case 3: launch_fwd<__nv_bfloat16>(s, t, dt_softplus, hydra_shift, y_acc, y_s, stream); break;
-    default: throw std::invalid_argument("ssm_plugins: qs_mix: unsupported dtype code");
-  }
+  with_input_types(dtype, params_in_input_dtype, "qs_mix", [&](auto x_type, auto param_type) {
+    launch_fwd<decltype(x_type), decltype(param_type)>(s, t, dt_softplus, hydra_shift, y_acc, y_s, stream);
+  });
   check_launch("qs_mix_fwd");
 }
 
-void qs_mix_bwd_launch(int dtype, int64_t batch, int64_t L, int64_t H, int64_t P, int64_t N, int64_t G,
-                       const QsMixTensors& t, bool dt_softplus, bool hydra_shift, const void* grad_y,
-                       const int64_t* grad_s, int64_t chunk, void* ckpt, void* chunk_states, void* dx_acc,
-                       void* const* ddt, void* const* dA, void* const* dB, void* const* dC, void* dgamma,
-                       cudaStream_t stream) {
+void qs_mix_bwd_launch(int dtype, bool params_in_input_dtype, int64_t batch, int64_t L, int64_t H, int64_t P,
+                       int64_t N, int64_t G, const QsMixTensors& t, bool dt_softplus, bool hydra_shift,
+                       const void* grad_y, const int64_t* grad_s, int64_t chunk, void* ckpt, void* chunk_states,
+                       void* dx_acc, void* const* ddt, void* const* dA, void* const* dB, void* const* dC,
+                       void* dgamma, cudaStream_t stream) {
   if (batch * H * P == 0 || L == 0) return;
   check_state_strides(t, N);
   const Shape s{batch, L, H, P, N, G};
-  switch (dtype) {
-    case 0: launch_bwd<float>(s, t, dt_softplus, hydra_shift, grad_y, grad_s, chunk, ckpt, chunk_states, dx_acc, ddt, dA, dB, dC, dgamma, stream); break;
-    case 1: launch_bwd<double>(s, t, dt_softplus, hydra_shift, grad_y, grad_s, chunk, ckpt, chunk_states, dx_acc, ddt, dA, dB, dC, dgamma, stream); break;
-    case 2: launch_bwd<__half>(s, t, dt_softplus, hydra_shift, grad_y, grad_s, chunk, ckpt, chunk_states, dx_acc, ddt, dA, dB, dC, dgamma, stream); break;
-    case 3: launch_bwd<__nv_bfloat16>(s, t, dt_softplus, hydra_shift, grad_y, grad_s, chunk, ckpt, chunk_states, dx_acc, ddt, dA, dB, dC, dgamma, stream); break;
-    default: throw std::invalid_argument("ssm_plugins: qs_mix: unsupported dtype code");
-  }
+  with_input_types(dtype, params_in_input_dtype, "qs_mix", [&](auto x_type, auto param_type) {
+    launch_bwd<decltype(x_type), decltype(param_type)>(s, t, dt_softplus, hydra_shift, grad_y, grad_s, chunk, ckpt,
+                                                       chunk_states, dx_acc, ddt, dA, dB, dC, dgamma, stream);
+  });
   check_launch("qs_mix_bwd");
 }
 

@@ -381,28 +381,6 @@ Args<T, BC> make_args(int64_t batch, int64_t dim, int64_t L, int64_t N, int64_t 
                      softplus, static_cast<const acc_t*>(delta_proj), rank, delta_groups};
 }
 
-// Calls f(T, BC) as types (value-initialised tags) for a dtype code and B/C in the input dtype or not; BC is the
-// accumulation type for float32 and float64 input either way.
-template <typename F>
-void with_types(int dtype, bool bc_input_dtype, F&& f) {
-  auto pick = [&](auto t) {
-    using T = decltype(t);
-    using acc_t = typename Acc<T>::type;
-    if (bc_input_dtype && !std::is_same<T, acc_t>::value) {
-      f(T{}, T{});
-    } else {
-      f(T{}, acc_t{});
-    }
-  };
-  switch (dtype) {
-    case 0: pick(float{}); break;
-    case 1: pick(double{}); break;
-    case 2: pick(__half{}); break;
-    case 3: pick(__nv_bfloat16{}); break;
-    default: throw std::invalid_argument("ssm_plugins: selective_scan: unsupported dtype code");
-  }
-}
-
 template <bool kBackward, typename T, typename BC>
 void launch_fwd(const Args<T, BC>& p, void* out, void* last_state, void* chunk_states, cudaStream_t stream) {
   using acc_t = typename Acc<T>::type;
@@ -440,7 +418,7 @@ void selective_scan_fwd_launch(int dtype, bool bc_input_dtype, int64_t batch, in
   if (N > kMaxState) throw std::invalid_argument("ssm_plugins: selective_scan CUDA kernel supports N <= 256");
   if (batch * dim == 0 || L == 0) return;
   if (dim > 2147483647 || batch > 65535) throw std::invalid_argument("ssm_plugins: selective_scan: grid too large");
-  with_types(dtype, bc_input_dtype, [&](auto t, auto bc) {
+  with_input_types(dtype, bc_input_dtype, "selective_scan", [&](auto t, auto bc) {
     using T = decltype(t);
     using BC = decltype(bc);
     launch_fwd<false>(make_args<T, BC>(batch, dim, L, N, groups, u, delta, z, A, B, C, D, delta_bias, delta_softplus,
@@ -480,7 +458,7 @@ void selective_scan_bwd_launch(int dtype, bool bc_input_dtype, int64_t batch, in
   if (N > kMaxState) throw std::invalid_argument("ssm_plugins: selective_scan CUDA kernel supports N <= 256");
   if (batch * dim == 0 || L == 0) return;
   if (dim > 2147483647 || batch > 65535) throw std::invalid_argument("ssm_plugins: selective_scan: grid too large");
-  with_types(dtype, bc_input_dtype, [&](auto t, auto bc) {
+  with_input_types(dtype, bc_input_dtype, "selective_scan", [&](auto t, auto bc) {
     using T = decltype(t);
     using BC = decltype(bc);
     launch_bwd(make_args<T, BC>(batch, dim, L, N, groups, u, delta, z, A, B, C, D, delta_bias, delta_softplus),

@@ -233,9 +233,9 @@ class SelectiveTokenMixer(nn.Module):
         y = ops.selective_scan(u, dt, -torch.exp(self.fwd.A_log), B, C, self.D, delta_bias=self.fwd.dt_bias,
                                delta_softplus=True)
         if self.bwd is not None:
-            dt_r, B_r, C_r = (t.flip(-1) for t in self.bwd.selection(sel))
-            y = y + ops.selective_scan(u.flip(-1), dt_r, -torch.exp(self.bwd.A_log), B_r, C_r,
-                                       delta_bias=self.bwd.dt_bias, delta_softplus=True).flip(-1)
+            dt_r, B_r, C_r = self.bwd.selection(sel)  # the scan of the flipped sequence, flipped back: no copies
+            y = y + ops.selective_scan(u, dt_r, -torch.exp(self.bwd.A_log), B_r, C_r, delta_bias=self.bwd.dt_bias,
+                                       delta_softplus=True, reverse=True)
         return y.transpose(1, 2)
 
     def forward(self, u):

@@ -94,12 +94,15 @@ def has_family(name: str) -> bool:
 IMAGE_MODELS = [n for n in MODELS if has_family(n)]
 
 
+# The ViM2/ViQS ablation and size variants: they run the same layers and ops as vim2_t / viqs_t.
+VIM2_VARIANTS = r"^(vim2|viqs)_(t_.+|[sbl])$"
+
+
 def sweep_params(names):
-    """``names`` as parameters of a slow per-model sweep (export, compile): the ViM2/ViQS ablation and size variants,
-    which run the same layers and ops as vim2_t / viqs_t, marked ``exhaustive`` (make test runs them; .ci/run leaves
-    them out for time: 15 of the export sweep's 25 minutes on 2 cores, 2026-11-26)."""
-    return [pytest.param(n, marks=pytest.mark.exhaustive) if re.match(r"^(vim2|viqs)_(t_.+|[sbl])$", n) else n
-            for n in names]
+    """``names`` as parameters of a slow per-model sweep (export, compile): the VIM2_VARIANTS marked ``exhaustive``
+    (make test runs them; .ci/run leaves them out for time: 15 of the export sweep's 25 minutes on 2 cores,
+    2026-11-26)."""
+    return [pytest.param(n, marks=pytest.mark.exhaustive) if re.match(VIM2_VARIANTS, n) else n for n in names]
 
 
 def _create(name, **kwargs):

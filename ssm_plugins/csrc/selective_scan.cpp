@@ -43,8 +43,8 @@ std::tuple<at::Tensor, at::Tensor> selective_scan_fwd_cuda(const at::Tensor& u_,
   auto out = at::empty_like(u, at::MemoryFormat::Contiguous);
   auto last_state = at::zeros({s.batch, s.dim, s.N}, A.options());
   auto ptr = [](const c10::optional<at::Tensor>& t) -> const void* { return t ? t->data_ptr() : nullptr; };
-  cuda::selective_scan_fwd_launch(static_cast<int>(dtype_code(u)), B.scalar_type() != A.scalar_type(), s.batch, s.dim,
-                                  s.L, s.N, s.groups,
+  const bool bc_input_dtype = B.scalar_type() != A.scalar_type();  // B, C in u's dtype (check_fwd)
+  cuda::selective_scan_fwd_launch(static_cast<int>(dtype_code(u)), bc_input_dtype, s.batch, s.dim, s.L, s.N, s.groups,
                                   u.data_ptr(), delta.data_ptr(), ptr(z), A.data_ptr(), B.data_ptr(), C.data_ptr(),
                                   ptr(D), ptr(bias), delta_softplus, ptr(proj), s.rank, s.delta_groups,
                                   out.data_ptr(), last_state.data_ptr(), c10::cuda::getCurrentCUDAStream().stream());
@@ -86,8 +86,8 @@ BwdResult selective_scan_bwd_cuda(const at::Tensor& u_, const at::Tensor& delta_
   auto scratch = at::empty({cuda::selective_scan_bwd_scratch(s.batch, s.dim, s.L, s.N)}, acc);
   auto ptr = [](const c10::optional<at::Tensor>& t) -> const void* { return t ? t->data_ptr() : nullptr; };
   auto mptr = [](c10::optional<at::Tensor>& t) -> void* { return t ? t->data_ptr() : nullptr; };
-  cuda::selective_scan_bwd_launch(static_cast<int>(dtype_code(u)), B.scalar_type() != A.scalar_type(), s.batch, s.dim,
-                                  s.L, s.N, s.groups,
+  const bool bc_input_dtype = B.scalar_type() != A.scalar_type();  // B, C in u's dtype (check_fwd)
+  cuda::selective_scan_bwd_launch(static_cast<int>(dtype_code(u)), bc_input_dtype, s.batch, s.dim, s.L, s.N, s.groups,
                                   u.data_ptr(), delta.data_ptr(), ptr(z), A.data_ptr(), B.data_ptr(), C.data_ptr(),
                                   ptr(D), ptr(bias), delta_softplus, grad_out.data_ptr(), ptr(grad_last),
                                   du.data_ptr(), ddelta.data_ptr(), mptr(dz), dA.data_ptr(), dB.data_ptr(),

@@ -243,9 +243,8 @@ class Harness:
         self._run("selective_scan_bwd", (u, delta, A, B, C, D, z, bias, grad_out, grad_last, du, ddelta, dz, dA, dB,
                                          dC, dD, dbias, scratch),
                   DTYPE_CODE[u.dtype], B.dtype != A.dtype, batch, dim, L, N, groups, _p(u), _p(delta), _p(z), _p(A),
-                  _p(B), _p(C),
-                  _p(D), _p(bias), bool(delta_softplus), _p(grad_out), _p(grad_last), _p(du), _p(ddelta), _p(dz),
-                  _p(dA), _p(dB), _p(dC), _p(dD), _p(dbias), _p(scratch))
+                  _p(B), _p(C), _p(D), _p(bias), bool(delta_softplus), _p(grad_out), _p(grad_last), _p(du),
+                  _p(ddelta), _p(dz), _p(dA), _p(dB), _p(dC), _p(dD), _p(dbias), _p(scratch))
         return (du, ddelta, dA, dB.to(B.dtype), dC.to(C.dtype), dD if D is not None else None, dz,
                 dbias if bias is not None else None)
 

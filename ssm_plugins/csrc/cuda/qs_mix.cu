@@ -11,7 +11,7 @@
 // per (step, group) and ddt, dgamma per (step, head) with segmented warp sums (one atomic per warp segment),
 // dA per head over the block (warp sums, then the warps' sums in shared memory, one atomic per block).
 // fp32 state and accumulation for float16/bfloat16 (fp64 for double); dt, B, C in the accumulation dtype or in x's
-// (P: a bf16 projection's output is read as it is). No torch headers here (see setup.py).
+// (SelT: a bf16 projection's output is read as it is). No torch headers here (see setup.py).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -57,21 +57,21 @@ int64_t segments_of(int64_t L) {
   return segments < kMaxSegments ? (segments > 0 ? segments : 1) : kMaxSegments;
 }
 
-// Where column `col` = (b, h, p) reads its direction's parameters: dt, B, C of type P (acc_t, or x's dtype when the
+// Where column `col` = (b, h, p) reads its direction's parameters: dt, B, C of type SelT (acc_t, or x's dtype when the
 // op got them so), A and the bias in acc_t.
-template <typename acc_t, typename P>
+template <typename acc_t, typename SelT>
 struct ColumnDirection {
-  global_ptr<const P> dt, B, C;
+  global_ptr<const SelT> dt, B, C;
   global_ptr<const acc_t> A;
   acc_t bias;
   int64_t a_step, dt_s1, B_s1, C_s1;  // A[h, n] = A[n * a_step]: a_step 0 for scalar A; B, C: N contiguous
 
   __device__ ColumnDirection(const QsMixDirection& d, int64_t b, int64_t h, int64_t g) {
-    dt = global_ptr<const P>(static_cast<const P*>(d.dt)) + b * d.dt_s[0] + h * d.dt_s[2];
+    dt = global_ptr<const SelT>(static_cast<const SelT*>(d.dt)) + b * d.dt_s[0] + h * d.dt_s[2];
     A = global_ptr<const acc_t>(static_cast<const acc_t*>(d.A)) + h * d.A_cols;
     a_step = d.A_cols == 1 ? 0 : 1;
-    B = global_ptr<const P>(static_cast<const P*>(d.B)) + b * d.B_s[0] + g * d.B_s[2];
-    C = global_ptr<const P>(static_cast<const P*>(d.C)) + b * d.C_s[0] + g * d.C_s[2];
+    B = global_ptr<const SelT>(static_cast<const SelT*>(d.B)) + b * d.B_s[0] + g * d.B_s[2];
+    C = global_ptr<const SelT>(static_cast<const SelT*>(d.C)) + b * d.C_s[0] + g * d.C_s[2];
     bias = d.bias ? global_ptr<const acc_t>(static_cast<const acc_t*>(d.bias))[h] : acc_t(0);
     dt_s1 = d.dt_s[1], B_s1 = d.B_s[1], C_s1 = d.C_s[1];
   }
@@ -110,9 +110,9 @@ struct Place {
 };
 
 // Scan order i -> time t of a direction (0 forward, 1 reverse), and a step's delta.
-template <typename acc_t, typename P>
+template <typename acc_t, typename SelT>
 struct Direction {
-  ColumnDirection<acc_t, P> d;
+  ColumnDirection<acc_t, SelT> d;
   int dir;
   int64_t L;
   bool softplus_dt;
@@ -127,8 +127,8 @@ struct Direction {
 // The thread's steps composed from a zero state: h <- a h + delta B x; prod <- a prod (states n0 .. n0 + nn).
 // The step loops of the kernels stay rolled (delta and x are reloaded per pass): unrolled over steps and
 // states, the compiler hoisted every step's B and C loads into registers and spilled.
-template <int kG, typename T, typename acc_t, typename P>
-__device__ inline void local_scan(const Direction<acc_t, P>& dr, global_ptr<const T> x, int64_t x_s1, int64_t i0,
+template <int kG, typename T, typename acc_t, typename SelT>
+__device__ inline void local_scan(const Direction<acc_t, SelT>& dr, global_ptr<const T> x, int64_t x_s1, int64_t i0,
                                   int64_t n0, int nn, acc_t (&prod)[kG], acc_t (&h)[kG]) {
   QS_FOR_STATE(n) prod[n] = acc_t(1), h[n] = acc_t(0);
 #pragma unroll 1
@@ -164,7 +164,7 @@ __device__ inline void block_compose(Smem pairs, int nn, acc_t (&prod)[kG], acc_
   __syncthreads();  // the pairs are rewritten by the next chunk
 }
 
-template <typename T, typename P>
+template <typename T, typename SelT>
 __global__ void __launch_bounds__(kLanes * kMaxSegments) fwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool hydra_shift,
                            global_ptr<typename Acc<T>::type> y, int64_t y_s0, int64_t y_s1, int64_t y_s2, int64_t y_s3) {
   using acc_t = typename Acc<T>::type;
@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments) fwd_kernel(Shape s, QsM
   const global_ptr<acc_t> yc = y + q.b * y_s0 + q.h * y_s2 + q.p * y_s3;
   const int64_t chunk = blockDim.y * kSteps;
   for (int dir = 0; dir < 2; ++dir) {
-    const Direction<acc_t, P> dr{ColumnDirection<acc_t, P>(tensors.dir[dir], q.b, q.h, q.g), dir, s.L, softplus_dt};
+    const Direction<acc_t, SelT> dr{ColumnDirection<acc_t, SelT>(tensors.dir[dir], q.b, q.h, q.g), dir, s.L, softplus_dt};
     for (int64_t n0 = 0; n0 < s.N; n0 += kG) {
       const int nn = s.N - n0 < kG ? static_cast<int>(s.N - n0) : kG;
       acc_t carry[kG], prod[kG], h[kG];
@@ -249,7 +249,7 @@ struct BwdOut {
   global_ptr<acc_t> dx, ddt[2], dA[2], dB[2], dC[2], dgamma;
 };
 
-template <typename T, typename P>
+template <typename T, typename SelT>
 __global__ void __launch_bounds__(kLanes * kMaxSegments) bwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool hydra_shift, global_ptr<const T> grad,
                            int64_t g_s0, int64_t g_s1, int64_t g_s2, int64_t g_s3, int64_t columns,
                            global_ptr<typename Acc<T>::type> ckpt, global_ptr<typename Acc<T>::type> chunk_states,
@@ -271,7 +271,7 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments) bwd_kernel(Shape s, QsM
   const int64_t chunk = blockDim.y * kSteps, n_chunks = (s.L + chunk - 1) / chunk;
 
   for (int dir = 0; dir < 2; ++dir) {
-    const Direction<acc_t, P> dr{ColumnDirection<acc_t, P>(tensors.dir[dir], q.b, q.h, q.g), dir, s.L, softplus_dt};
+    const Direction<acc_t, SelT> dr{ColumnDirection<acc_t, SelT>(tensors.dir[dir], q.b, q.h, q.g), dir, s.L, softplus_dt};
     const QsMixDirection& raw = tensors.dir[dir];
     for (int64_t n0 = 0; n0 < s.N; n0 += kG) {
       const int nn = s.N - n0 < kG ? static_cast<int>(s.N - n0) : kG;
@@ -394,18 +394,18 @@ std::size_t shared_bytes(int64_t segments) {
   return static_cast<std::size_t>(segments) * 2 * kGroup<acc_t> * kLanes * sizeof(acc_t);
 }
 
-template <typename T, typename P>
+template <typename T, typename SelT>
 void launch_fwd(const Shape& s, const QsMixTensors& t, bool softplus_dt, bool hydra_shift, void* y,
                 const int64_t* y_s, cudaStream_t stream) {
   using acc_t = typename Acc<T>::type;
   const int64_t segments = segments_of(s.L);
   const int64_t blocks = s.batch * ((s.H * s.P + kLanes - 1) / kLanes);
-  launch_kernel(fwd_kernel<T, P>, static_cast<unsigned>(blocks), dim3(kLanes, static_cast<unsigned>(segments)),
+  launch_kernel(fwd_kernel<T, SelT>, static_cast<unsigned>(blocks), dim3(kLanes, static_cast<unsigned>(segments)),
                 shared_bytes<T>(segments), stream, s, t, softplus_dt, hydra_shift, static_cast<acc_t*>(y), y_s[0],
                 y_s[1], y_s[2], y_s[3]);
 }
 
-template <typename T, typename P>
+template <typename T, typename SelT>
 void launch_bwd(const Shape& s, const QsMixTensors& t, bool softplus_dt, bool hydra_shift, const void* grad,
                 const int64_t* g_s, int64_t chunk, void* ckpt, void* chunk_states, void* dx, void* const* ddt,
                 void* const* dA, void* const* dB, void* const* dC, void* dgamma, cudaStream_t stream) {
@@ -420,7 +420,7 @@ void launch_bwd(const Shape& s, const QsMixTensors& t, bool softplus_dt, bool hy
     out.dC[dir] = static_cast<acc_t*>(dC[dir]);
   }
   const dim3 block(kLanes, static_cast<unsigned>(segments));
-  launch_kernel(bwd_kernel<T, P>, static_cast<unsigned>(columns / kLanes), block, shared_bytes<T>(segments), stream,
+  launch_kernel(bwd_kernel<T, SelT>, static_cast<unsigned>(columns / kLanes), block, shared_bytes<T>(segments), stream,
                 s, t, softplus_dt, hydra_shift, static_cast<const T*>(grad), g_s[0], g_s[1], g_s[2], g_s[3], columns,
                 static_cast<acc_t*>(ckpt), static_cast<acc_t*>(chunk_states), out);
 }

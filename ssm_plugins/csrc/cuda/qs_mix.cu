@@ -178,7 +178,8 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments) fwd_kernel(Shape s, QsM
   const global_ptr<acc_t> yc = y + q.b * y_s0 + q.h * y_s2 + q.p * y_s3;
   const int64_t chunk = blockDim.y * kSteps;
   for (int dir = 0; dir < 2; ++dir) {
-    const Direction<acc_t, SelT> dr{ColumnDirection<acc_t, SelT>(tensors.dir[dir], q.b, q.h, q.g), dir, s.L, softplus_dt};
+    const Direction<acc_t, SelT> dr{ColumnDirection<acc_t, SelT>(tensors.dir[dir], q.b, q.h, q.g), dir, s.L,
+                                    softplus_dt};
     for (int64_t n0 = 0; n0 < s.N; n0 += kG) {
       const int nn = s.N - n0 < kG ? static_cast<int>(s.N - n0) : kG;
       acc_t carry[kG], prod[kG], h[kG];
@@ -271,7 +272,8 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments) bwd_kernel(Shape s, QsM
   const int64_t chunk = blockDim.y * kSteps, n_chunks = (s.L + chunk - 1) / chunk;
 
   for (int dir = 0; dir < 2; ++dir) {
-    const Direction<acc_t, SelT> dr{ColumnDirection<acc_t, SelT>(tensors.dir[dir], q.b, q.h, q.g), dir, s.L, softplus_dt};
+    const Direction<acc_t, SelT> dr{ColumnDirection<acc_t, SelT>(tensors.dir[dir], q.b, q.h, q.g), dir, s.L,
+                                    softplus_dt};
     const QsMixDirection& raw = tensors.dir[dir];
     for (int64_t n0 = 0; n0 < s.N; n0 += kG) {
       const int nn = s.N - n0 < kG ? static_cast<int>(s.N - n0) : kG;

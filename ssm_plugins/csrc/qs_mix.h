@@ -11,7 +11,8 @@
 //   x                     (batch, L, H, P)  float32 / float64 / float16 / bfloat16
 //   dt, dt_rev            (batch, L, H)     one floating dtype for dt, B, C and their _rev (a bf16 projection's
 //                                           outputs are taken as they are): the kernels read acc or x's dtype,
-//                                           another is converted to acc on the way in; their gradients have it
+//                                           another is converted to acc on the way in; the gradients of B and C
+//                                           have it, those of dt and dt_rev are in acc (their sums are the biases')
 //   gamma                 (batch, L, H)     acc
 //   A, A_rev              (H, N) or (H, 1)  acc (diagonal A per head, or scalar A per head)
 //   B, C, B_rev, C_rev    (batch, L, G, N)  dt's dtype, H % G == 0 (head h reads group h / (H / G))
@@ -120,14 +121,13 @@ inline bool in_acc_for_cuda(const at::Tensor& x, const at::Tensor& dt, const at:
 using BwdResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
                              at::Tensor, at::Tensor, at::Tensor>;
 
-// The backward's result from gradients accumulated in A's dtype: ddt, dB, dC of both directions in dt's dtype
-// (the inputs' own; no copy when that is A's).
+// The backward's result from gradients accumulated in A's dtype: dB, dC of both directions in their inputs' dtype
+// (no copy when that is A's); ddt stays in A's: the dt biases' gradients are its sums (ops/qs_mix.py), which a
+// bf16 ddt would round.
 inline BwdResult bwd_result(const at::Tensor& dx, const at::Tensor (&ddt)[2], const at::Tensor (&dA)[2],
                             const at::Tensor (&dB)[2], const at::Tensor (&dC)[2], const at::Tensor& dgamma,
                             at::ScalarType params) {
-  return {dx,
-          ddt[0].to(params), dA[0], dB[0].to(params), dC[0].to(params),
-          ddt[1].to(params), dA[1], dB[1].to(params), dC[1].to(params),
+  return {dx, ddt[0], dA[0], dB[0].to(params), dC[0].to(params), ddt[1], dA[1], dB[1].to(params), dC[1].to(params),
           dgamma};
 }
 

@@ -140,9 +140,11 @@ if hasattr(torch.ops.ssm_plugins, _OP):
     @torch.library.register_fake("ssm_plugins::qs_mix_bwd")
     def _bwd_fake(grad_y, x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias, dt_bias_rev, dt_softplus,
                   hydra_shift):
-        like = lambda t: torch.empty(t.shape, dtype=t.dtype, device=t.device)  # noqa: E731 (contiguous)
-        # dx in x's layout (a view of (batch, dim, L) activations takes it without a transposed copy)
-        return (torch.empty_like(x), *(like(t) for t in (dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma)))
+        like = lambda t, dtype=None: torch.empty(t.shape, dtype=dtype or t.dtype, device=t.device)  # noqa: E731
+        # all contiguous; dx in x's layout (a view of (batch, dim, L) activations takes it without a transposed copy);
+        # ddt and ddt_rev in A's dtype whatever dt's (qs_mix.h: bwd_result)
+        return (torch.empty_like(x), like(dt, A.dtype), *(like(t) for t in (A, B, C)), like(dt_rev, A.dtype),
+                *(like(t) for t in (A_rev, B_rev, C_rev, gamma)))
 
     def _setup_context(ctx, inputs, output):
         ctx.save_for_backward(*[t for t in inputs[:12] if t is not None])
@@ -152,11 +154,13 @@ if hasattr(torch.ops.ssm_plugins, _OP):
     def _backward(ctx, grad_y):
         saved = iter(ctx.saved_tensors)
         inputs = [next(saved) if p else None for p in ctx.present]
-        grads = torch.ops.ssm_plugins.qs_mix_bwd(grad_y, *inputs, *ctx.flags)
+        grads = list(torch.ops.ssm_plugins.qs_mix_bwd(grad_y, *inputs, *ctx.flags))
         ddt, ddt_rev = grads[1], grads[5]
-        # dt_bias is added to every token's dt: its gradient is the sum of dt's over batch and L.
+        # dt_bias is added to every token's dt: its gradient is the sum of dt's over batch and L (in A's dtype, before
+        # ddt takes a bf16 dt's dtype).
         dbias = ddt.sum((0, 1)) if inputs[10] is not None else None
         dbias_rev = ddt_rev.sum((0, 1)) if inputs[11] is not None else None
+        grads[1], grads[5] = ddt.to(inputs[1].dtype), ddt_rev.to(inputs[5].dtype)
         return (*grads, dbias, dbias_rev, None, None)
 
     torch.library.register_autograd(f"ssm_plugins::{_OP}", _backward, setup_context=_setup_context)

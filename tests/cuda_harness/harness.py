@@ -298,8 +298,8 @@ class Harness:
                   DTYPE_CODE[x.dtype], dt.dtype != A.dtype, batch, L, H, P, N, G, ctypes.byref(t), bool(dt_softplus),
                   bool(hydra_shift), _p(grad_y), _strides(grad_y, 4), chunk, _p(ckpt), _p(chunk_states), _p(dx_acc),
                   *arrays, _p(dgamma))
-        # accumulated in A's dtype; dt, B, C's gradients in their own (qs_mix.h's bwd_result)
-        ddt, dB, dC = ([g.to(dt.dtype) for g in grads] for grads in (ddt, dB, dC))
+        # accumulated in A's dtype; B's and C's gradients in their own (qs_mix.h's bwd_result)
+        dB, dC = ([g.to(B.dtype) for g in grads] for grads in (dB, dC))
         return (dx_acc.to(x.dtype), ddt[0], dA[0], dB[0], dC[0], ddt[1], dA[1], dB[1], dC[1], dgamma)
 
     # -- 2-D SSM kernel ------------------------------------------------------------------------------------

@@ -330,7 +330,8 @@ def test_selection_in_its_own_dtype_is_taken_as_it_is(monkeypatch, isa, dtype, l
     """dt, B, C and their _rev in one low-precision dtype (a bf16 projection's outputs under autocast), with x in it
     too (QSMixer's token mixer) or in float32 (the channel mixer reads a LayerNorm's float32 output), are passed to
     the op without a cast and give what their values in float32 give: the same output, and their gradients rounded
-    to their dtype. One of them in float32 sends all six in float32 (no precision lost)."""
+    to their dtype; the dt biases' gradients, sums of the float32 ddt, equal the float32 path's exactly (a sum of
+    the bf16-rounded ddt was not). One of them in float32 sends all six in float32 (no precision lost)."""
     from ssm_plugins.ops.qs_mix import _normalise
 
     monkeypatch.setenv("SSM_PLUGINS_CPU_ISA", isa)
@@ -351,15 +352,18 @@ def test_selection_in_its_own_dtype_is_taken_as_it_is(monkeypatch, isa, dtype, l
     assert selection_dtypes(low) == [dtype] * 6
 
     def run(inputs):
-        leaves = {k: v.clone().requires_grad_() for k, v in inputs.items()}
-        y = qs_mix(*positional(leaves), **kw)
+        leaves = {k: v.clone().requires_grad_() for k, v in {**inputs, **kw}.items() if torch.is_tensor(v)}
+        y = qs_mix(*positional(leaves), dt_bias=leaves["dt_bias"], dt_bias_rev=leaves["dt_bias_rev"],
+                   dt_softplus=True)
         return y, dict(zip(leaves, torch.autograd.grad(y.float().square().sum(), list(leaves.values()))))
 
     (y_low, g_low), (y_up, g_up) = run(low), run(up)
     assert torch.equal(y_low, y_up)
     for name, grad in g_up.items():
-        assert g_low[name].dtype == low[name].dtype, name
-        assert torch.equal(g_low[name], grad.to(low[name].dtype)), name
+        dtype = low[name].dtype if name in low else torch.float32
+        assert g_low[name].dtype == dtype, name
+        assert torch.equal(g_low[name], grad.to(dtype)), name
+    assert {"dt_bias", "dt_bias_rev"} <= g_low.keys()
     mixed = {**low, "C_rev": up["C_rev"]}
     assert selection_dtypes(mixed) == [torch.float32] * 6
     assert torch.equal(qs_mix(*positional(mixed), **kw), y_up)

@@ -338,8 +338,8 @@ def test_selection_in_its_own_dtype_is_taken_as_it_is(monkeypatch, isa, dtype, l
     t = make_inputs(batch=2, length=37, heads=4, feat=3, n_state=5, groups=2, scalar_a=layout == "heads",
                     dtype=torch.float32)
     if layout == "mamba":  # (batch, dim, L) x, dt; (batch, N, L) B, C; static (dim, L) gamma
-        t = {**t, "x": t["x"][..., 0].mT, "gamma": t["gamma"][0].mT, "A": t["A"], "A_rev": t["A_rev"],
-             **{k: t[k].mT for k in ("dt", "dt_rev")}, **{k: t[k][:, :, 0].mT for k in ("B", "C", "B_rev", "C_rev")}}
+        t = {**t, "x": t["x"][..., 0].mT, "gamma": t["gamma"][0].mT, **{k: t[k].mT for k in ("dt", "dt_rev")},
+             **{k: t[k][:, :, 0].mT for k in ("B", "C", "B_rev", "C_rev")}}
     t["x"] = t["x"].to(dtype if x_dtype == "same" else torch.float32)
     low = {**t, **{k: t[k].to(dtype) for k in SELECTION}}
     up = {**low, **{k: low[k].float() for k in SELECTION}}
@@ -360,9 +360,9 @@ def test_selection_in_its_own_dtype_is_taken_as_it_is(monkeypatch, isa, dtype, l
     (y_low, g_low), (y_up, g_up) = run(low), run(up)
     assert torch.equal(y_low, y_up)
     for name, grad in g_up.items():
-        dtype = low[name].dtype if name in low else torch.float32
-        assert g_low[name].dtype == dtype, name
-        assert torch.equal(g_low[name], grad.to(dtype)), name
+        grad_dtype = low[name].dtype if name in low else torch.float32  # the biases' gradients: float32
+        assert g_low[name].dtype == grad_dtype, name
+        assert torch.equal(g_low[name], grad.to(grad_dtype)), name
     assert {"dt_bias", "dt_bias_rev"} <= g_low.keys()
     mixed = {**low, "C_rev": up["C_rev"]}
     assert selection_dtypes(mixed) == [torch.float32] * 6

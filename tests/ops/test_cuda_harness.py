@@ -400,6 +400,20 @@ def test_selective_scan_long_sequence_large_delta_stays_finite(cuda, dtype):
     assert_same(got, OPS.selective_scan_bwd(*args, grad_out, None), dtype, "bwd")
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_selective_scan_infinite_decay_rates_leave_the_padding_steps_the_identity(cuda, dtype):
+    """A_n = -inf (an overflowed -exp(A_log)): every real step decays by exp(dt A_n) = 0 and the steps past the
+    row's end (dt = 0 in the kernel's last, partial chunk) must decay by exactly 1, not 0 * inf = NaN: the last
+    state equals the CPU kernel's (37 steps: one partial chunk of 256)."""
+    args, _ = scan_args(dtype, 2, 3, 37, 4, 1, ("D", "z", "bias", "softplus"))
+    args = list(args)
+    args[2] = args[2].clone()
+    args[2][:, 1] = -torch.inf
+    want = OPS.selective_scan_fwd(*args)
+    assert torch.isfinite(want[1]).all()
+    assert_same(cuda.selective_scan_fwd(*args), want, dtype, "fwd")
+
+
 # ---- the harness's own semantics (tests/cuda_harness/selftest.cu) -----------------------------------------
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -47,6 +48,21 @@ template <> __device__ inline __nv_bfloat16 from_acc<__nv_bfloat16>(float v) { r
 
 template <typename acc_t> __device__ inline acc_t softplus_dev(acc_t x) { return x > acc_t(20) ? x : log1p(exp(x)); }
 template <typename acc_t> __device__ inline acc_t sigmoid_dev(acc_t x) { return acc_t(1) / (acc_t(1) + exp(-x)); }
+
+// The decays exp(dt A_n) of one state: A_n scaled by log2 e once, then exp2 per step (float: one MUFU.EX2 and
+// its denormal fix-up, 4 instructions, where expf's range reduction takes 8 more; as mamba_ssm). The scaled A_n is
+// clamped to finite values so that a padding step (dt = 0 past the row's end) decays by exactly 1 even when A_n is
+// infinite; a NaN stays NaN.
+template <typename acc_t>
+struct Decay {
+  acc_t scaled;
+  __device__ explicit Decay(acc_t A) {
+    constexpr acc_t kLog2e = acc_t(1.4426950408889634074), kMax = std::numeric_limits<acc_t>::max();
+    const acc_t s = A * kLog2e;
+    scaled = s < -kMax ? -kMax : (s > kMax ? kMax : s);
+  }
+  __device__ acc_t operator()(acc_t dt) const { return exp2(dt * scaled); }
+};
 
 // One step of a linear recurrence x <- a x + b, as a pair; pairs compose associatively.
 template <typename acc_t>
@@ -106,9 +122,13 @@ __device__ inline void warp_sum_into(acc_t v, Target target) {
 template <int kItems, typename T, typename acc_t, typename Stage>
 __device__ inline void load_chunk(global_ptr<const T> src, int64_t valid, Stage stage, acc_t (&out)[kItems], acc_t fill) {
   const int lane = threadIdx.x % 32, base = (threadIdx.x / 32) * 32 * kItems;
-  for (int k = 0; k < kItems; ++k) {
-    const int i = base + k * 32 + lane;
-    stage[i] = i < valid ? to_acc(src[i]) : fill;
+  if (valid >= int64_t(blockDim.x) * kItems) {  // a whole chunk (uniform over the block): no bounds tests
+    for (int k = 0; k < kItems; ++k) stage[base + k * 32 + lane] = to_acc(src[base + k * 32 + lane]);
+  } else {
+    for (int k = 0; k < kItems; ++k) {
+      const int i = base + k * 32 + lane;
+      stage[i] = i < valid ? to_acc(src[i]) : fill;
+    }
   }
   __syncwarp();
   for (int k = 0; k < kItems; ++k) out[k] = stage[base + lane * kItems + k];
@@ -122,9 +142,10 @@ __device__ inline void store_chunk(global_ptr<T> dst, int64_t valid, Stage stage
   const int lane = threadIdx.x % 32, base = (threadIdx.x / 32) * 32 * kItems;
   for (int k = 0; k < kItems; ++k) stage[base + lane * kItems + k] = in[k];
   __syncwarp();
+  const bool whole = valid >= int64_t(blockDim.x) * kItems;  // uniform over the block: no bounds tests
   for (int k = 0; k < kItems; ++k) {
     const int i = base + k * 32 + lane;
-    if (i >= valid) continue;
+    if (!whole && i >= valid) continue;
     if constexpr (kAdd) {
       atomicAdd(dst + i, stage[i]);
     } else {
@@ -200,14 +221,17 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Args<T, BC> p, global_ptr
     } else {
       load_chunk<kItems, T>(p.delta + row * p.L + t0, valid, stage, dt, acc_t(0));
     }
+    acc_t dtu[kItems];  // dt u, shared by every state's step inputs
     for (int k = 0; k < kItems; ++k) {
       const bool in = first + k < p.L;
+      // Past the row's end dt = 0 and u = B = 0: the identity step (1, 0), so the state loop needs no bounds test.
       dt[k] = in ? (p.softplus ? softplus_dev(dt[k] + bias) : dt[k] + bias) : acc_t(0);
+      dtu[k] = dt[k] * u[k];
       y[k] = skip * u[k];
     }
     for (int64_t n = 0; n < p.N; ++n) {
       if (chunk_states && threadIdx.x == 0) chunk_states[(row * n_chunks + c) * p.N + n] = carry[n];
-      const acc_t An = p.A[d * p.N + n];
+      const Decay<acc_t> decay(p.A[d * p.N + n]);
       const int64_t bc = ((b * p.groups + g) * p.N + n) * p.L + t0;
       acc_t Bv[kItems], Cv[kItems];
       load_chunk<kItems, BC>(p.B + bc, valid, stage, Bv, acc_t(0));
@@ -215,8 +239,7 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Args<T, BC> p, global_ptr
       Pair<acc_t> step[kItems];
       Pair<acc_t> mine{acc_t(1), acc_t(0)};
       for (int k = 0; k < kItems; ++k) {
-        const bool in = first + k < p.L;
-        step[k] = in ? Pair<acc_t>{exp(dt[k] * An), dt[k] * Bv[k] * u[k]} : Pair<acc_t>{acc_t(1), acc_t(0)};
+        step[k] = Pair<acc_t>{decay(dt[k]), dtu[k] * Bv[k]};
         mine = combine(mine, step[k]);
       }
       Pair<acc_t> total;
@@ -274,76 +297,80 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(Args<T, BC> p, Grads<T> q
   for (int64_t c = n_chunks - 1; c >= 0; --c) {
     const int64_t t0 = c * kChunk, valid = p.L - t0 < kChunk ? p.L - t0 : kChunk;
     const int64_t first = t0 + threadIdx.x * kItems;
-    acc_t u[kItems], raw[kItems], dt[kItems], z[kItems], go[kItems], gy[kItems], y[kItems], du[kItems], ddt[kItems];
+    // Per step, shared by the states. Past the row's end dt, u and gy are 0 (loads fill 0), so there every
+    // state's step is the identity (1, 0) and adds nothing: the state loop needs no bounds test.
+    acc_t u[kItems], dt[kItems], dtu[kItems], gy[kItems], gz[kItems], y[kItems], du[kItems], ddt[kItems];
     load_chunk<kItems, T>(p.u + row * p.L + t0, valid, stage, u, acc_t(0));
-    load_chunk<kItems, T>(p.delta + row * p.L + t0, valid, stage, raw, acc_t(0));
-    load_chunk<kItems, T>(q.grad_out + row * p.L + t0, valid, stage, go, acc_t(0));
-    if (p.z) load_chunk<kItems, T>(p.z + row * p.L + t0, valid, stage, z, acc_t(0));
+    load_chunk<kItems, T>(p.delta + row * p.L + t0, valid, stage, dt, acc_t(0));
+    load_chunk<kItems, T>(q.grad_out + row * p.L + t0, valid, stage, gy, acc_t(0));
+    if (p.z) load_chunk<kItems, T>(p.z + row * p.L + t0, valid, stage, gz, acc_t(0));
     for (int k = 0; k < kItems; ++k) {
       const bool in = first + k < p.L;
-      raw[k] += bias;
-      dt[k] = in ? (p.softplus ? softplus_dev(raw[k]) : raw[k]) : acc_t(0);
-      gy[k] = p.z ? go[k] * z[k] * sigmoid_dev(z[k]) : go[k];  // d loss / d y before the gate
-      if (!in) gy[k] = 0;
+      const acc_t raw = dt[k] + bias;
+      dt[k] = in ? (p.softplus ? softplus_dev(raw) : raw) : acc_t(0);
+      dtu[k] = dt[k] * u[k];
+      if (p.z) {  // y_gated = y z s(z): gy = d loss / d y; dz = gz y once y is summed over the states
+        const acc_t zk = gz[k], s = sigmoid_dev(zk);
+        gz[k] = gy[k] * s * (acc_t(1) + zk * (acc_t(1) - s));
+        gy[k] *= zk * s;
+      }
       y[k] = skip * u[k];
       du[k] = skip * gy[k];
       ddt[k] = 0;
     }
     for (int64_t n = 0; n < p.N; ++n) {
       const acc_t An = p.A[d * p.N + n];
-      const int64_t bc = ((b * p.groups + g) * p.N + n) * p.L;
-      acc_t a[kItems], Bv[kItems], Cv[kItems], h_prev[kItems], dBv[kItems], dCv[kItems];
-      load_chunk<kItems, BC>(p.B + bc + t0, valid, stage, Bv, acc_t(0));
-      load_chunk<kItems, BC>(p.C + bc + t0, valid, stage, Cv, acc_t(0));
+      const Decay<acc_t> decay(An);
+      const int64_t bc = ((b * p.groups + g) * p.N + n) * p.L + t0;
+      acc_t a[kItems], Bv[kItems], gc[kItems], ha[kItems], grad[kItems];
+      load_chunk<kItems, BC>(p.B + bc, valid, stage, Bv, acc_t(0));
+      load_chunk<kItems, BC>(p.C + bc, valid, stage, gc, acc_t(0));
       Pair<acc_t> mine{acc_t(1), acc_t(0)};
       for (int k = 0; k < kItems; ++k) {
-        const bool in = first + k < p.L;
-        a[k] = in ? exp(dt[k] * An) : acc_t(1);
-        mine = combine(mine, Pair<acc_t>{a[k], dt[k] * Bv[k] * u[k]});
+        a[k] = decay(dt[k]);
+        mine = combine(mine, Pair<acc_t>{a[k], dtu[k] * Bv[k]});
       }
-      // Forward recomputation of the chunk's states from its stored starting state.
+      // Forward recomputation of the chunk's states from its stored starting state; dC stored at once.
       Pair<acc_t> total;
       const acc_t h0 = c == 0 ? acc_t(0) : chunk_states[(row * n_chunks + c) * p.N + n];
       acc_t h = block_scan<kThreads, false>(mine, Pair<acc_t>{acc_t(1), h0}, warp_total, total).b;
       for (int k = 0; k < kItems; ++k) {
-        h_prev[k] = h;
-        h = a[k] * h + dt[k] * Bv[k] * u[k];
-        y[k] += Cv[k] * h;
-        dCv[k] = gy[k] * h;
+        ha[k] = a[k] * h;  // d h_t / d (dt_t A_n)
+        h = a[k] * h + dtu[k] * Bv[k];
+        y[k] += gc[k] * h;
+        grad[k] = gy[k] * h;  // dC
+        gc[k] *= gy[k];  // C_t gy_t from here on
       }
+      store_chunk<kItems, true>(q.dC + bc, valid, stage, grad);  // one coalesced atomicAdd per step
       // Adjoint: lam_t = gy_t C_t + mu_{t+1}, mu_t = a_t lam_t (the adjoint passed to h_{t-1}); a reverse scan
       // of the pairs (a_t, a_t gy_t C_t) from the carry mu of the next chunk.
       Pair<acc_t> rmine{acc_t(1), acc_t(0)};
-      for (int k = kItems - 1; k >= 0; --k) rmine = combine(rmine, Pair<acc_t>{a[k], a[k] * gy[k] * Cv[k]});
+      for (int k = kItems - 1; k >= 0; --k) rmine = combine(rmine, Pair<acc_t>{a[k], a[k] * gc[k]});
       acc_t mu = block_scan<kThreads, true>(rmine, Pair<acc_t>{acc_t(1), mu_carry[n]}, warp_total, total).b;
       acc_t dA_part = 0;
       for (int k = kItems - 1; k >= 0; --k) {
-        const acc_t lam = gy[k] * Cv[k] + mu;
-        const acc_t d_log_a = lam * h_prev[k] * a[k];  // d loss / d (dt A_n)
+        const acc_t lam = gc[k] + mu, d_log_a = lam * ha[k], lam_b = lam * Bv[k];
         dA_part += d_log_a * dt[k];
-        ddt[k] += d_log_a * An + lam * Bv[k] * u[k];
-        du[k] += lam * dt[k] * Bv[k];
-        dBv[k] = lam * dt[k] * u[k];
+        ddt[k] += d_log_a * An + lam_b * u[k];
+        du[k] += lam_b * dt[k];
+        grad[k] = lam * dtu[k];  // dB
         mu = a[k] * lam;
       }
       if (threadIdx.x == 0) mu_carry[n] = total.b;
       warp_sum_into(dA_part, &dA_sum[n]);
-      store_chunk<kItems, true>(q.dB + bc + t0, valid, stage, dBv);  // one coalesced atomicAdd per step
-      store_chunk<kItems, true>(q.dC + bc + t0, valid, stage, dCv);
+      store_chunk<kItems, true>(q.dB + bc, valid, stage, grad);
     }
     for (int k = 0; k < kItems; ++k) {
       if (first + k >= p.L) continue;
-      if (p.softplus && raw[k] <= acc_t(20)) ddt[k] *= sigmoid_dev(raw[k]);
+      // softplus' (raw) = sigmoid(raw) = 1 - exp(-dt); 1 above softplus_dev's threshold (there dt = raw > 20)
+      if (p.softplus && dt[k] <= acc_t(20)) ddt[k] *= -expm1(-dt[k]);
       dbias_part += ddt[k];
       dD_part += gy[k] * u[k];
-      if (p.z) {
-        const acc_t s = sigmoid_dev(z[k]);
-        z[k] = go[k] * y[k] * s * (acc_t(1) + z[k] * (acc_t(1) - s));  // dz
-      }
+      if (p.z) gz[k] *= y[k];  // dz
     }
     store_chunk<kItems, false, T>(q.du + row * p.L + t0, valid, stage, du);
     store_chunk<kItems, false, T>(q.ddelta + row * p.L + t0, valid, stage, ddt);
-    if (p.z) store_chunk<kItems, false, T>(q.dz + row * p.L + t0, valid, stage, z);
+    if (p.z) store_chunk<kItems, false, T>(q.dz + row * p.L + t0, valid, stage, gz);
   }
   warp_sum_into(dD_part, &row_sums[0]);
   warp_sum_into(dbias_part, &row_sums[1]);

@@ -121,7 +121,16 @@ struct Direction {
     const acc_t v = d.raw_delta(t);
     return softplus_dt ? softplus(v) : v;
   }
-  __device__ acc_t decay(acc_t delta, int64_t n, acc_t decay0) const { return d.a_step ? exp(delta * d.Av(n)) : decay0; }
+  // A step's decays exp(delta A_n) as exp2 of delta log2 e (kLog2e, device.h), formed once per step; scalar A
+  // (a_step 0) has one decay per step, `first`.
+  struct Decays {
+    acc_t dl2, first;
+  };
+  __device__ Decays decays(acc_t delta) const {
+    const acc_t dl2 = delta * kLog2e<acc_t>;
+    return {dl2, exp2(dl2 * d.Av(0))};
+  }
+  __device__ acc_t decay(const Decays& s, int64_t n) const { return d.a_step ? exp2(s.dl2 * d.Av(n)) : s.first; }
 };
 
 // The thread's steps composed from a zero state: h <- a h + delta B x; prod <- a prod (states n0 .. n0 + nn).
@@ -134,9 +143,10 @@ __device__ inline void local_scan(const Direction<acc_t, SelT>& dr, global_ptr<c
 #pragma unroll 1
   for (int64_t i = i0; i < i0 + kSteps && i < dr.L; ++i) {
     const int64_t t = dr.t_of(i);
-    const acc_t delta = dr.delta(t), xv = to_acc(x[t * x_s1]), decay0 = exp(delta * dr.d.Av(0));
+    const acc_t delta = dr.delta(t), xv = to_acc(x[t * x_s1]);
+    const auto decays = dr.decays(delta);
     QS_FOR_STATE(n) {
-      const acc_t a = dr.decay(delta, n0 + n, decay0);
+      const acc_t a = dr.decay(decays, n0 + n);
       h[n] = a * h[n] + delta * dr.d.Bv(t, n0 + n) * xv;
       prod[n] *= a;
     }
@@ -191,10 +201,11 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments) fwd_kernel(Shape s, QsM
 #pragma unroll 1
         for (int64_t i = i0; i < i0 + kSteps && i < s.L; ++i) {  // the steps again from the true state, with the output
           const int64_t t = dr.t_of(i);
-          const acc_t delta = dr.delta(t), xv = to_acc(x[t * tensors.x_s[1]]), decay0 = exp(delta * dr.d.Av(0));
+          const acc_t delta = dr.delta(t), xv = to_acc(x[t * tensors.x_s[1]]);
+          const auto decays = dr.decays(delta);
           acc_t out = 0;
           QS_FOR_STATE(n) {
-            const acc_t a = dr.decay(delta, n0 + n, decay0), input = delta * dr.d.Bv(t, n0 + n) * xv;
+            const acc_t a = dr.decay(decays, n0 + n), input = delta * dr.d.Bv(t, n0 + n) * xv;
             if (hydra_shift) {  // y_t = C_{t-1} · h_{t-1}
               if (i > 0) out += dr.d.Cv(dr.t_of(i - 1), n0 + n) * h[n];
               h[n] = a * h[n] + input;
@@ -251,7 +262,7 @@ struct BwdOut {
 };
 
 template <typename T, typename SelT>
-__global__ void __launch_bounds__(kLanes * kMaxSegments) bwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool hydra_shift, global_ptr<const T> grad,
+__global__ void __launch_bounds__(kLanes * kMaxSegments, 2) bwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool hydra_shift, global_ptr<const T> grad,
                            int64_t g_s0, int64_t g_s1, int64_t g_s2, int64_t g_s3, int64_t columns,
                            global_ptr<typename Acc<T>::type> ckpt, global_ptr<typename Acc<T>::type> chunk_states,
                            BwdOut<typename Acc<T>::type> out) {
@@ -275,6 +286,11 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments) bwd_kernel(Shape s, QsM
     const Direction<acc_t, SelT> dr{ColumnDirection<acc_t, SelT>(tensors.dir[dir], q.b, q.h, q.g), dir, s.L,
                                     softplus_dt};
     const QsMixDirection& raw = tensors.dir[dir];
+    // This direction's gradient outputs, picked with constant indices: indexing the parameter arrays with `dir`
+    // copied them to local memory, and atomics through pointers loaded from there compiled to generic atomics
+    // that test the address space at run time (ptxas sm_90: 200-byte stack, 60 LDL.64, 50 generic ATOMs).
+    const global_ptr<acc_t> dB_out = dir ? out.dB[1] : out.dB[0], dC_out = dir ? out.dC[1] : out.dC[0];
+    const global_ptr<acc_t> ddt_out = dir ? out.ddt[1] : out.ddt[0], dA_out = dir ? out.dA[1] : out.dA[0];
     for (int64_t n0 = 0; n0 < s.N; n0 += kG) {
       const int nn = s.N - n0 < kG ? static_cast<int>(s.N - n0) : kG;
       auto ckpt_at = [&](int64_t c, int n) { return (c * s.N + n0 + n) * columns + q.col; };
@@ -303,10 +319,11 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments) bwd_kernel(Shape s, QsM
 #pragma unroll 1
         for (int64_t i = i0; i < i0 + kSteps && i < s.L; ++i) {  // the state before each step, for the adjoint
           const int64_t t = dr.t_of(i);
-          const acc_t delta = dr.delta(t), xv = to_acc(x[t * tensors.x_s[1]]), decay0 = exp(delta * dr.d.Av(0));
+          const acc_t delta = dr.delta(t), xv = to_acc(x[t * tensors.x_s[1]]);
+          const auto decays = dr.decays(delta);
           QS_FOR_STATE(n) {
             chunk_states[state_at(i, n)] = h[n];  // read back by this thread only
-            h[n] = dr.decay(delta, n0 + n, decay0) * h[n] + delta * dr.d.Bv(t, n0 + n) * xv;
+            h[n] = dr.decay(decays, n0 + n) * h[n] + delta * dr.d.Bv(t, n0 + n) * xv;
           }
         }
         // The adjoint lam_{i-1} = a_i (lam_i + C_t g), g = g_t (or g_{next}, hydra): the reverse block scan.
@@ -316,9 +333,9 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments) bwd_kernel(Shape s, QsM
         for (int64_t i = i_last; i >= i0; --i) {
           const int64_t t = dr.t_of(i);
           const acc_t gc = hydra_shift ? (i + 1 < s.L ? grad_at(dr.t_of(i + 1)) : acc_t(0)) : grad_at(t);
-          const acc_t delta = dr.delta(t), decay0 = exp(delta * dr.d.Av(0));
+          const auto decays = dr.decays(dr.delta(t));
           QS_FOR_STATE(n) {
-            const acc_t a = dr.decay(delta, n0 + n, decay0);
+            const acc_t a = dr.decay(decays, n0 + n);
             h[n] = a * (h[n] + dr.d.Cv(t, n0 + n) * gc);
             prod[n] *= a;
           }
@@ -331,10 +348,10 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments) bwd_kernel(Shape s, QsM
           const acc_t gv = grad_at(t);
           const acc_t g_next = hydra_shift && i + 1 < s.L ? grad_at(dr.t_of(i + 1)) : acc_t(0);
           const int64_t bc = ((q.b * s.L + t) * s.G + q.g) * s.N + n0;
-          const acc_t decay0 = exp(dl * dr.d.Av(0));
+          const auto decays = dr.decays(dl);
           acc_t ddelta = 0, dx_t = 0;
           QS_FOR_STATE(n) {
-            const acc_t a = dr.decay(dl, n0 + n, decay0), Bn = dr.d.Bv(t, n0 + n), Cn = dr.d.Cv(t, n0 + n);
+            const acc_t a = dr.decay(decays, n0 + n), Bn = dr.d.Bv(t, n0 + n), Cn = dr.d.Cv(t, n0 + n);
             const acc_t hp = chunk_states[state_at(i, n)];
             acc_t dCn, mu;
             if (hydra_shift) {  // y_next = C_t · h_t
@@ -353,12 +370,12 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments) bwd_kernel(Shape s, QsM
             h[n] = a * mu;
             const acc_t dB_sum = segment_sum(dl * lam_x, same_group), dC_sum = segment_sum(dCn, same_group);
             if (group_lead) {
-              atomicAdd(out.dB[dir] + bc + n, dB_sum);
-              atomicAdd(out.dC[dir] + bc + n, dC_sum);
+              atomicAdd(dB_out + bc + n, dB_sum);
+              atomicAdd(dC_out + bc + n, dC_sum);
             }
           }
           const acc_t ddt_sum = segment_sum(softplus_dt ? ddelta * softplus_grad(v) : ddelta, same_head);
-          if (head_lead) atomicAdd(out.ddt[dir] + (q.b * s.L + t) * s.H + q.h, ddt_sum);
+          if (head_lead) atomicAdd(ddt_out + (q.b * s.L + t) * s.H + q.h, ddt_sum);
           if (dir == 0 && n0 == 0) {
             const acc_t dgamma_sum = segment_sum(gv * xk, same_head);
             if (head_lead) atomicAdd(out.dgamma + (q.b * s.L + t) * s.H + q.h, dgamma_sum);
@@ -378,12 +395,12 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments) bwd_kernel(Shape s, QsM
           acc_t sum = 0;
           for (unsigned sg = 0; sg < blockDim.y; ++sg) sum += pairs[(sg * kG + n) * kLanes + lane];
           if (dr.d.a_step) {
-            atomicAdd(out.dA[dir] + q.h * raw.A_cols + n0 + n, sum);
+            atomicAdd(dA_out + q.h * raw.A_cols + n0 + n, sum);
           } else {
             scalar_sum += sum;
           }
         }
-        if (!dr.d.a_step) atomicAdd(out.dA[dir] + q.h * raw.A_cols, scalar_sum);
+        if (!dr.d.a_step) atomicAdd(dA_out + q.h * raw.A_cols, scalar_sum);
       }
       __syncthreads();
     }

@@ -49,16 +49,15 @@ template <> __device__ inline __nv_bfloat16 from_acc<__nv_bfloat16>(float v) { r
 template <typename acc_t> __device__ inline acc_t softplus_dev(acc_t x) { return x > acc_t(20) ? x : log1p(exp(x)); }
 template <typename acc_t> __device__ inline acc_t sigmoid_dev(acc_t x) { return acc_t(1) / (acc_t(1) + exp(-x)); }
 
-// The decays exp(dt A_n) of one state: A_n scaled by log2 e once, then exp2 per step (float: one MUFU.EX2 and
-// its denormal fix-up, 4 instructions, where expf's range reduction takes 8 more; as mamba_ssm). The scaled A_n is
-// clamped to finite values so that a padding step (dt = 0 past the row's end) decays by exactly 1 even when A_n is
-// infinite; a NaN stays NaN.
+// The decays exp(dt A_n) of one state: A_n scaled by log2 e once (kLog2e, device.h; as mamba_ssm), then exp2 per
+// step. The scaled A_n is clamped to finite values so that a padding step (dt = 0 past the row's end) decays by
+// exactly 1 even when A_n is infinite; a NaN stays NaN.
 template <typename acc_t>
 struct Decay {
   acc_t scaled;
   __device__ explicit Decay(acc_t A) {
-    constexpr acc_t kLog2e = acc_t(1.4426950408889634074), kMax = std::numeric_limits<acc_t>::max();
-    const acc_t s = A * kLog2e;
+    constexpr acc_t kMax = std::numeric_limits<acc_t>::max();
+    const acc_t s = A * kLog2e<acc_t>;
     scaled = s < -kMax ? -kMax : (s > kMax ? kMax : s);
   }
   __device__ acc_t operator()(acc_t dt) const { return exp2(dt * scaled); }

@@ -119,9 +119,9 @@ __device__ inline void warp_sum_into(acc_t v, Target target) {
 // (lane l reads steps l, l + 32, ...) and redistributes them through its part of the shared-memory stage,
 // with warp barriers only (no block barrier).
 template <int kItems, typename T, typename acc_t, typename Stage>
-__device__ inline void load_chunk(global_ptr<const T> src, int64_t valid, Stage stage, acc_t (&out)[kItems], acc_t fill) {
+__device__ inline void load_chunk(global_ptr<const T> src, int valid, Stage stage, acc_t (&out)[kItems], acc_t fill) {
   const int lane = threadIdx.x % 32, base = (threadIdx.x / 32) * 32 * kItems;
-  if (valid >= int64_t(blockDim.x) * kItems) {  // a whole chunk (uniform over the block): no bounds tests
+  if (valid >= int(blockDim.x) * kItems) {  // a whole chunk (uniform over the block): no bounds tests
     for (int k = 0; k < kItems; ++k) stage[base + k * 32 + lane] = to_acc(src[base + k * 32 + lane]);
   } else {
     for (int k = 0; k < kItems; ++k) {
@@ -137,18 +137,18 @@ __device__ inline void load_chunk(global_ptr<const T> src, int64_t valid, Stage 
 // The inverse of load_chunk: thread i's kItems values to steps t0 + i * kItems + k, written (kAdd: added with
 // atomicAdd) coalesced by each warp.
 template <int kItems, bool kAdd = false, typename T, typename acc_t, typename Stage>
-__device__ inline void store_chunk(global_ptr<T> dst, int64_t valid, Stage stage, const acc_t (&in)[kItems]) {
+__device__ inline void store_chunk(global_ptr<T> dst, int valid, Stage stage, const acc_t (&in)[kItems]) {
   const int lane = threadIdx.x % 32, base = (threadIdx.x / 32) * 32 * kItems;
   for (int k = 0; k < kItems; ++k) stage[base + lane * kItems + k] = in[k];
   __syncwarp();
-  const bool whole = valid >= int64_t(blockDim.x) * kItems;  // uniform over the block: no bounds tests
+  const bool whole = valid >= int(blockDim.x) * kItems;  // uniform over the block: no bounds tests
   for (int k = 0; k < kItems; ++k) {
     const int i = base + k * 32 + lane;
-    if (!whole && i >= valid) continue;
+    const bool in = whole || i < valid;
     if constexpr (kAdd) {
-      atomicAdd(dst + i, stage[i]);
+      if (in) atomicAdd(dst + i, stage[i]);
     } else {
-      dst[i] = from_acc<T>(stage[i]);
+      if (in) dst[i] = from_acc<T>(stage[i]);
     }
   }
   __syncwarp();
@@ -204,7 +204,8 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(Args<T, BC> p, global_ptr
       }
       break;
     }
-    const int64_t t0 = c * kChunk, valid = p.L - t0 < kChunk ? p.L - t0 : kChunk;
+    const int64_t t0 = c * kChunk;
+    const int valid = static_cast<int>(p.L - t0 < kChunk ? p.L - t0 : kChunk);  // steps of the row in the chunk
     const int64_t first = t0 + threadIdx.x * kItems;  // this thread's first step
     acc_t u[kItems], dt[kItems], y[kItems];
     load_chunk<kItems, T>(p.u + row * p.L + t0, valid, stage, u, acc_t(0));
@@ -294,7 +295,8 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(Args<T, BC> p, Grads<T> q
   __syncthreads();
   acc_t dD_part = 0, dbias_part = 0;
   for (int64_t c = n_chunks - 1; c >= 0; --c) {
-    const int64_t t0 = c * kChunk, valid = p.L - t0 < kChunk ? p.L - t0 : kChunk;
+    const int64_t t0 = c * kChunk;
+    const int valid = static_cast<int>(p.L - t0 < kChunk ? p.L - t0 : kChunk);  // steps of the row in the chunk
     const int64_t first = t0 + threadIdx.x * kItems;
     // Per step, shared by the states. Past the row's end dt, u and gy are 0 (loads fill 0), so there every
     // state's step is the identity (1, 0) and adds nothing: the state loop needs no bounds test.

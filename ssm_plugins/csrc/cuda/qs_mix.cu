@@ -77,10 +77,10 @@ struct ColumnDirection {
   }
   __device__ acc_t raw_delta(int64_t t) const { return to_acc(dt[t * dt_s1]) + bias; }
   __device__ acc_t Av(int64_t n) const { return A[n * a_step]; }
-  // Unit stride along N: the states of a step are one base address plus immediate offsets (a stride per state
-  // held 16 more 64-bit addresses in registers).
-  __device__ acc_t Bv(int64_t t, int64_t n) const { return to_acc(B[t * B_s1 + n]); }
-  __device__ acc_t Cv(int64_t t, int64_t n) const { return to_acc(C[t * C_s1 + n]); }
+  // A step's B or C: unit stride along N, so its states are one base address plus immediate offsets (a stride
+  // per state held 16 more 64-bit addresses in registers; an index formed per state cost 64-bit multiplies).
+  __device__ global_ptr<const SelT> B_row(int64_t t) const { return B + t * B_s1; }
+  __device__ global_ptr<const SelT> C_row(int64_t t) const { return C + t * C_s1; }
 };
 
 template <typename acc_t>
@@ -145,9 +145,10 @@ __device__ inline void local_scan(const Direction<acc_t, SelT>& dr, global_ptr<c
     const int64_t t = dr.t_of(i);
     const acc_t delta = dr.delta(t), xv = to_acc(x[t * x_s1]);
     const auto decays = dr.decays(delta);
+    const global_ptr<const SelT> Bt = dr.d.B_row(t) + n0;
     QS_FOR_STATE(n) {
       const acc_t a = dr.decay(decays, n0 + n);
-      h[n] = a * h[n] + delta * dr.d.Bv(t, n0 + n) * xv;
+      h[n] = a * h[n] + delta * to_acc(Bt[n]) * xv;
       prod[n] *= a;
     }
   }
@@ -203,15 +204,17 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments) fwd_kernel(Shape s, QsM
           const int64_t t = dr.t_of(i);
           const acc_t delta = dr.delta(t), xv = to_acc(x[t * tensors.x_s[1]]);
           const auto decays = dr.decays(delta);
+          const global_ptr<const SelT> Bt = dr.d.B_row(t) + n0;
+          const global_ptr<const SelT> Ct = dr.d.C_row(hydra_shift && i > 0 ? dr.t_of(i - 1) : t) + n0;
           acc_t out = 0;
           QS_FOR_STATE(n) {
-            const acc_t a = dr.decay(decays, n0 + n), input = delta * dr.d.Bv(t, n0 + n) * xv;
+            const acc_t a = dr.decay(decays, n0 + n), input = delta * to_acc(Bt[n]) * xv;
             if (hydra_shift) {  // y_t = C_{t-1} · h_{t-1}
-              if (i > 0) out += dr.d.Cv(dr.t_of(i - 1), n0 + n) * h[n];
+              if (i > 0) out += to_acc(Ct[n]) * h[n];
               h[n] = a * h[n] + input;
             } else {  // y_t = C_t · (Ā_t h_{t-1})
               const acc_t z = a * h[n];
-              out += dr.d.Cv(t, n0 + n) * z;
+              out += to_acc(Ct[n]) * z;
               h[n] = z + input;
             }
           }
@@ -321,9 +324,12 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments, 2) bwd_kernel(Shape s, 
           const int64_t t = dr.t_of(i);
           const acc_t delta = dr.delta(t), xv = to_acc(x[t * tensors.x_s[1]]);
           const auto decays = dr.decays(delta);
+          const global_ptr<const SelT> Bt = dr.d.B_row(t) + n0;
+          global_ptr<acc_t> saved = chunk_states + state_at(i, 0);  // the step's states, `columns` apart
           QS_FOR_STATE(n) {
-            chunk_states[state_at(i, n)] = h[n];  // read back by this thread only
-            h[n] = dr.decay(decays, n0 + n) * h[n] + delta * dr.d.Bv(t, n0 + n) * xv;
+            *saved = h[n];  // read back by this thread only
+            saved += columns;
+            h[n] = dr.decay(decays, n0 + n) * h[n] + delta * to_acc(Bt[n]) * xv;
           }
         }
         // The adjoint lam_{i-1} = a_i (lam_i + C_t g), g = g_t (or g_{next}, hydra): the reverse block scan.
@@ -334,9 +340,10 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments, 2) bwd_kernel(Shape s, 
           const int64_t t = dr.t_of(i);
           const acc_t gc = hydra_shift ? (i + 1 < s.L ? grad_at(dr.t_of(i + 1)) : acc_t(0)) : grad_at(t);
           const auto decays = dr.decays(dr.delta(t));
+          const global_ptr<const SelT> Ct = dr.d.C_row(t) + n0;
           QS_FOR_STATE(n) {
             const acc_t a = dr.decay(decays, n0 + n);
-            h[n] = a * (h[n] + dr.d.Cv(t, n0 + n) * gc);
+            h[n] = a * (h[n] + to_acc(Ct[n]) * gc);
             prod[n] *= a;
           }
         }
@@ -349,10 +356,13 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments, 2) bwd_kernel(Shape s, 
           const acc_t g_next = hydra_shift && i + 1 < s.L ? grad_at(dr.t_of(i + 1)) : acc_t(0);
           const int64_t bc = ((q.b * s.L + t) * s.G + q.g) * s.N + n0;
           const auto decays = dr.decays(dl);
+          const global_ptr<const SelT> Bt = dr.d.B_row(t) + n0, Ct = dr.d.C_row(t) + n0;
+          global_ptr<const acc_t> saved = chunk_states + state_at(i, 0);
           acc_t ddelta = 0, dx_t = 0;
           QS_FOR_STATE(n) {
-            const acc_t a = dr.decay(decays, n0 + n), Bn = dr.d.Bv(t, n0 + n), Cn = dr.d.Cv(t, n0 + n);
-            const acc_t hp = chunk_states[state_at(i, n)];
+            const acc_t a = dr.decay(decays, n0 + n), Bn = to_acc(Bt[n]), Cn = to_acc(Ct[n]);
+            const acc_t hp = *saved;
+            saved += columns;
             acc_t dCn, mu;
             if (hydra_shift) {  // y_next = C_t · h_t
               dCn = g_next * (a * hp + dl * Bn * xk);

@@ -265,10 +265,11 @@ struct BwdOut {
 };
 
 template <typename T, typename SelT>
-__global__ void __launch_bounds__(kLanes * kMaxSegments, 2) bwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool hydra_shift, global_ptr<const T> grad,
-                           int64_t g_s0, int64_t g_s1, int64_t g_s2, int64_t g_s3, int64_t columns,
-                           global_ptr<typename Acc<T>::type> ckpt, global_ptr<typename Acc<T>::type> chunk_states,
-                           BwdOut<typename Acc<T>::type> out) {
+__global__ void __launch_bounds__(kLanes * kMaxSegments, 2)  // two blocks an SM: 128 registers (174 unbounded)
+    bwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool hydra_shift, global_ptr<const T> grad,
+               int64_t g_s0, int64_t g_s1, int64_t g_s2, int64_t g_s3, int64_t columns,
+               global_ptr<typename Acc<T>::type> ckpt, global_ptr<typename Acc<T>::type> chunk_states,
+               BwdOut<typename Acc<T>::type> out) {
   using acc_t = typename Acc<T>::type;
   constexpr int kG = kGroup<acc_t>;
   SSM_DYNAMIC_SHARED(acc_t, pairs);

@@ -245,6 +245,16 @@ __device__ inline acc_t segment_sum(acc_t v, unsigned same) {
   return v;
 }
 
+// The warp sums of two values at once: the lower half-warp sums `a` over all 32 lanes, the upper half `b` (each
+// half first takes the other half's share of its value), 5 shuffles for the two where two segment_sums take 10.
+template <typename acc_t>
+__device__ inline acc_t pair_sum(acc_t a, acc_t b, unsigned lane) {
+  const bool upper = lane >= 16;
+  acc_t v = (upper ? b : a) + __shfl_xor_sync(kFullMask, upper ? a : b, 16);
+  for (int k = 8; k > 0; k /= 2) v += __shfl_xor_sync(kFullMask, v, k);
+  return v;
+}
+
 __device__ inline unsigned same_key_bits(int64_t key, unsigned lane) {
   unsigned bits = 0;
   for (int k = 0; k < 5; ++k) {
@@ -277,6 +287,9 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments, 2)  // two blocks an SM
   const unsigned lane = threadIdx.x;
   const unsigned same_head = same_key_bits(q.h, lane), same_group = same_key_bits(q.g, lane);
   const bool head_lead = segment_head(q.h, lane), group_lead = segment_head(q.g, lane);
+  // The warp's columns all read one group's B and C (vim2's channel mixer, one head and group): dB and dC then
+  // reduce together, half a warp each (see pair_sum).
+  const bool one_group = __all_sync(kFullMask, q.g == __shfl_sync(kFullMask, q.g, 0));
   const global_ptr<const T> x = global_ptr<const T>(static_cast<const T*>(tensors.x)) + q.b * tensors.x_s[0] +
                                 q.h * tensors.x_s[2] + q.p * tensors.x_s[3];
   const global_ptr<const T> gy = grad + q.b * g_s0 + q.h * g_s2 + q.p * g_s3;
@@ -379,10 +392,15 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments, 2)  // two blocks an SM
             ddelta += Bn * lam_x + d_logdecay * dr.d.Av(n0 + n);
             dA_acc[n] += d_logdecay * dl;
             h[n] = a * mu;
-            const acc_t dB_sum = segment_sum(dl * lam_x, same_group), dC_sum = segment_sum(dCn, same_group);
-            if (group_lead) {
-              atomicAdd(dB_out + bc + n, dB_sum);
-              atomicAdd(dC_out + bc + n, dC_sum);
+            if (one_group) {
+              const acc_t sum = pair_sum(dl * lam_x, dCn, lane);  // lane 0: dB's sum, lane 16: dC's
+              if (lane % 16 == 0) atomicAdd((lane ? dC_out : dB_out) + bc + n, sum);
+            } else {
+              const acc_t dB_sum = segment_sum(dl * lam_x, same_group), dC_sum = segment_sum(dCn, same_group);
+              if (group_lead) {
+                atomicAdd(dB_out + bc + n, dB_sum);
+                atomicAdd(dC_out + bc + n, dC_sum);
+              }
             }
           }
           const acc_t ddt_sum = segment_sum(softplus_dt ? ddelta * softplus_grad(v) : ddelta, same_head);

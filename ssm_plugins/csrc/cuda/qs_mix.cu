@@ -131,6 +131,17 @@ struct Direction {
     return {dl2, exp2(dl2 * d.Av(0))};
   }
   __device__ acc_t decay(const Decays& s, int64_t n) const { return d.a_step ? exp2(s.dl2 * d.Av(n)) : s.first; }
+  // Calls f(decay), decay(n) giving state n's decay at this step, with the scalar / diagonal choice made once
+  // per step: in a state loop the diagonal arm's loads and exp2 were issued (predicated off) for every state
+  // of a scalar A too.
+  template <typename F>
+  __device__ void with_decay(const Decays& s, F&& f) const {
+    if (d.a_step) {
+      f([&](int64_t n) { return exp2(s.dl2 * d.Av(n)); });
+    } else {
+      f([&](int64_t) { return s.first; });
+    }
+  }
 };
 
 // The thread's steps composed from a zero state: h <- a h + delta B x; prod <- a prod (states n0 .. n0 + nn).
@@ -144,13 +155,14 @@ __device__ inline void local_scan(const Direction<acc_t, SelT>& dr, global_ptr<c
   for (int64_t i = i0; i < i0 + kSteps && i < dr.L; ++i) {
     const int64_t t = dr.t_of(i);
     const acc_t delta = dr.delta(t), xv = to_acc(x[t * x_s1]);
-    const auto decays = dr.decays(delta);
     const global_ptr<const SelT> Bt = dr.d.B_row(t) + n0;
-    QS_FOR_STATE(n) {
-      const acc_t a = dr.decay(decays, n0 + n);
-      h[n] = a * h[n] + delta * to_acc(Bt[n]) * xv;
-      prod[n] *= a;
-    }
+    dr.with_decay(dr.decays(delta), [&](auto decay) {
+      QS_FOR_STATE(n) {
+        const acc_t a = decay(n0 + n);
+        h[n] = a * h[n] + delta * to_acc(Bt[n]) * xv;
+        prod[n] *= a;
+      }
+    });
   }
 }
 
@@ -203,21 +215,22 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments) fwd_kernel(Shape s, QsM
         for (int64_t i = i0; i < i0 + kSteps && i < s.L; ++i) {  // the steps again from the true state, with the output
           const int64_t t = dr.t_of(i);
           const acc_t delta = dr.delta(t), xv = to_acc(x[t * tensors.x_s[1]]);
-          const auto decays = dr.decays(delta);
           const global_ptr<const SelT> Bt = dr.d.B_row(t) + n0;
           const global_ptr<const SelT> Ct = dr.d.C_row(hydra_shift && i > 0 ? dr.t_of(i - 1) : t) + n0;
           acc_t out = 0;
-          QS_FOR_STATE(n) {
-            const acc_t a = dr.decay(decays, n0 + n), input = delta * to_acc(Bt[n]) * xv;
-            if (hydra_shift) {  // y_t = C_{t-1} · h_{t-1}
-              if (i > 0) out += to_acc(Ct[n]) * h[n];
-              h[n] = a * h[n] + input;
-            } else {  // y_t = C_t · (Ā_t h_{t-1})
-              const acc_t z = a * h[n];
-              out += to_acc(Ct[n]) * z;
-              h[n] = z + input;
+          dr.with_decay(dr.decays(delta), [&](auto decay) {
+            QS_FOR_STATE(n) {
+              const acc_t a = decay(n0 + n), input = delta * to_acc(Bt[n]) * xv;
+              if (hydra_shift) {  // y_t = C_{t-1} · h_{t-1}
+                if (i > 0) out += to_acc(Ct[n]) * h[n];
+                h[n] = a * h[n] + input;
+              } else {  // y_t = C_t · (Ā_t h_{t-1})
+                const acc_t z = a * h[n];
+                out += to_acc(Ct[n]) * z;
+                h[n] = z + input;
+              }
             }
-          }
+          });
           // The thread owning step t in this direction and state group owns y_t; the reverse direction's
           // owner of t differs, but barriers of the block scan lie between the two.
           if (q.active) {
@@ -337,14 +350,15 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments, 2)  // two blocks an SM
         for (int64_t i = i0; i < i0 + kSteps && i < s.L; ++i) {  // the state before each step, for the adjoint
           const int64_t t = dr.t_of(i);
           const acc_t delta = dr.delta(t), xv = to_acc(x[t * tensors.x_s[1]]);
-          const auto decays = dr.decays(delta);
           const global_ptr<const SelT> Bt = dr.d.B_row(t) + n0;
           global_ptr<acc_t> saved = chunk_states + state_at(i, 0);  // the step's states, `columns` apart
-          QS_FOR_STATE(n) {
-            *saved = h[n];  // read back by this thread only
-            saved += columns;
-            h[n] = dr.decay(decays, n0 + n) * h[n] + delta * to_acc(Bt[n]) * xv;
-          }
+          dr.with_decay(dr.decays(delta), [&](auto decay) {
+            QS_FOR_STATE(n) {
+              *saved = h[n];  // read back by this thread only
+              saved += columns;
+              h[n] = decay(n0 + n) * h[n] + delta * to_acc(Bt[n]) * xv;
+            }
+          });
         }
         // The adjoint lam_{i-1} = a_i (lam_i + C_t g), g = g_t (or g_{next}, hydra): the reverse block scan.
         QS_FOR_STATE(n) prod[n] = acc_t(1), h[n] = acc_t(0);
@@ -353,13 +367,14 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments, 2)  // two blocks an SM
         for (int64_t i = i_last; i >= i0; --i) {
           const int64_t t = dr.t_of(i);
           const acc_t gc = hydra_shift ? (i + 1 < s.L ? grad_at(dr.t_of(i + 1)) : acc_t(0)) : grad_at(t);
-          const auto decays = dr.decays(dr.delta(t));
           const global_ptr<const SelT> Ct = dr.d.C_row(t) + n0;
-          QS_FOR_STATE(n) {
-            const acc_t a = dr.decay(decays, n0 + n);
-            h[n] = a * (h[n] + to_acc(Ct[n]) * gc);
-            prod[n] *= a;
-          }
+          dr.with_decay(dr.decays(dr.delta(t)), [&](auto decay) {
+            QS_FOR_STATE(n) {
+              const acc_t a = decay(n0 + n);
+              h[n] = a * (h[n] + to_acc(Ct[n]) * gc);
+              prod[n] *= a;
+            }
+          });
         }
         block_compose<true>(pairs, nn, prod, h, lam_carry);  // h: the adjoint of the state after the last own step
 #pragma unroll 1

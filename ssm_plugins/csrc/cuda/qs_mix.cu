@@ -188,8 +188,9 @@ __device__ inline void block_compose(Smem pairs, int nn, acc_t (&prod)[kG], acc_
 }
 
 template <typename T, typename SelT>
-__global__ void __launch_bounds__(kLanes * kMaxSegments) fwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool hydra_shift,
-                           global_ptr<typename Acc<T>::type> y, int64_t y_s0, int64_t y_s1, int64_t y_s2, int64_t y_s3) {
+__global__ void __launch_bounds__(kLanes * kMaxSegments)
+    fwd_kernel(Shape s, QsMixTensors tensors, bool softplus_dt, bool hydra_shift, global_ptr<typename Acc<T>::type> y,
+               int64_t y_s0, int64_t y_s1, int64_t y_s2, int64_t y_s3) {
   using acc_t = typename Acc<T>::type;
   constexpr int kG = kGroup<acc_t>;
   SSM_DYNAMIC_SHARED(acc_t, pairs);

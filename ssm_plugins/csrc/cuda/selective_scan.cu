@@ -282,8 +282,8 @@ struct Grads {
 };
 
 template <int kThreads, int kItems, typename T, typename BC>
-__global__ void __launch_bounds__(kThreads, kFp64<T> ? 1 : 384 / kThreads) bwd_kernel(Args<T, BC> p, Grads<T> q,
-                                                      global_ptr<const typename Acc<T>::type> chunk_states) {
+__global__ void __launch_bounds__(kThreads, kFp64<T> ? 1 : 384 / kThreads)
+    bwd_kernel(Args<T, BC> p, Grads<T> q, global_ptr<const typename Acc<T>::type> chunk_states) {
   using acc_t = typename Acc<T>::type;
   constexpr int kChunk = kThreads * kItems;
   __shared__ Pair<acc_t> warp_total[kThreads / 32];

@@ -1,0 +1,30 @@
+"""scripts/sass_loops.py, the no-GPU measure of the CUDA kernels' registers and loop sizes (csrc/README's figures)."""
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "sass_loops.py"
+
+pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+
+
+def run(*args):
+    done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_reports_each_kernels_registers_and_its_loops_with_their_barriers():
+    out = run("ssm_plugins/csrc/cuda/myo.cu", "--kernel", "solve_kernelIfE", "--min-loop", "50")
+    kernels = re.findall(r"^_Z\S+solve_kernelIfE\S*$", out, re.M)
+    assert len(kernels) == 1, out  # --kernel keeps the float32 solve only
+    regs = re.search(r"registers (\d+), stack (\d+) bytes, (\d+) instructions", out)
+    assert regs and 0 < int(regs.group(1)) <= 255 and int(regs.group(3)) > 100, out
+    loops = re.findall(r"loop \[(\d+), (\d+)\]: (\d+) instructions \(.*BAR (\d+)\)", out)
+    assert loops and all(int(n) >= 50 and int(n) == int(hi) - int(lo) + 1 for lo, hi, n, _ in loops), out
+    assert any(int(bar) > 0 for *_, bar in loops), out  # the tree levels' block barriers sit inside a loop

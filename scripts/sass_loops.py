@@ -45,10 +45,14 @@ def tool(name: str) -> str:
     sys.exit(f"sass_loops: {name} not found (CUDA_HOME/bin, PATH or triton's wheel)")
 
 
+def output(name: str, *args: str) -> str:
+    return subprocess.run([tool(name), *args], capture_output=True, text=True, check=True).stdout
+
+
 def resources(cubin: str) -> dict[str, tuple[int, int]]:
-    out = subprocess.run([tool("cuobjdump"), "-res-usage", cubin], capture_output=True, text=True, check=True).stdout
+    """Registers and stack bytes per kernel."""
     usage, name = {}, None
-    for line in out.splitlines():
+    for line in output("cuobjdump", "-res-usage", cubin).splitlines():
         m = re.search(r"Function (\S+):", line)
         if m:
             name = m.group(1)
@@ -59,9 +63,9 @@ def resources(cubin: str) -> dict[str, tuple[int, int]]:
 
 
 def functions(cubin: str) -> dict[str, tuple[list[str], dict[str, int]]]:
-    text = subprocess.run([tool("nvdisasm"), "-c", cubin], capture_output=True, text=True, check=True).stdout
+    """Per kernel: its instructions in order and the index each branch label points at."""
     funcs, name = {}, None
-    for line in text.splitlines():
+    for line in output("nvdisasm", "-c", cubin).splitlines():
         m = re.match(r"^\s*\.text\.(\S+):", line)
         if m:
             name = m.group(1)

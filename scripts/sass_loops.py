@@ -85,13 +85,18 @@ def opcode(instruction: str) -> str:
 
 def loops(ins: list[str], labels: dict[str, int]) -> list[tuple[int, int, int]]:
     """(first, last, depth) of every loop: a branch back to a label at or before it; depth counts the loops around
-    it (a state loop inside a chunk loop has depth 1)."""
+    it (a state loop inside a chunk loop has depth 1). Spans that straddle a larger loop's boundary (the branches
+    back from out-of-line slow paths, such as a divergent shuffle's) are left out."""
     spans = []
     for i, s in enumerate(ins):
         m = re.search(r"BRA `\((\.L_x_\d+)\)", s)
         if m and labels.get(m.group(1), len(ins)) <= i:
             spans.append((labels[m.group(1)], i))
-    return sorted((lo, hi, sum(o != (lo, hi) and o[0] <= lo and hi <= o[1] for o in spans)) for lo, hi in spans)
+    kept = []
+    for lo, hi in sorted(set(spans), key=lambda span: span[0] - span[1]):  # largest first
+        if all(hi < a or b < lo or (a <= lo and hi <= b) for a, b in kept):
+            kept.append((lo, hi))
+    return sorted((lo, hi, sum(a <= lo and hi <= b and (a, b) != (lo, hi) for a, b in kept)) for lo, hi in kept)
 
 
 def main() -> int:

@@ -144,17 +144,32 @@ struct Direction {
   }
 };
 
+// The deltas of a thread's kSteps steps in the current chunk, softplus'd once and read by every pass over those
+// steps (each pass recomputed them: an accurate softplus is ~40 instructions, per pass and state group), in the
+// thread's own cells of shared memory after the block-scan pairs, kLanes apart: written and read by the same
+// thread, so no barrier.
+template <int kG, typename Smem>
+__device__ inline Smem own_delta_cells(Smem pairs) {
+  return pairs + (blockDim.y * 2 * kG + threadIdx.y * kSteps) * kLanes + threadIdx.x;
+}
+
+template <typename acc_t, typename SelT, typename Own>
+__device__ inline void fill_deltas(const Direction<acc_t, SelT>& dr, int64_t i0, Own deltas) {
+#pragma unroll 1
+  for (int64_t i = i0; i < i0 + kSteps && i < dr.L; ++i) deltas[(i - i0) * kLanes] = dr.delta(dr.t_of(i));
+}
+
 // The thread's steps composed from a zero state: h <- a h + delta B x; prod <- a prod (states n0 .. n0 + nn).
 // The step loops of the kernels stay rolled (delta and x are reloaded per pass): unrolled over steps and
 // states, the compiler hoisted every step's B and C loads into registers and spilled.
-template <int kG, typename T, typename acc_t, typename SelT>
+template <int kG, typename T, typename acc_t, typename SelT, typename Own>
 __device__ inline void local_scan(const Direction<acc_t, SelT>& dr, global_ptr<const T> x, int64_t x_s1, int64_t i0,
-                                  int64_t n0, int nn, acc_t (&prod)[kG], acc_t (&h)[kG]) {
+                                  Own deltas, int64_t n0, int nn, acc_t (&prod)[kG], acc_t (&h)[kG]) {
   QS_FOR_STATE(n) prod[n] = acc_t(1), h[n] = acc_t(0);
 #pragma unroll 1
   for (int64_t i = i0; i < i0 + kSteps && i < dr.L; ++i) {
     const int64_t t = dr.t_of(i);
-    const acc_t delta = dr.delta(t), xv = to_acc(x[t * x_s1]);
+    const acc_t delta = deltas[(i - i0) * kLanes], xv = to_acc(x[t * x_s1]);
     const global_ptr<const SelT> Bt = dr.d.B_row(t) + n0;
     dr.with_decay(dr.decays(delta), [&](auto decay) {
       QS_FOR_STATE(n) {
@@ -194,6 +209,7 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments)
   using acc_t = typename Acc<T>::type;
   constexpr int kG = kGroup<acc_t>;
   SSM_DYNAMIC_SHARED(acc_t, pairs);
+  const auto deltas = own_delta_cells<kG>(pairs);
   const Place q(s);
   const global_ptr<const T> x = global_ptr<const T>(static_cast<const T*>(tensors.x)) + q.b * tensors.x_s[0] +
                                 q.h * tensors.x_s[2] + q.p * tensors.x_s[3];
@@ -210,12 +226,13 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments)
       QS_FOR_STATE(n) carry[n] = acc_t(0);
       for (int64_t c0 = 0; c0 < s.L; c0 += chunk) {
         const int64_t i0 = c0 + threadIdx.y * kSteps;
-        local_scan(dr, x, tensors.x_s[1], i0, n0, nn, prod, h);
+        fill_deltas(dr, i0, deltas);
+        local_scan(dr, x, tensors.x_s[1], i0, deltas, n0, nn, prod, h);
         block_compose<false>(pairs, nn, prod, h, carry);
 #pragma unroll 1
         for (int64_t i = i0; i < i0 + kSteps && i < s.L; ++i) {  // the steps again from the true state, with the output
           const int64_t t = dr.t_of(i);
-          const acc_t delta = dr.delta(t), xv = to_acc(x[t * tensors.x_s[1]]);
+          const acc_t delta = deltas[(i - i0) * kLanes], xv = to_acc(x[t * tensors.x_s[1]]);
           const global_ptr<const SelT> Bt = dr.d.B_row(t) + n0;
           const global_ptr<const SelT> Ct = dr.d.C_row(hydra_shift && i > 0 ? dr.t_of(i - 1) : t) + n0;
           acc_t out = 0;
@@ -297,6 +314,7 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments, 2)  // two blocks an SM
   using acc_t = typename Acc<T>::type;
   constexpr int kG = kGroup<acc_t>;
   SSM_DYNAMIC_SHARED(acc_t, pairs);
+  const auto deltas = own_delta_cells<kG>(pairs);
   const Place q(s);
   const unsigned lane = threadIdx.x;
   const unsigned same_head = same_key_bits(q.h, lane), same_group = same_key_bits(q.g, lane);
@@ -334,7 +352,8 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments, 2)  // two blocks an SM
         }
         if (c == n_chunks - 1) break;  // uniform over the block: the block scan's barriers stay matched
         const int64_t i0 = c * chunk + threadIdx.y * kSteps;
-        local_scan(dr, x, tensors.x_s[1], i0, n0, nn, prod, h);
+        fill_deltas(dr, i0, deltas);
+        local_scan(dr, x, tensors.x_s[1], i0, deltas, n0, nn, prod, h);
         block_compose<false>(pairs, nn, prod, h, carry);
       }
       __syncthreads();  // the last checkpoint (no block scan after it) is read by every segment below
@@ -345,12 +364,13 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments, 2)  // two blocks an SM
         const int64_t c0 = c * chunk, i0 = c0 + threadIdx.y * kSteps;
         auto state_at = [&](int64_t i, int n) { return ((i - c0) * s.N + n0 + n) * columns + q.col; };
         QS_FOR_STATE(n) carry[n] = ckpt[ckpt_at(c, n)];
-        local_scan(dr, x, tensors.x_s[1], i0, n0, nn, prod, h);
+        fill_deltas(dr, i0, deltas);
+        local_scan(dr, x, tensors.x_s[1], i0, deltas, n0, nn, prod, h);
         block_compose<false>(pairs, nn, prod, h, carry);
 #pragma unroll 1
         for (int64_t i = i0; i < i0 + kSteps && i < s.L; ++i) {  // the state before each step, for the adjoint
           const int64_t t = dr.t_of(i);
-          const acc_t delta = dr.delta(t), xv = to_acc(x[t * tensors.x_s[1]]);
+          const acc_t delta = deltas[(i - i0) * kLanes], xv = to_acc(x[t * tensors.x_s[1]]);
           const global_ptr<const SelT> Bt = dr.d.B_row(t) + n0;
           global_ptr<acc_t> saved = chunk_states + state_at(i, 0);  // the step's states, `columns` apart
           dr.with_decay(dr.decays(delta), [&](auto decay) {
@@ -369,7 +389,7 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments, 2)  // two blocks an SM
           const int64_t t = dr.t_of(i);
           const acc_t gc = hydra_shift ? (i + 1 < s.L ? grad_at(dr.t_of(i + 1)) : acc_t(0)) : grad_at(t);
           const global_ptr<const SelT> Ct = dr.d.C_row(t) + n0;
-          dr.with_decay(dr.decays(dr.delta(t)), [&](auto decay) {
+          dr.with_decay(dr.decays(deltas[(i - i0) * kLanes]), [&](auto decay) {
             QS_FOR_STATE(n) {
               const acc_t a = decay(n0 + n);
               h[n] = a * (h[n] + to_acc(Ct[n]) * gc);
@@ -381,7 +401,7 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments, 2)  // two blocks an SM
 #pragma unroll 1
         for (int64_t i = i_last; i >= i0; --i) {  // bounds uniform over the warp: the shuffles below stay full
           const int64_t t = dr.t_of(i);
-          const acc_t v = dr.d.raw_delta(t), dl = softplus_dt ? softplus(v) : v, xk = to_acc(x[t * tensors.x_s[1]]);
+          const acc_t dl = deltas[(i - i0) * kLanes], xk = to_acc(x[t * tensors.x_s[1]]);
           const acc_t gv = grad_at(t);
           const acc_t g_next = hydra_shift && i + 1 < s.L ? grad_at(dr.t_of(i + 1)) : acc_t(0);
           const int64_t bc = ((q.b * s.L + t) * s.G + q.g) * s.N + n0;
@@ -419,7 +439,8 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments, 2)  // two blocks an SM
               }
             }
           }
-          const acc_t ddt_sum = segment_sum(softplus_dt ? ddelta * softplus_grad(v) : ddelta, same_head);
+          if (softplus_dt) ddelta *= softplus_grad(dr.d.raw_delta(t));
+          const acc_t ddt_sum = segment_sum(ddelta, same_head);
           if (head_lead) atomicAdd(ddt_out + (q.b * s.L + t) * s.H + q.h, ddt_sum);
           if (dir == 0 && n0 == 0) {
             const acc_t dgamma_sum = segment_sum(gv * xk, same_head);
@@ -455,7 +476,7 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments, 2)  // two blocks an SM
 template <typename T>
 std::size_t shared_bytes(int64_t segments) {
   using acc_t = typename Acc<T>::type;
-  return static_cast<std::size_t>(segments) * 2 * kGroup<acc_t> * kLanes * sizeof(acc_t);
+  return static_cast<std::size_t>(segments) * (2 * kGroup<acc_t> + kSteps) * kLanes * sizeof(acc_t);  // pairs, deltas
 }
 
 template <typename T, typename SelT>

@@ -66,6 +66,16 @@ namespace cuda {
 template <typename acc_t>
 constexpr acc_t kLog2e = acc_t(1.4426950408889634074);
 
+// softplus with torch's threshold (x itself above 20) and the logistic sigmoid, its derivative below it.
+template <typename acc_t>
+__device__ inline acc_t softplus_dev(acc_t x) {
+  return x > acc_t(20) ? x : log1p(exp(x));
+}
+template <typename acc_t>
+__device__ inline acc_t sigmoid_dev(acc_t x) {
+  return acc_t(1) / (acc_t(1) + exp(-x));
+}
+
 // Throws with the launch's (or the harness's) error, if any.
 inline void check_launch(const char* what) {
   const cudaError_t err = cudaGetLastError();

@@ -83,16 +83,6 @@ struct ColumnDirection {
   __device__ global_ptr<const SelT> C_row(int64_t t) const { return C + t * C_s1; }
 };
 
-template <typename acc_t>
-__device__ inline acc_t softplus(acc_t v) {
-  return v > acc_t(20) ? v : log1p(exp(v));
-}
-
-template <typename acc_t>
-__device__ inline acc_t softplus_grad(acc_t v) {
-  return v > acc_t(20) ? acc_t(1) : acc_t(1) / (acc_t(1) + exp(-v));
-}
-
 // A thread's column: block blockIdx.x = (batch element, tile of kLanes columns), lane threadIdx.x. Lanes past
 // the last column replay the last one (every lane of a warp takes part in the shuffles) and store nothing.
 struct Place {
@@ -119,7 +109,7 @@ struct Direction {
   __device__ int64_t t_of(int64_t i) const { return dir ? L - 1 - i : i; }
   __device__ acc_t delta(int64_t t) const {
     const acc_t v = d.raw_delta(t);
-    return softplus_dt ? softplus(v) : v;
+    return softplus_dt ? softplus_dev(v) : v;
   }
   // A step's decays exp(delta A_n) as exp2 of delta log2 e (kLog2e, device.h), formed once per step; scalar A
   // (a_step 0) has one decay per step, `first`.
@@ -439,7 +429,10 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments, 2)  // two blocks an SM
               }
             }
           }
-          if (softplus_dt) ddelta *= softplus_grad(dr.d.raw_delta(t));
+          if (softplus_dt) {  // softplus' = sigmoid, 1 above the threshold
+            const acc_t v = dr.d.raw_delta(t);
+            if (v <= acc_t(20)) ddelta *= sigmoid_dev(v);
+          }
           const acc_t ddt_sum = segment_sum(ddelta, same_head);
           if (head_lead) atomicAdd(ddt_out + (q.b * s.L + t) * s.H + q.h, ddt_sum);
           if (dir == 0 && n0 == 0) {

@@ -46,9 +46,6 @@ template <typename T> __device__ inline T from_acc(typename Acc<T>::type v) { re
 template <> __device__ inline __half from_acc<__half>(float v) { return __float2half(v); }
 template <> __device__ inline __nv_bfloat16 from_acc<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
 
-template <typename acc_t> __device__ inline acc_t softplus_dev(acc_t x) { return x > acc_t(20) ? x : log1p(exp(x)); }
-template <typename acc_t> __device__ inline acc_t sigmoid_dev(acc_t x) { return acc_t(1) / (acc_t(1) + exp(-x)); }
-
 // The decays exp(dt A_n) of one state: A_n scaled by log2 e once (kLog2e, device.h; as mamba_ssm), then exp2 per
 // step. The scaled A_n is clamped to finite values so that a padding step (dt = 0 past the row's end) decays by
 // exactly 1 even when A_n is infinite; a NaN stays NaN.

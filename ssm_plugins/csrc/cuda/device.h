@@ -75,6 +75,12 @@ template <typename acc_t>
 __device__ inline acc_t sigmoid_dev(acc_t x) {
   return acc_t(1) / (acc_t(1) + exp(-x));
 }
+// softplus' at the input whose softplus is y: sigmoid(x) = 1 - exp(-y), 1 above the threshold (there y = x > 20).
+// From the output the kernels already hold, so their backward needs no raw input again.
+template <typename acc_t>
+__device__ inline acc_t softplus_slope(acc_t y) {
+  return y > acc_t(20) ? acc_t(1) : -expm1(-y);
+}
 
 // Throws with the launch's (or the harness's) error, if any.
 inline void check_launch(const char* what) {

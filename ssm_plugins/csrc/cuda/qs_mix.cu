@@ -429,11 +429,7 @@ __global__ void __launch_bounds__(kLanes * kMaxSegments, 2)  // two blocks an SM
               }
             }
           }
-          if (softplus_dt) {  // softplus' = sigmoid, 1 above the threshold
-            const acc_t v = dr.d.raw_delta(t);
-            if (v <= acc_t(20)) ddelta *= sigmoid_dev(v);
-          }
-          const acc_t ddt_sum = segment_sum(ddelta, same_head);
+          const acc_t ddt_sum = segment_sum(softplus_dt ? ddelta * softplus_slope(dl) : ddelta, same_head);
           if (head_lead) atomicAdd(ddt_out + (q.b * s.L + t) * s.H + q.h, ddt_sum);
           if (dir == 0 && n0 == 0) {
             const acc_t dgamma_sum = segment_sum(gv * xk, same_head);

@@ -367,8 +367,7 @@ __global__ void __launch_bounds__(kThreads, kFp64<T> ? 1 : 384 / kThreads)
     }
     for (int k = 0; k < kItems; ++k) {
       if (first + k >= p.L) continue;
-      // softplus' (raw) = sigmoid(raw) = 1 - exp(-dt); 1 above softplus_dev's threshold (there dt = raw > 20)
-      if (p.softplus && dt[k] <= acc_t(20)) ddt[k] *= -expm1(-dt[k]);
+      if (p.softplus) ddt[k] *= softplus_slope(dt[k]);
       dbias_part += ddt[k];
       dD_part += gy[k] * u[k];
       if (p.z) gz[k] *= y[k];  // dz

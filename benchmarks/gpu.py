@@ -44,7 +44,8 @@ def pin_settings() -> dict:
     torch.backends.cudnn.deterministic = False
     torch.set_float32_matmul_precision("high")
     return {"tf32 matmul": torch.backends.cuda.matmul.allow_tf32, "tf32 cudnn": torch.backends.cudnn.allow_tf32,
-            "cudnn.benchmark": torch.backends.cudnn.benchmark, "float32 matmul precision": "high"}
+            "cudnn.benchmark": torch.backends.cudnn.benchmark, "float32 matmul precision": "high",
+            "SSM_PLUGINS_QS (the models' qs_mix for scalar A)": os.environ.get("SSM_PLUGINS_QS", "auto")}
 
 
 def cuda_seconds(fn, repeat: int = 10, warmup: int = 3) -> float:
@@ -66,18 +67,25 @@ def cuda_seconds(fn, repeat: int = 10, warmup: int = 3) -> float:
     return statistics.median(times)
 
 
+_BACKENDS = {"reference": {"SSM_PLUGINS_BACKEND": "reference"}, "kernel": {"SSM_PLUGINS_BACKEND": "auto"},
+             "scan": {"SSM_PLUGINS_BACKEND": "auto", "SSM_PLUGINS_QS": "scan"}}
+
+
 @contextlib.contextmanager
 def backend(name: str):
-    """Run the ssm_plugins ops with the compiled kernels ("kernel") or the PyTorch references ("reference")."""
-    previous = os.environ.get("SSM_PLUGINS_BACKEND")
-    os.environ["SSM_PLUGINS_BACKEND"] = "reference" if name == "reference" else "auto"
+    """Run the ssm_plugins ops as shipped ("kernel": the compiled kernels, qs_mix's chunked form for scalar A on
+    CUDA), with the PyTorch references ("reference") or with qs_mix's scan kernels for every A ("scan")."""
+    previous = {key: os.environ.get(key) for key in ("SSM_PLUGINS_BACKEND", "SSM_PLUGINS_QS")}
+    os.environ.pop("SSM_PLUGINS_QS", None)
+    os.environ.update(_BACKENDS[name])
     try:
         yield
     finally:
-        if previous is None:
-            os.environ.pop("SSM_PLUGINS_BACKEND", None)
-        else:
-            os.environ["SSM_PLUGINS_BACKEND"] = previous
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def fwd_bwd(fn, leaves):
@@ -137,21 +145,32 @@ def scan_cases(quick: bool):
 
 
 def qs_mix_cases(quick: bool):
+    """viqs's token mixer (head layout) at a long sequence, then vim2_t's channel mixer: the channels are the sequence
+    and the 197 tokens one head's features, x a (batch, dim, 1, tokens) view. Scalar A also against the scan
+    kernels (ours: the chunked form)."""
     from ssm_plugins.ops import qs_mix
-    batch, length, heads, feat, n_state = (2, 128, 4, 16, 16) if quick else (16, 3136, 12, 64, 16)
-    for a_cols in (1, n_state):
-        g = torch.Generator().manual_seed(0)
-        r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
-        a_shape = (heads,) if a_cols == 1 else (heads, n_state)
-        t = [r(batch, length, heads, feat).bfloat16()]
-        for _ in range(2):
-            t += [r(batch, length, heads) - 2.0, -torch.rand(*a_shape, generator=g) - 0.5,
-                  r(batch, length, 1, n_state), r(batch, length, 1, n_state)]
-        t += [r(batch, length, heads)]
-        t = [_leaf(v) for v in t]
-        step = fwd_bwd(lambda t=t: qs_mix(*t, dt_softplus=True), t)
-        yield ("qs_mix", f"b{batch} L{length} H{heads} P{feat} N{n_state} {'scalar' if a_cols == 1 else 'diag'} A "
-               "bf16", {"reference (PyTorch)": step}, step)
+    cases = [(2, 128, 4, 16, 16, "") if quick else (16, 3136, 12, 64, 16, ""),
+             (2, 64, 1, 50, 16, " channel mixer") if quick else (128, 192, 1, 197, 16, " vim2_t channel mixer")]
+    for batch, length, heads, feat, n_state, what in cases:
+        for a_cols in (1, n_state) if not what else (1,):
+            g = torch.Generator().manual_seed(0)
+            r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+            a_shape = (heads,) if a_cols == 1 else (heads, n_state)
+            x = r(batch, length, heads, feat).bfloat16()
+            if what:  # the channel mixer's u.transpose(1, 2).unsqueeze(2): features (tokens) `length` apart
+                x = x.permute(0, 3, 2, 1).contiguous().permute(0, 3, 2, 1)
+            t = [x]
+            for _ in range(2):
+                t += [r(batch, length, heads) - 2.0, -torch.rand(*a_shape, generator=g) - 0.5,
+                      r(batch, length, 1, n_state), r(batch, length, 1, n_state)]
+            t += [r(batch, length, heads)]
+            t = [_leaf(v) for v in t]
+            step = fwd_bwd(lambda t=t: qs_mix(*t, dt_softplus=True), t)
+            baselines = {"reference (PyTorch)": step}
+            if a_cols == 1:
+                baselines["scan kernels (SSM_PLUGINS_QS=scan)"] = step
+            yield ("qs_mix", f"b{batch} L{length} H{heads} P{feat} N{n_state} {'scalar' if a_cols == 1 else 'diag'} "
+                   f"A bf16{what}", baselines, step)
 
 
 def ssm2d_cases(quick: bool):
@@ -200,7 +219,7 @@ def op_rows(quick: bool) -> list[tuple]:
                 t_ours = cuda_seconds(ours)
             for name, step in baselines.items():
                 reference = name.startswith("reference")  # Python loops over L: seconds a call, 2 repeats
-                with backend("reference" if reference else "kernel"):
+                with backend("reference" if reference else "scan" if name.startswith("scan") else "kernel"):
                     t_base = cuda_seconds(step, repeat=2 if reference else 10, warmup=0 if reference else 3)
                 rows.append((op, case + " fwd+bwd", name, t_base, t_ours, t_base / t_ours))
             if DEVICE == "cuda":

@@ -3,7 +3,8 @@
 # a cloud instance): build _C for the card, run every gpu-marked test, run benchmarks/gpu.py. Logs go to $OUT.
 #
 #   OUT=/tmp/gpu bash scripts/gpu_check.sh   # STEPS="build tests bench profile sanitize ncu compile": these
-#                                             # (default); "bench_compiled" adds the compiled throughput rows
+#                                             # (default); "bench_compiled" adds the compiled throughput rows,
+#                                             # "bench_qs_scan" vim2_t/viqs_t with qs_mix's scan kernels
 #
 # Optional inputs, for machines that cannot reach a package index (scripts/build_for_device.sh makes all three):
 #   .whl/*.whl                 wheels installed into /tmp/site first (e.g. the timm this project pins)
@@ -75,6 +76,17 @@ if [[ " $STEPS " == *" bench_compiled "* ]]; then
     --models ${COMPILED_MODELS:-deit_small_patch16_224 swin_tiny_patch4_window7_224 vim2_t viqs_t} \
     2>&1 | tee "$OUT/bench_compiled.log"
   echo "bench_compiled exit: ${PIPESTATUS[0]}"
+fi
+
+# The QS models with qs_mix's scan kernels instead of its chunked form (the default on CUDA for scalar A): the A/B
+# of that choice, eager, and compiled too when bench_compiled is asked for
+if [[ " $STEPS " == *" bench_qs_scan "* ]]; then
+  step bench_qs_scan
+  compiled=""
+  [[ " $STEPS " == *" bench_compiled "* ]] && compiled="--compile ${COMPILE_MODE:-reduce-overhead}"
+  SSM_PLUGINS_QS=scan TORCHINDUCTOR_COMPILE_THREADS=1 timeout ${BENCH_QS_TIMEOUT:-300} $PY -m benchmarks.gpu \
+    --only models --models vim2_t viqs_t $compiled 2>&1 | tee "$OUT/bench_qs_scan.log"
+  echo "bench_qs_scan exit: ${PIPESTATUS[0]}"
 fi
 
 if [[ " $STEPS " == *" profile "* ]]; then

@@ -7,6 +7,7 @@ In launch order: qs_mix bf16 (viqs_t's token mixer: x (128, 197, 6, 64), scalar 
 channel mixer: x (128, 192, 1, 197) transposed, as the layer passes it), selective_scan bf16 (vim2_t's token
 mixer: u (128, 384, 197) token-major, low-rank delta).
 """
+import os
 import sys
 
 import torch
@@ -18,6 +19,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("gpu_ncu: no CUDA device")
         return 0
+    os.environ["SSM_PLUGINS_QS"] = "scan"  # the QS kernels, not qs_mix's chunked form for scalar A on CUDA
     g = torch.Generator(device="cuda").manual_seed(0)
     r = lambda *s, dtype=torch.float32: torch.randn(*s, generator=g, device="cuda").to(dtype)  # noqa: E731
 

@@ -7,6 +7,7 @@ The cases: every op's forward and backward on tests/ops/test_fake_strides.py's r
 half-precision inputs), then the public ops on shapes that cross the kernels' chunk and block boundaries
 (benchmarks/gpu.py's quick cases and an odd-sized scan / QS mix). Values are checked by the gpu tests, not here.
 """
+import os
 import sys
 from pathlib import Path
 
@@ -24,6 +25,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("gpu_sanitize: no CUDA device")
         return 0
+    os.environ["SSM_PLUGINS_QS"] = "scan"  # the QS kernels, not qs_mix's chunked form for scalar A on CUDA
     for op, row in ROWS.items():
         for kind in KINDS.get(op, ("transposed", "plain")):
             getattr(OPS, op).default(*on_device(row(kind), "cuda"))

@@ -2,7 +2,8 @@
 
 The compiled kernels are used whenever the extension is importable and has a kernel for the input's
 device. The reference runs only when the extension is missing (one warning, naming why) or when forced
-with ``SSM_PLUGINS_BACKEND=reference`` (for debugging).
+with ``SSM_PLUGINS_BACKEND=reference`` (for debugging). ``SSM_PLUGINS_QS`` picks qs_mix's algorithm for
+scalar A (``qs_algorithm``): the chunked matmul form on CUDA (auto), or the scan kernels everywhere.
 """
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import torch
 
 _BACKEND_ENV = "SSM_PLUGINS_BACKEND"
 _CHOICES = ("auto", "reference")
+_QS_ENV = "SSM_PLUGINS_QS"
+_QS_CHOICES = ("auto", "scan", "chunked")
 
 try:
     from ssm_plugins import _C  # noqa: F401  (importing registers torch.ops.ssm_plugins.*)
@@ -31,6 +34,15 @@ def reference_forced() -> bool:
     if choice not in _CHOICES:
         raise ValueError(f"{_BACKEND_ENV} must be one of {_CHOICES}, got {choice!r}")
     return choice == "reference"
+
+
+def qs_algorithm() -> str:
+    """``SSM_PLUGINS_QS``: 'auto' (the chunked form for scalar A on CUDA, ops.qs_mix), 'scan' (the scan kernels
+    everywhere) or 'chunked' (the chunked form wherever A is scalar)."""
+    choice = os.environ.get(_QS_ENV, "auto").lower()
+    if choice not in _QS_CHOICES:
+        raise ValueError(f"{_QS_ENV} must be one of {_QS_CHOICES}, got {choice!r}")
+    return choice
 
 
 def _warn_missing_once() -> None:

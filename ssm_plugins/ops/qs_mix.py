@@ -5,9 +5,13 @@ import torch
 from torch.utils.flop_counter import register_flop_formula
 
 from . import _backend, _validate, reference
+from .qs_mix_chunked import qs_mix_chunked
 
 _OP = "qs_mix_fwd"
 _SHIFTS = ("exact", "hydra")
+# Features a head needs before 'auto' takes the chunked form: its (chunk x chunk) decay matrices are shared by the
+# head's P features, so with one feature (the Mamba layout) they cost chunk/N times the scan's state updates.
+_CHUNKED_MIN_FEATURES = 16
 
 
 def _normalise(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias, dt_bias_rev, qs_shift):
@@ -114,6 +118,10 @@ def qs_mix(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, *, dt_bias=None, 
             (and C'_{t+1}·h'_{t+1} backward), a different but equally quasi-separable Q.
         dt_softplus, dt_bias, dt_bias_rev: Δ = softplus(dt + dt_bias) as in Mamba's fused scan, so layers
             pass the raw projection and the bias; the bias gradients are summed in the op's backward.
+    Algorithms: the scan kernels (CPU, CUDA), or for scalar A the chunked form of App. D (``qs_mix_chunked``:
+    batched matmuls over chunks of up to 64 steps, autograd by PyTorch), which runs on CUDA when each head has
+    at least 16 features (the QSMixer's heads, the channel mixer's tokens). ``SSM_PLUGINS_QS=scan`` or ``chunked``
+    overrides that choice; ``SSM_PLUGINS_BACKEND=reference`` runs the sequential oracle.
     Dtypes: float32, float64, float16, bfloat16 x; accumulation in float32 (float64 for float64 x); the
     output has x's dtype. dt, B, C and their ``_rev`` in one dtype are taken in it (their gradients come back in
     it; the kernels read x's dtype or the accumulation dtype without a cast); in several dtypes they, like A,
@@ -121,11 +129,29 @@ def qs_mix(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, *, dt_bias=None, 
     All arguments are differentiable (compiled backward ``qs_mix_bwd``).
     """
     args, mamba = _normalise(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias, dt_bias_rev, qs_shift)
-    if _backend.use_kernel(_OP, args[0]):
+    if _chunked_form(*args):
+        y = qs_mix_chunked(*args, dt_softplus=bool(dt_softplus), qs_shift=qs_shift)
+    elif _backend.use_kernel(_OP, args[0]):
         y = torch.ops.ssm_plugins.qs_mix_fwd(*args, bool(dt_softplus), qs_shift == "hydra")
     else:
         y = reference.qs_mix(*args, dt_softplus=bool(dt_softplus), qs_shift=qs_shift)
     return y[..., 0].transpose(1, 2) if mamba else y
+
+
+def _chunked_form(x, dt, A, B, C, dt_rev, A_rev, *_):
+    """Whether a call runs the chunked matmul form (qs_mix_chunked) instead of the scan kernels: for scalar A on
+    CUDA with at least _CHUNKED_MIN_FEATURES features a head, where its batched matmuls replace the kernels'
+    sequential scans (spec K2's tensor-core form), unless SSM_PLUGINS_QS says otherwise."""
+    if _backend.reference_forced():
+        return False
+    choice = _backend.qs_algorithm()
+    scalar = A.shape[1] == 1 and A_rev.shape[1] == 1
+    if choice == "chunked" and not scalar:
+        raise ValueError(f"SSM_PLUGINS_QS=chunked needs scalar A per head (A and A_rev of shape (H,)), got "
+                         f"A {tuple(A.shape)} and A_rev {tuple(A_rev.shape)} in the head layout")
+    if choice != "auto":
+        return choice == "chunked"
+    return scalar and x.device.type == "cuda" and x.shape[3] >= _CHUNKED_MIN_FEATURES
 
 
 # ---- autograd, fake (meta) kernels and FLOP counts for the compiled ops -------------------------------

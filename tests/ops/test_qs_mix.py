@@ -1,13 +1,17 @@
 """qs_mix (mambamixer.md §1.2–1.4): dense Q, chunked algorithm, f+b S6 identity, kernels vs oracle, gradients."""
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from ssm_plugins.ops import _backend, qs_mix, reference
-from ssm_plugins.ops.reference import qs_matrix, qs_mix_chunked
+from ssm_plugins.ops.qs_mix_chunked import chunk_length, qs_mix_chunked
+from ssm_plugins.ops.reference import qs_matrix
 
+qs_mix_module = importlib.import_module("ssm_plugins.ops.qs_mix")  # the package exports the function under its name
 HAS_KERNEL = _backend.has_kernel("qs_mix_fwd", "cpu")
 needs_kernel = pytest.mark.skipif(not HAS_KERNEL, reason="ssm_plugins._C without the qs_mix kernel")
 
@@ -79,11 +83,139 @@ def test_dense_q_structure():
     assert torch.linalg.matrix_rank(Q[6:, :6]) == 2
 
 
-@pytest.mark.parametrize("chunk", [1, 3, 4, 11, 16])
-def test_chunked_algorithm_equals_dense_q(chunk):
-    t = make_inputs(scalar_a=True)
-    got = qs_mix_chunked(*positional(t), chunk=chunk)
-    torch.testing.assert_close(got, dense_apply(t), rtol=1e-12, atol=1e-12)
+def head_scalar_a(args):
+    """positional() with scalar A as (H, 1), the op's normalised layout that qs_mix_chunked takes."""
+    args = list(args)
+    args[2], args[6] = args[2][:, None], args[6][:, None]
+    return args
+
+
+@pytest.mark.parametrize("qs_shift", ["exact", "hydra"])
+@pytest.mark.parametrize("length, chunk", [(11, 1), (11, 3), (11, 4), (11, 11), (11, 16), (1, None), (2, None),
+                                           (37, None), (130, None)])
+def test_chunked_algorithm_equals_dense_q(qs_shift, length, chunk):
+    """App. D's chunked form (qs_mix_chunked): padded last chunks, one chunk, one step a chunk, several chunks'
+    states carried (L = 130: three chunks of 44), two groups of two heads."""
+    t = make_inputs(length=length, scalar_a=True)
+    kw = dict(dt_bias=torch.linspace(-1, 1, 4, dtype=torch.float64), dt_softplus=True, qs_shift=qs_shift)
+    got = qs_mix_chunked(*head_scalar_a(positional(t)), **kw, chunk=chunk)
+    torch.testing.assert_close(got, dense_apply(t, **kw), rtol=1e-12, atol=1e-12)
+
+
+def test_chunk_length_evens_out_the_chunks():
+    assert [chunk_length(n) for n in (1, 64, 65, 192, 197, 3136)] == [1, 64, 33, 64, 50, 64]
+
+
+@pytest.mark.parametrize("qs_shift", ["exact", "hydra"])
+def test_chunked_gradcheck(qs_shift):
+    t = make_inputs(batch=1, length=9, heads=2, feat=2, n_state=3, groups=1, scalar_a=True)
+    leaves = [v.requires_grad_() for v in head_scalar_a(positional(t))]
+    bias = torch.tensor([0.3, -0.2], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda *a: qs_mix_chunked(*a[:-1], dt_bias=a[-1], dt_softplus=True, qs_shift=qs_shift, chunk=4),
+        (*leaves, bias))
+
+
+def test_chunked_decays_are_exact_over_long_fast_decaying_sequences():
+    """Decays are sums of the log-decays themselves: at L = 3000 with Δ|A| ~ 10 a step (running sums ~ -3e4, whose
+    float32 differences would be off by ~2e-3 in the exponent) float32 stays at float32's rounding."""
+    t = make_inputs(batch=1, length=3000, heads=2, feat=4, n_state=2, groups=1, scalar_a=True)
+    t["dt"], t["dt_rev"] = t["dt"] + 3.0, t["dt_rev"] + 3.0
+    t["A"], t["A_rev"] = t["A"] * 4, t["A_rev"] * 4
+    kw = dict(dt_softplus=True)
+    want = qs_mix_chunked(*head_scalar_a(positional(t)), **kw)
+    got = qs_mix_chunked(*head_scalar_a(positional({k: v.float() for k, v in t.items()})), **kw)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chunked_low_precision_matches_float64(dtype):
+    t = make_inputs(batch=2, length=197, heads=2, feat=24, n_state=16, groups=1, scalar_a=True)
+    want = qs_mix_chunked(*head_scalar_a(positional(t)), dt_softplus=True)
+    leaves = [v.to(dtype).requires_grad_() for v in head_scalar_a(positional(t))]
+    got = qs_mix_chunked(*leaves, dt_softplus=True)
+    assert got.dtype == dtype
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * want.abs().max().item())
+    got.float().sum().backward()
+    assert all(v.grad.dtype == dtype and v.grad.isfinite().all() for v in leaves)
+
+
+# ---- which algorithm runs: SSM_PLUGINS_QS -----------------------------------------------------------------
+
+def _call(x, A, A_rev):
+    """_chunked_form's decision for an x with x's device type and shape (the rest are not read)."""
+    return qs_mix_module._chunked_form(x, None, A, None, None, None, A_rev)
+
+
+def test_auto_takes_the_chunked_form_for_scalar_a_with_wide_heads_on_cuda(monkeypatch):
+    from types import SimpleNamespace
+    on = lambda device, feat: SimpleNamespace(device=torch.device(device), shape=(2, 50, 3, feat))  # noqa: E731
+    scalar, diag = torch.zeros(3, 1), torch.zeros(3, 16)
+    monkeypatch.delenv("SSM_PLUGINS_QS", raising=False)
+    assert _call(on("cuda", 64), scalar, scalar)
+    assert not _call(on("cuda", 64), scalar, diag)  # diagonal A: the scan kernels
+    assert not _call(on("cuda", 1), scalar, scalar)  # one feature a head (Mamba layout): the scan kernels
+    assert not _call(on("cpu", 64), scalar, scalar)  # the CPU kernel is faster on a CPU (csrc/README)
+    monkeypatch.setenv("SSM_PLUGINS_QS", "scan")
+    assert not _call(on("cuda", 64), scalar, scalar)
+    monkeypatch.setenv("SSM_PLUGINS_QS", "chunked")
+    assert _call(on("cpu", 1), scalar, scalar)
+    with pytest.raises(ValueError, match="SSM_PLUGINS_QS=chunked needs scalar A"):
+        _call(on("cpu", 64), scalar, diag)
+    monkeypatch.setenv("SSM_PLUGINS_QS", "fast")
+    with pytest.raises(ValueError, match="SSM_PLUGINS_QS must be one of"):
+        _call(on("cpu", 64), scalar, scalar)
+    monkeypatch.setenv("SSM_PLUGINS_QS", "chunked")
+    monkeypatch.setenv("SSM_PLUGINS_BACKEND", "reference")
+    assert not _call(on("cuda", 64), scalar, scalar)  # the forced reference wins
+
+
+@pytest.mark.parametrize("layout", ["head", "mamba"])
+def test_chunked_through_qs_mix_matches_the_scan(monkeypatch, layout):
+    """SSM_PLUGINS_QS=chunked runs qs_mix_chunked behind qs_mix (both layouts, strided channel-mixer x, a static
+    gamma) with the values and gradients of the scan (the CPU kernel, or the reference without one)."""
+    t = make_inputs(batch=2, length=21, heads=4, feat=1 if layout == "mamba" else 5, n_state=3, groups=2,
+                    scalar_a=True, dtype=torch.float32, static_gamma=True)
+    if layout == "mamba":  # (batch, dim, L) activations, (batch, groups, N, L) selections, gamma (dim, L)
+        t["x"] = t["x"][..., 0]
+        for k in ("x", "dt", "dt_rev"):
+            t[k] = t[k].transpose(1, 2)
+        for k in ("B", "C", "B_rev", "C_rev"):
+            t[k] = t[k].permute(0, 2, 3, 1)
+        t["gamma"] = t["gamma"].T
+    else:
+        t["x"] = t["x"].transpose(1, 3).contiguous().transpose(1, 3)  # the channel mixer's strides
+    calls = []
+    monkeypatch.setattr(qs_mix_module, "qs_mix_chunked", lambda *a, **k: calls.append(1) or qs_mix_chunked(*a, **k))
+
+    def run(algorithm):
+        monkeypatch.setenv("SSM_PLUGINS_QS", algorithm)
+        leaves = [v.detach().clone().requires_grad_() for v in positional(t)]
+        y = qs_mix(*leaves, dt_softplus=True, qs_shift="hydra")
+        return [y, *torch.autograd.grad(y, leaves, torch.cos(y))]
+
+    chunked = run("chunked")
+    assert calls == [1]
+    scan = run("scan")
+    assert calls == [1]
+    assert chunked[0].stride() == scan[0].stride()  # the kernels' empty_like(x) layout: callers .view() it
+    for got, want in zip(chunked, scan):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * (1 + want.abs().max().item()))
+
+
+def test_chunked_form_traces_whole_under_torch_compile(monkeypatch):
+    """The chunked form is plain PyTorch: torch.compile takes it in one graph (fullgraph) with autograd."""
+    monkeypatch.setenv("SSM_PLUGINS_QS", "chunked")
+    t = make_inputs(batch=2, length=37, heads=4, feat=3, n_state=5, groups=2, scalar_a=True, dtype=torch.float32)
+    leaves = [v.requires_grad_() for v in positional(t)]
+    run = lambda *a: qs_mix(*a, dt_softplus=True, qs_shift="hydra")  # noqa: E731
+    torch._dynamo.reset()
+    compiled = torch.compile(run, fullgraph=True, backend="aot_eager")
+    got, want = compiled(*leaves), run(*leaves)
+    torch.testing.assert_close(got, want)
+    for g_got, g_want in zip(torch.autograd.grad(got.sum(), leaves), torch.autograd.grad(want.sum(), leaves)):
+        torch.testing.assert_close(g_got, g_want)
 
 
 def _fb_s6(x_bdl, dt_bdl, A, B_bnl, C_bnl, dt_rev, A_rev, B_rev, C_rev):
@@ -434,8 +566,10 @@ def test_opcheck_fake_kernel_and_autograd_registration():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("qs_shift", ["exact", "hydra"])
-def test_cuda_matches_cpu(qs_shift):
+@pytest.mark.parametrize("algorithm", ["scan", "auto"])  # auto: the chunked form for the scalar-A shapes with P >= 16
+def test_cuda_matches_cpu(monkeypatch, qs_shift, algorithm):
     assert _backend.has_kernel("qs_mix_fwd", "cuda"), "extension built without CUDA"
+    monkeypatch.setenv("SSM_PLUGINS_QS", algorithm)  # the CPU side runs its kernel either way
     for shape, scalar_a in [(s, True) for s in SHAPES] + [(s, False) for s in SHAPES] + [
             ((2, 300, 3, 70, 16, 1), True)]:
         batch, length, heads, feat, n_state, groups = shape

@@ -1,4 +1,5 @@
-"""Quasi-separable (non-causal) mixing y = Q x, three ways (spec mambamixer.md §1.2–1.4).
+"""Quasi-separable (non-causal) mixing y = Q x, two ways (spec mambamixer.md §1.2–1.4); the third, the chunked
+algorithm of App. D, is an implementation of the op itself (ssm_plugins/ops/qs_mix_chunked.py).
 
 All functions take the op's normalised layout (see ``ssm_plugins.ops.qs_mix``):
     x (batch, L, H, P); dt, dt_rev, gamma (batch, L, H); A, A_rev (H, N) (diagonal A per head) or (H, 1)
@@ -7,7 +8,6 @@ Everything is computed in float32 (float64 for float64 x) and returned in x's dt
 
     qs_mix          sequential strict scans, the oracle: L_s x + U_s x + γ ⊙ x            O(L)
     qs_matrix       the dense Q of §1.2, entry by entry                                     O(L²)
-    qs_mix_chunked  App. D / SSD chunked algorithm (scalar A only, exact shift only)        O(L·Q_c)
 """
 from __future__ import annotations
 
@@ -90,42 +90,3 @@ def qs_matrix(dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias=None, dt_
                 decay = torch.exp(log_decay_rev[:, first:last + 1].sum(1))
                 Q[:, :, t, k] = (C_rev[:, reader] * decay * delta_rev[:, k, :, None] * B_rev[:, k]).sum(-1)
     return Q
-
-
-def _chunked_strict_scan(x, delta, a, B, C, chunk):
-    """App. D / SSD form of the exact strict scan for scalar A (a: (H,)), chunk length ``chunk``.
-
-    Per chunk: y += tril(C B̄ᵀ ∘ exp(cs_i − cs_k), −1) x + (C ∘ exp(cs)) h_in;
-               h_out = exp(cs_end) h_in + (B̄ ∘ exp(cs_end − cs))ᵀ x,   cs = cumsum of log Ā within the chunk.
-    """
-    batch, length, heads, feat = x.shape
-    h = x.new_zeros(batch, heads, B.shape[-1], feat)
-    out = []
-    for start in range(0, length, chunk):
-        sl = slice(start, min(start + chunk, length))
-        xc, dc, Bc, Cc = x[:, sl], delta[:, sl], B[:, sl], C[:, sl]  # (batch, c, H, ...)
-        cs = torch.cumsum(dc * a, dim=1).transpose(1, 2)  # (batch, H, c)
-        size = cs.shape[-1]
-        Bbar = (dc[..., None] * Bc).transpose(1, 2)  # (batch, H, c, N)
-        Ch = Cc.transpose(1, 2)
-        strict = torch.ones(size, size, dtype=torch.bool, device=x.device).tril(-1)
-        seg = (cs[..., :, None] - cs[..., None, :]).masked_fill(~strict, float("-inf"))
-        within = (Ch @ Bbar.transpose(-1, -2)) * torch.exp(seg)  # (batch, H, c, c)
-        xh = xc.transpose(1, 2)  # (batch, H, c, P)
-        y = within @ xh + (Ch * torch.exp(cs)[..., None]) @ h
-        out.append(y.transpose(1, 2))
-        h = torch.exp(cs[..., -1])[..., None, None] * h + (Bbar * torch.exp(cs[..., -1:] - cs)[..., None]).transpose(
-            -1, -2) @ xh
-    return torch.cat(out, dim=1) if out else x.new_zeros(x.shape)
-
-
-def qs_mix_chunked(x, dt, a, B, C, dt_rev, a_rev, B_rev, C_rev, gamma, chunk=4, dt_bias=None, dt_bias_rev=None,
-                   dt_softplus=False):
-    """QS mixing with the chunked algorithm of App. D (scalar A: a, a_rev (H,); qs_shift='exact')."""
-    xs, delta, _, Bh, Ch = _prepare(x, dt, a, B, C, dt_bias, dt_softplus)
-    _, delta_rev, _, Bh_rev, Ch_rev = _prepare(x, dt_rev, a_rev, B_rev, C_rev, dt_bias_rev, dt_softplus)
-    acc = xs.dtype
-    flip = lambda t: t.flip(1)  # noqa: E731
-    lower = _chunked_strict_scan(xs, delta, a.to(acc), Bh, Ch, chunk)
-    upper = flip(_chunked_strict_scan(flip(xs), flip(delta_rev), a_rev.to(acc), flip(Bh_rev), flip(Ch_rev), chunk))
-    return (lower + upper + gamma.to(acc)[..., None] * xs).to(x.dtype)

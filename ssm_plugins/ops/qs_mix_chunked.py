@@ -1,0 +1,112 @@
+"""Quasi-separable mixing with scalar A in the chunked form of App. D / SSD (spec mambamixer.md §1.2, K2).
+
+Per chunk of ``chunk`` steps the strict-lower part of Q is a masked dense (chunk x chunk) matrix applied by a
+matmul; the blocks below the diagonal have rank N and are carried as an (N x P) state from chunk to chunk:
+
+    within  = tril(C Bᵀ ∘ exp(segsum(log Ā)) ∘ Δ_k, -1) x          (strict; the diagonal kept for qs_shift='hydra')
+    state_c = Σ_k exp(Σ_{k<j<=end} log Ā_j) Δ_k B_k x_kᵀ           the chunk's own contribution at its end
+    h_in    = Σ_{c'<c} exp(Σ_{c'<i<c} total_i) state_c'          entering state, as a (chunks x chunks) matmul
+    y       = within + exp(Σ_{j<=t} log Ā_j) C_t · h_in
+
+The reverse direction is the same on the flipped sequence; y = lower + upper + γ ⊙ x. Every matmul contracts
+over the chunk or the state (dense, batched), which is the tensor-core form of the op: on a GPU it replaces the
+sequential scan of the CUDA kernel for scalar A (``ops.qs_mix`` dispatch, SSM_PLUGINS_QS). Plain PyTorch ops, so
+autograd, torch.compile and every device work unchanged. Decays are exponentials of sums of the log-decays
+themselves (masked cumulative sums), never differences of a running sum, so a long or fast-decaying sequence loses
+no precision. Takes the op's normalised head layout (``ops.qs_mix._normalise``) with A, A_rev of shape (H, 1).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ._backend import no_autocast
+
+CHUNK = 64  # most steps a chunk: the within-chunk matrices cost chunk² a head, the carried states N·P a chunk
+
+
+def chunk_length(length: int, most: int = CHUNK) -> int:
+    """The chunk length for a sequence of ``length``: as many chunks as ``most`` allows, evened out so the padding
+    is smallest (L = 197: 4 chunks of 50 rather than of 64)."""
+    chunks = max(1, -(-length // most))
+    return max(1, -(-length // chunks))
+
+
+def _segsum(v):
+    """v (..., n) -> (..., n, n) with [i, k] = Σ_{k<j<=i} v_j for i >= k and -inf above the diagonal."""
+    steps = torch.arange(v.shape[-1], device=v.device)
+    sums = torch.cumsum(v[..., :, None].expand(*v.shape, v.shape[-1]).masked_fill(steps[:, None] <= steps, 0), dim=-2)
+    return sums.masked_fill(steps[:, None] < steps, -torch.inf)
+
+
+def _strict_scan(x, log_decay, delta, B, C, chunk, inclusive):
+    """One direction, causal: x (batch, L, H, P); log_decay, delta (batch, L, H); B, C (batch, L, G, N); all in the
+    accumulation dtype. Returns Σ_{k<t} (Σ_{k<=t} when ``inclusive``) C_t·(Π_{k<j<=t} Ā_j) Δ_k B_k x_k."""
+    batch, length, heads, feat = x.shape
+    groups, n_state = B.shape[2:]
+    per_group = heads // groups
+    chunks = -(-length // chunk)
+    pad = chunks * chunk - length
+    if pad:  # zero steps past the end: decay 1, no input; their outputs are cut off
+        x, log_decay, delta, B, C = (F.pad(t, (0, 0) * (t.dim() - 2) + (0, pad)) for t in (x, log_decay, delta, B, C))
+    # chunk-major layouts: (batch, chunks, G, heads per group, step, ...)
+    xc = x.reshape(batch, chunks, chunk, groups, per_group, feat).permute(0, 1, 3, 4, 2, 5)
+    per_head = lambda t: t.reshape(batch, chunks, chunk, groups, per_group).permute(0, 1, 3, 4, 2)  # noqa: E731
+    ld, dl = per_head(log_decay), per_head(delta)
+    per_step = lambda t: t.reshape(batch, chunks, chunk, groups, n_state).transpose(2, 3)  # noqa: E731
+    Bc, Cc = per_step(B), per_step(C)
+
+    seg = _segsum(ld)  # (batch, chunks, G, r, step t, step k): Σ_{k<j<=t} log Ā_j
+    diagonal = torch.eye(chunk, dtype=torch.bool, device=x.device)
+    decay = torch.exp(seg if inclusive else seg.masked_fill(diagonal, -torch.inf))  # strict: t > k only
+    within = (Cc @ Bc.transpose(-1, -2))[:, :, :, None] * decay * dl[..., None, :]
+    y = within @ xc  # (batch, chunks, G, r, step, P)
+
+    # each chunk's state at its end, (batch, chunks, G, r, P, N), and the states entering the chunks
+    to_end = torch.exp(seg[..., -1, :]) * dl
+    states = (xc * to_end[..., None]).transpose(-1, -2) @ Bc[:, :, :, None]
+    totals = ld.sum(-1).permute(0, 2, 3, 1)  # (batch, G, r, chunks)
+    carry = F.pad(torch.exp(_segsum(totals)), (0, 0, 1, 0))[..., :-1, :]  # [c, c'] = Π_{c'<i<c}
+    h_in = carry @ states.permute(0, 2, 3, 1, 4, 5).reshape(batch, groups, per_group, chunks, feat * n_state)
+    h_in = h_in.reshape(batch, groups, per_group, chunks, feat, n_state).permute(0, 3, 1, 2, 5, 4)  # (.., N, P)
+    y = y + torch.exp(torch.cumsum(ld, -1))[..., None] * (Cc[:, :, :, None] @ h_in)
+    return y.permute(0, 1, 4, 2, 3, 5).reshape(batch, chunks * chunk, heads, feat)[:, :length]
+
+
+def qs_mix_chunked(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias=None, dt_bias_rev=None,
+                   dt_softplus=False, qs_shift="exact", chunk=None):
+    """y = Q x for scalar A (A, A_rev of shape (H, 1)) in the chunked form; the op's normalised head layout.
+
+    ``chunk``: steps a chunk [``chunk_length(L)``]. Computed in float32 (float64 for float64 x), autocast off, and
+    returned in x's dtype and strides; gradients by autograd."""
+    if A.shape[-1] != 1 or A_rev.shape[-1] != 1:
+        raise ValueError(f"qs_mix_chunked needs scalar A per head, A and A_rev of shape (H, 1); got "
+                         f"{tuple(A.shape)} and {tuple(A_rev.shape)}")
+    length = x.shape[1]
+    chunk = chunk_length(length) if chunk is None else int(chunk)
+    if chunk < 1:
+        raise ValueError(f"chunk must be a positive int, got {chunk}")
+    hydra = qs_shift == "hydra"
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    batch, length, heads, feat = x.shape
+    with no_autocast(x.device.type):
+        xs = x.to(acc)
+        # both directions in one pass: stacked on a leading axis, the reverse one flipped along L (half the launches)
+        both = lambda fwd, rev: torch.stack([fwd.to(acc), rev.to(acc).flip(1)])  # noqa: E731
+        delta = both(dt, dt_rev)  # (2, batch, L, H)
+        if dt_bias is not None or dt_bias_rev is not None:
+            zero = torch.zeros(heads, dtype=acc, device=x.device)
+            biases = [zero if b is None else b.to(acc) for b in (dt_bias, dt_bias_rev)]
+            delta = delta + torch.stack(biases)[:, None, None]
+        if dt_softplus:
+            delta = F.softplus(delta)
+        log_decay = delta * torch.stack([A[:, 0], A_rev[:, 0]]).to(acc)[:, None, None]
+        merged = lambda t: t.reshape(2 * batch, *t.shape[2:])  # noqa: E731  (a view: stack's output is contiguous)
+        y = _strict_scan(merged(torch.stack([xs, xs.flip(1)])), merged(log_decay), merged(delta),
+                         merged(both(B, B_rev)), merged(both(C, C_rev)), chunk=chunk, inclusive=hydra)
+        y = y.reshape(2, batch, length, heads, feat)
+        if hydra:  # Hydra's shift: row t reads the inclusive scan at t - 1
+            y = F.pad(y[:, :, :-1], (0, 0, 0, 0, 1, 0))
+        y = y[0] + y[1].flip(1) + gamma.to(acc)[..., None] * xs
+    # in x's dtype and strides, as the kernels' outputs (torch.empty_like(x)), so callers may view it as they would
+    return y if y.dtype == x.dtype and y.stride() == x.stride() else torch.empty_like(x).copy_(y)

@@ -40,37 +40,33 @@ def _segsum(v):
 
 
 def _strict_scan(x, log_decay, delta, B, C, chunk, inclusive):
-    """One direction, causal: x (batch, L, H, P); log_decay, delta (batch, L, H); B, C (batch, L, G, N); all in the
-    accumulation dtype. Returns Σ_{k<t} (Σ_{k<=t} when ``inclusive``) C_t·(Π_{k<j<=t} Ā_j) Δ_k B_k x_k."""
-    batch, length, heads, feat = x.shape
-    groups, n_state = B.shape[2:]
-    per_group = heads // groups
+    """One direction, causal, in head-major layouts: x (batch, G, r, L, P) for G groups of r heads; log_decay, delta
+    (batch, G, r, L); B, C (batch, G, L, N); all in the accumulation dtype. Returns (batch, G, r, L, P):
+    Σ_{k<t} (Σ_{k<=t} when ``inclusive``) C_t·(Π_{k<j<=t} Ā_j) Δ_k B_k x_k."""
+    batch, groups, per_group, length, feat = x.shape
+    n_state = B.shape[-1]
     chunks = -(-length // chunk)
     pad = chunks * chunk - length
     if pad:  # zero steps past the end: decay 1, no input; their outputs are cut off
-        x, log_decay, delta, B, C = (F.pad(t, (0, 0) * (t.dim() - 2) + (0, pad)) for t in (x, log_decay, delta, B, C))
-    # chunk-major layouts: (batch, chunks, G, heads per group, step, ...)
-    xc = x.reshape(batch, chunks, chunk, groups, per_group, feat).permute(0, 1, 3, 4, 2, 5)
-    per_head = lambda t: t.reshape(batch, chunks, chunk, groups, per_group).permute(0, 1, 3, 4, 2)  # noqa: E731
-    ld, dl = per_head(log_decay), per_head(delta)
-    per_step = lambda t: t.reshape(batch, chunks, chunk, groups, n_state).transpose(2, 3)  # noqa: E731
-    Bc, Cc = per_step(B), per_step(C)
+        x, B, C = (F.pad(t, (0, 0, 0, pad)) for t in (x, B, C))
+        log_decay, delta = (F.pad(t, (0, pad)) for t in (log_decay, delta))
+    # chunked views (no copies of contiguous inputs): (batch, G, r, chunk, step, ...), B and C (batch, G, chunk, ...)
+    xc = x.reshape(batch, groups, per_group, chunks, chunk, feat)
+    ld, dl = (t.reshape(batch, groups, per_group, chunks, chunk) for t in (log_decay, delta))
+    Bc, Cc = (t.reshape(batch, groups, 1, chunks, chunk, n_state) for t in (B, C))
 
-    seg = _segsum(ld)  # (batch, chunks, G, r, step t, step k): Σ_{k<j<=t} log Ā_j
+    seg = _segsum(ld)  # (batch, G, r, chunk, step t, step k): Σ_{k<j<=t} log Ā_j
     diagonal = torch.eye(chunk, dtype=torch.bool, device=x.device)
     decay = torch.exp(seg if inclusive else seg.masked_fill(diagonal, -torch.inf))  # strict: t > k only
-    within = (Cc @ Bc.transpose(-1, -2))[:, :, :, None] * decay * dl[..., None, :]
-    y = within @ xc  # (batch, chunks, G, r, step, P)
+    y = ((Cc @ Bc.transpose(-1, -2)) * decay * dl[..., None, :]) @ xc  # (batch, G, r, chunk, step, P)
 
-    # each chunk's state at its end, (batch, chunks, G, r, P, N), and the states entering the chunks
+    # each chunk's state at its end, (batch, G, r, chunk, P, N), then the states entering the chunks
     to_end = torch.exp(seg[..., -1, :]) * dl
-    states = (xc * to_end[..., None]).transpose(-1, -2) @ Bc[:, :, :, None]
-    totals = ld.sum(-1).permute(0, 2, 3, 1)  # (batch, G, r, chunks)
-    carry = F.pad(torch.exp(_segsum(totals)), (0, 0, 1, 0))[..., :-1, :]  # [c, c'] = Π_{c'<i<c}
-    h_in = carry @ states.permute(0, 2, 3, 1, 4, 5).reshape(batch, groups, per_group, chunks, feat * n_state)
-    h_in = h_in.reshape(batch, groups, per_group, chunks, feat, n_state).permute(0, 3, 1, 2, 5, 4)  # (.., N, P)
-    y = y + torch.exp(torch.cumsum(ld, -1))[..., None] * (Cc[:, :, :, None] @ h_in)
-    return y.permute(0, 1, 4, 2, 3, 5).reshape(batch, chunks * chunk, heads, feat)[:, :length]
+    states = (xc * to_end[..., None]).transpose(-1, -2) @ Bc
+    carry = F.pad(torch.exp(_segsum(ld.sum(-1))), (0, 0, 1, 0))[..., :-1, :]  # [c, c'] = Π_{c'<i<c} chunk decays
+    h_in = (carry @ states.flatten(-2)).unflatten(-1, (feat, n_state))
+    y = y + torch.exp(torch.cumsum(ld, -1))[..., None] * (Cc @ h_in.transpose(-1, -2))
+    return y.reshape(batch, groups, per_group, chunks * chunk, feat)[..., :length, :]
 
 
 def qs_mix_chunked(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias=None, dt_bias_rev=None,
@@ -89,24 +85,28 @@ def qs_mix_chunked(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias=N
     hydra = qs_shift == "hydra"
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     batch, length, heads, feat = x.shape
+    groups = B.shape[2]
     with no_autocast(x.device.type):
         xs = x.to(acc)
-        # both directions in one pass: stacked on a leading axis, the reverse one flipped along L (half the launches)
-        both = lambda fwd, rev: torch.stack([fwd.to(acc), rev.to(acc).flip(1)])  # noqa: E731
-        delta = both(dt, dt_rev)  # (2, batch, L, H)
+        # Both directions in one pass (half the launches), stacked on a leading axis with the reverse one flipped
+        # along L; the stack's copy lands in the head-major layouts the chunks' matmuls read without further copies.
+        head_major = lambda t: t.movedim(1, -2 if t.dim() == 4 else -1)  # noqa: E731  (batch, H or G, L, ...)
+        both = lambda fwd, rev: torch.stack([head_major(fwd.to(acc)), head_major(rev.to(acc)).flip(2)])  # noqa: E731
+        delta = both(dt, dt_rev)  # (2, batch, H, L)
         if dt_bias is not None or dt_bias_rev is not None:
             zero = torch.zeros(heads, dtype=acc, device=x.device)
             biases = [zero if b is None else b.to(acc) for b in (dt_bias, dt_bias_rev)]
-            delta = delta + torch.stack(biases)[:, None, None]
+            delta = delta + torch.stack(biases)[:, None, :, None]
         if dt_softplus:
             delta = F.softplus(delta)
-        log_decay = delta * torch.stack([A[:, 0], A_rev[:, 0]]).to(acc)[:, None, None]
-        merged = lambda t: t.reshape(2 * batch, *t.shape[2:])  # noqa: E731  (a view: stack's output is contiguous)
-        y = _strict_scan(merged(torch.stack([xs, xs.flip(1)])), merged(log_decay), merged(delta),
-                         merged(both(B, B_rev)), merged(both(C, C_rev)), chunk=chunk, inclusive=hydra)
-        y = y.reshape(2, batch, length, heads, feat)
+        log_decay = delta * torch.stack([A[:, 0], A_rev[:, 0]]).to(acc)[:, None, :, None]
+        per_head = lambda t: t.reshape(2 * batch, groups, heads // groups, *t.shape[3:])  # noqa: E731  (views)
+        per_group = lambda t: t.reshape(2 * batch, groups, *t.shape[3:])  # noqa: E731
+        y = _strict_scan(per_head(both(xs, xs)), per_head(log_decay), per_head(delta), per_group(both(B, B_rev)),
+                         per_group(both(C, C_rev)), chunk=chunk, inclusive=hydra)
+        y = y.reshape(2, batch, heads, length, feat)
         if hydra:  # Hydra's shift: row t reads the inclusive scan at t - 1
-            y = F.pad(y[:, :, :-1], (0, 0, 0, 0, 1, 0))
-        y = y[0] + y[1].flip(1) + gamma.to(acc)[..., None] * xs
+            y = F.pad(y[..., :-1, :], (0, 0, 1, 0))
+        y = (y[0] + y[1].flip(2)).transpose(1, 2) + gamma.to(acc)[..., None] * xs
     # in x's dtype and strides, as the kernels' outputs (torch.empty_like(x)), so callers may view it as they would
     return y if y.dtype == x.dtype and y.stride() == x.stride() else torch.empty_like(x).copy_(y)

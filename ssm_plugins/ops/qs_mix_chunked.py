@@ -22,12 +22,15 @@ import torch.nn.functional as F
 
 from ._backend import no_autocast
 
-CHUNK = 64  # most steps a chunk: the within-chunk matrices cost chunk² a head, the carried states N·P a chunk
+CHUNK = 64  # steps a chunk at least may take: the within-chunk matrices cost chunk² a head, the carried states N·P
 
 
-def chunk_length(length: int, most: int = CHUNK) -> int:
-    """The chunk length for a sequence of ``length``: as many chunks as ``most`` allows, evened out so the padding
-    is smallest (L = 197: 4 chunks of 50 rather than of 64)."""
+def chunk_length(length: int, feat: int = 1) -> int:
+    """The chunk length for a sequence of ``length`` and heads of ``feat`` features: at most max(CHUNK, feat) steps
+    (a chunk's decay matrix, chunk² a head, then costs no more than its x block, chunk·P), as few chunks as that
+    allows, evened out so the padding is smallest (L = 197, P = 64: 4 chunks of 50; L = 192, P = 197: one chunk,
+    no states carried)."""
+    most = max(CHUNK, feat)
     chunks = max(1, -(-length // most))
     return max(1, -(-length // chunks))
 
@@ -59,6 +62,8 @@ def _strict_scan(x, log_decay, delta, B, C, chunk, inclusive):
     diagonal = torch.eye(chunk, dtype=torch.bool, device=x.device)
     decay = torch.exp(seg if inclusive else seg.masked_fill(diagonal, -torch.inf))  # strict: t > k only
     y = ((Cc @ Bc.transpose(-1, -2)) * decay * dl[..., None, :]) @ xc  # (batch, G, r, chunk, step, P)
+    if chunks == 1:  # nothing enters the only chunk
+        return y.reshape(batch, groups, per_group, chunk, feat)[..., :length, :]
 
     # each chunk's state at its end, (batch, G, r, chunk, P, N), then the states entering the chunks
     to_end = torch.exp(seg[..., -1, :]) * dl
@@ -73,13 +78,13 @@ def qs_mix_chunked(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias=N
                    dt_softplus=False, qs_shift="exact", chunk=None):
     """y = Q x for scalar A (A, A_rev of shape (H, 1)) in the chunked form; the op's normalised head layout.
 
-    ``chunk``: steps a chunk [``chunk_length(L)``]. Computed in float32 (float64 for float64 x), autocast off, and
+    ``chunk``: steps a chunk [``chunk_length(L, P)``]. Computed in float32 (float64 for float64 x), autocast off, and
     returned in x's dtype and strides; gradients by autograd."""
     if A.shape[-1] != 1 or A_rev.shape[-1] != 1:
         raise ValueError(f"qs_mix_chunked needs scalar A per head, A and A_rev of shape (H, 1); got "
                          f"{tuple(A.shape)} and {tuple(A_rev.shape)}")
     length = x.shape[1]
-    chunk = chunk_length(length) if chunk is None else int(chunk)
+    chunk = chunk_length(length, x.shape[3]) if chunk is None else int(chunk)
     if chunk < 1:
         raise ValueError(f"chunk must be a positive int, got {chunk}")
     hydra = qs_shift == "hydra"

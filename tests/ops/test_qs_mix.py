@@ -104,6 +104,8 @@ def test_chunked_algorithm_equals_dense_q(qs_shift, length, chunk):
 
 def test_chunk_length_evens_out_the_chunks():
     assert [chunk_length(n) for n in (1, 64, 65, 192, 197, 3136)] == [1, 64, 33, 64, 50, 64]
+    # up to P steps a chunk where a head has more than 64 features
+    assert [chunk_length(n, feat) for n, feat in ((197, 64), (192, 197), (300, 197), (3136, 128))] == [50, 192, 150, 126]
 
 
 @pytest.mark.parametrize("qs_shift", ["exact", "hydra"])

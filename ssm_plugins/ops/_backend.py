@@ -116,6 +116,7 @@ def backend_info() -> dict:
         "extension": _EXTENSION_ERROR is None,
         "extension_error": _EXTENSION_ERROR,
         "forced_reference": reference_forced(),
+        "qs_algorithm": qs_algorithm(),  # SSM_PLUGINS_QS: qs_mix for scalar A (auto: chunked form on CUDA)
         "ops": ops,
         "cuda_device": torch.cuda.is_available(),
     }

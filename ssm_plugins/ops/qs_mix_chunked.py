@@ -104,7 +104,9 @@ def qs_mix_chunked(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias=N
             delta = delta + torch.stack(biases)[:, None, :, None]
         if dt_softplus:
             delta = F.softplus(delta)
-        log_decay = delta * torch.stack([A[:, 0], A_rev[:, 0]]).to(acc)[:, None, :, None]
+        # A clamped finite (as the CUDA kernels): a step with Δ = 0 is then exactly the identity, not 0 * -inf
+        rates = torch.stack([A[:, 0], A_rev[:, 0]]).to(acc).clamp(min=torch.finfo(acc).min)
+        log_decay = delta * rates[:, None, :, None]
         per_head = lambda t: t.reshape(2 * batch, groups, heads // groups, *t.shape[3:])  # noqa: E731  (views)
         per_group = lambda t: t.reshape(2 * batch, groups, *t.shape[3:])  # noqa: E731
         y = _strict_scan(per_head(both(xs, xs)), per_head(log_decay), per_head(delta), per_group(both(B, B_rev)),

@@ -39,6 +39,13 @@ def test_backend_info_lists_every_compiled_op_on_cpu():
         assert "cpu" in ops.get(op, []), (op, ops)
 
 
+def test_backend_info_says_which_qs_algorithm_runs(monkeypatch):
+    monkeypatch.delenv("SSM_PLUGINS_QS", raising=False)
+    assert backend_info()["qs_algorithm"] == "auto"
+    monkeypatch.setenv("SSM_PLUGINS_QS", "Scan")
+    assert backend_info()["qs_algorithm"] == "scan"
+
+
 def test_a_stale_extension_warns_once_and_falls_back_to_the_reference(monkeypatch):
     # An extension built before an op existed loads fine but lacks its kernel: say so, don't stay silent.
     from ssm_plugins.ops import _backend

@@ -130,6 +130,23 @@ def test_chunked_decays_are_exact_over_long_fast_decaying_sequences():
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
 
 
+def test_chunked_infinite_decay_rates():
+    """A = -inf (a decay that forgets at once) with steps of Δ = 0 (identity steps, 0 * -inf unless A is clamped):
+    the chunked form gives the limit (A = -1e30 in float64), finite values and finite gradients but dt's (whose
+    derivative there is infinite), over two chunks so the carried states see both."""
+    t = make_inputs(batch=1, length=24, heads=2, feat=3, n_state=4, groups=1, scalar_a=True)
+    t["dt"], t["dt_rev"] = t["dt"].abs(), t["dt_rev"].abs()
+    t["dt"][:, ::3] = 0.0  # Δ = dt (no softplus): exact zeros
+    t["A"][1] = -1e30
+    want = dense_apply(t)
+    t["A"][1] = -torch.inf
+    leaves = [v.float().requires_grad_() for v in head_scalar_a(positional(t))]
+    got = qs_mix_chunked(*leaves, chunk=12)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+    grads = torch.autograd.grad(got, leaves, torch.cos(got))
+    assert all(g.isfinite().all() for i, g in enumerate(grads) if i != 1)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_chunked_low_precision_matches_float64(dtype):
     t = make_inputs(batch=2, length=197, heads=2, feat=24, n_state=16, groups=1, scalar_a=True)

@@ -65,12 +65,13 @@ def _strict_scan(x, log_decay, delta, B, C, chunk, inclusive):
     if chunks == 1:  # nothing enters the only chunk
         return y.reshape(batch, groups, per_group, chunk, feat)[..., :length, :]
 
-    # each chunk's state at its end, (batch, G, r, chunk, P, N), then the states entering the chunks
+    # each chunk's state at its end, (batch, G, r, chunk, N, P), then the states entering the chunks. Step weights
+    # go on B and C, not on x-sized operands, and x is the right operand as above: autograd saves no x-sized copies
     to_end = torch.exp(seg[..., -1, :]) * dl
-    states = (xc * to_end[..., None]).transpose(-1, -2) @ Bc
+    states = (Bc * to_end[..., None]).transpose(-1, -2) @ xc
     carry = F.pad(torch.exp(_segsum(ld.sum(-1))), (0, 0, 1, 0))[..., :-1, :]  # [c, c'] = Π_{c'<i<c} chunk decays
-    h_in = (carry @ states.flatten(-2)).unflatten(-1, (feat, n_state))
-    y = y + torch.exp(torch.cumsum(ld, -1))[..., None] * (Cc @ h_in.transpose(-1, -2))
+    h_in = (carry @ states.flatten(-2)).unflatten(-1, (n_state, feat))
+    y = y + (Cc * torch.exp(torch.cumsum(ld, -1))[..., None]) @ h_in  # decay from the chunk's start, on C
     return y.reshape(batch, groups, per_group, chunks * chunk, feat)[..., :length, :]
 
 
@@ -114,6 +115,6 @@ def qs_mix_chunked(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias=N
         y = y.reshape(2, batch, heads, length, feat)
         if hydra:  # Hydra's shift: row t reads the inclusive scan at t - 1
             y = F.pad(y[..., :-1, :], (0, 0, 1, 0))
-        y = (y[0] + y[1].flip(2)).transpose(1, 2) + gamma.to(acc)[..., None] * xs
+        y = (y[0] + y[1].flip(2)).transpose(1, 2) + x * gamma.to(acc)[..., None]  # saves x, not an acc copy
     # in x's dtype and strides, as the kernels' outputs (torch.empty_like(x)), so callers may view it as they would
     return y if y.dtype == x.dtype and y.stride() == x.stride() else torch.empty_like(x).copy_(y)

@@ -80,7 +80,8 @@ def qs_mix_chunked(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias=N
     """y = Q x for scalar A (A, A_rev of shape (H, 1)) in the chunked form; the op's normalised head layout.
 
     ``chunk``: steps a chunk [``chunk_length(L, P)``]. Computed in float32 (float64 for float64 x), autocast off, and
-    returned in x's dtype and strides; gradients by autograd."""
+    returned in x's dtype and strides; gradients by autograd. Its float32 matmuls follow torch's TF32 setting
+    (``torch.backends.cuda.matmul.allow_tf32``), as every other matmul of the model does."""
     if A.shape[-1] != 1 or A_rev.shape[-1] != 1:
         raise ValueError(f"qs_mix_chunked needs scalar A per head, A and A_rev of shape (H, 1); got "
                          f"{tuple(A.shape)} and {tuple(A_rev.shape)}")

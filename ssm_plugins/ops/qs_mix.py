@@ -119,7 +119,7 @@ def qs_mix(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, *, dt_bias=None, 
         dt_softplus, dt_bias, dt_bias_rev: Δ = softplus(dt + dt_bias) as in Mamba's fused scan, so layers
             pass the raw projection and the bias; the bias gradients are summed in the op's backward.
     Algorithms: the scan kernels (CPU, CUDA), or for scalar A the chunked form of App. D (``qs_mix_chunked``:
-    batched matmuls over chunks of up to 64 steps, autograd by PyTorch), which runs on CUDA when each head has
+    batched matmuls over chunks of up to max(64, P) steps, autograd by PyTorch), which runs on CUDA when a head has
     at least 16 features (the QSMixer's heads, the channel mixer's tokens). ``SSM_PLUGINS_QS=scan`` or ``chunked``
     overrides that choice; ``SSM_PLUGINS_BACKEND=reference`` runs the sequential oracle.
     Dtypes: float32, float64, float16, bfloat16 x; accumulation in float32 (float64 for float64 x); the

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -26,6 +27,15 @@ inline T softplus(T x) {
 template <typename T>
 inline T silu(T x) {
   return x / (T(1) + std::exp(-x));
+}
+
+// The CPU kernels' A (the state rates), clamped to +-max/2 of its dtype (NaN stays NaN): a step with Δ = 0 then
+// decays by exp(0 * A) = 1 exactly where A = -inf gave 0 * -inf = NaN (the CUDA kernels clamp in their decay);
+// half the range keeps A * log2(e), the AVX-512 exp's change of base, finite.
+inline at::Tensor finite_rates(const at::Tensor& A) {
+  const double bound = (A.scalar_type() == at::kDouble ? std::numeric_limits<double>::max()
+                                                       : double(std::numeric_limits<float>::max())) / 2;
+  return A.clamp(-bound, bound);
 }
 
 // Numeric type code passed to the CUDA launchers, which see no torch headers.

@@ -393,7 +393,8 @@ BwdResult qs_mix_bwd_cpu(const at::Tensor& grad_y, const at::Tensor& x, const at
   const MixShape s = check_inputs(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias, dt_bias_rev);
   SSM_CHECK(grad_y.sizes() == x.sizes() && grad_y.scalar_type() == x.scalar_type(),
             "qs_mix_bwd: grad_y must match x in shape and dtype");
-  const DirectionTensors fwd(dt, A, B, C, dt_bias, true), rev(dt_rev, A_rev, B_rev, C_rev, dt_bias_rev, true);
+  const DirectionTensors fwd(dt, finite_rates(A), B, C, dt_bias, true),
+      rev(dt_rev, finite_rates(A_rev), B_rev, C_rev, dt_bias_rev, true);
   const auto acc_opts = A.options();
   const int64_t parts = num_parts(s.batch * s.H);
   auto dx = at::empty_like(x);  // x's layout (the fake kernel declares the same)

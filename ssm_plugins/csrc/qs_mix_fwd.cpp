@@ -260,7 +260,8 @@ at::Tensor qs_mix_fwd_cpu(const at::Tensor& x, const at::Tensor& dt, const at::T
                           const c10::optional<at::Tensor>& dt_bias, const c10::optional<at::Tensor>& dt_bias_rev,
                           bool dt_softplus, bool hydra_shift) {
   const MixShape s = check_inputs(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias, dt_bias_rev);
-  const DirectionTensors fwd(dt, A, B, C, dt_bias, true), rev(dt_rev, A_rev, B_rev, C_rev, dt_bias_rev, true);
+  const DirectionTensors fwd(dt, finite_rates(A), B, C, dt_bias, true),
+      rev(dt_rev, finite_rates(A_rev), B_rev, C_rev, dt_bias_rev, true);
   auto y = at::empty_like(x);  // keeps x's layout: a transposed (strided) x gives a transposed y
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "qs_mix_fwd_cpu", [&] {
     using acc_t = at::opmath_type<scalar_t>;

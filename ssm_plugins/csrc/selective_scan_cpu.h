@@ -144,7 +144,7 @@ struct Prepared {
   AlignedBuffer<acc_t> A, BT, CT;
   Prepared(const ScanShape& s, int64_t Npad, const at::Tensor& A_, const at::Tensor& B_, const at::Tensor& C_)
       : A(s.dim * Npad), BT(s.batch * s.groups * s.L * Npad), CT(s.batch * s.groups * s.L * Npad) {
-    const at::Tensor Ac = A_.contiguous(), Bc = B_.contiguous(), Cc = C_.contiguous();
+    const at::Tensor Ac = finite_rates(A_).contiguous(), Bc = B_.contiguous(), Cc = C_.contiguous();
     pad_rows(A.data(), Ac.data_ptr<acc_t>(), s.dim, s.N, Npad);
     auto prepare = [&](acc_t* dst, const at::Tensor& src) {
       if (src.scalar_type() == Ac.scalar_type()) {

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from ._backend import no_autocast
+from .reference.selective_scan import finite_rates
 
 CHUNK = 64  # steps a chunk at least may take: the within-chunk matrices cost chunk² a head, the carried states N·P
 
@@ -106,8 +107,7 @@ def qs_mix_chunked(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias=N
             delta = delta + torch.stack(biases)[:, None, :, None]
         if dt_softplus:
             delta = F.softplus(delta)
-        # A clamped finite (as the CUDA kernels): a step with Δ = 0 is then exactly the identity, not 0 * -inf
-        rates = torch.stack([A[:, 0], A_rev[:, 0]]).to(acc).clamp(min=torch.finfo(acc).min)
+        rates = finite_rates(torch.stack([A[:, 0], A_rev[:, 0]]), acc)  # a step with Δ = 0: identity, as the kernels
         log_decay = delta * rates[:, None, :, None]
         per_head = lambda t: t.reshape(2 * batch, groups, heads // groups, *t.shape[3:])  # noqa: E731  (views)
         per_group = lambda t: t.reshape(2 * batch, groups, *t.shape[3:])  # noqa: E731

@@ -133,18 +133,27 @@ def test_chunked_decays_are_exact_where_running_sums_are_large():
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
 
 
-def test_chunked_infinite_decay_rates():
-    """A = -inf (a decay that forgets at once) with steps of Δ = 0 (identity steps, 0 * -inf unless A is clamped):
-    the chunked form gives the limit (A = -1e30 in float64), finite values and finite gradients but dt's (whose
-    derivative there is infinite), over two chunks so the carried states see both."""
-    t = make_inputs(batch=1, length=24, heads=2, feat=3, n_state=4, groups=1, scalar_a=True)
+@pytest.mark.parametrize("implementation,scalar_a", [("chunked", True), ("kernel", True), ("kernel", False),
+                                                     ("reference", True), ("reference", False)])
+def test_infinite_decay_rates(monkeypatch, implementation, scalar_a):
+    """A = -inf (a decay that forgets at once) with steps of Δ = 0 (identity steps, 0 * -inf unless A is clamped, as
+    every implementation does): the limit (A = -1e30 in float64), finite values and finite gradients but dt's (whose
+    derivative there is infinite); the chunked form over two chunks so the carried states see both."""
+    if implementation == "kernel" and not HAS_KERNEL:
+        pytest.skip("ssm_plugins._C without the qs_mix kernel")
+    t = make_inputs(batch=1, length=24, heads=2, feat=3, n_state=4, groups=1, scalar_a=scalar_a)
     t["dt"], t["dt_rev"] = t["dt"].abs(), t["dt_rev"].abs()
     t["dt"][:, ::3] = 0.0  # Δ = dt (no softplus): exact zeros
     t["A"][1] = -1e30
     want = dense_apply(t)
     t["A"][1] = -torch.inf
-    leaves = [v.float().requires_grad_() for v in head_scalar_a(positional(t))]
-    got = qs_mix_chunked(*leaves, chunk=12)
+    args = positional({k: v.float() for k, v in t.items()})
+    leaves = [v.requires_grad_() for v in (head_scalar_a(args) if implementation == "chunked" else args)]
+    if implementation == "chunked":
+        got = qs_mix_chunked(*leaves, chunk=12)
+    else:
+        monkeypatch.setenv("SSM_PLUGINS_BACKEND", "reference" if implementation == "reference" else "auto")
+        got = qs_mix(*leaves)
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
     grads = torch.autograd.grad(got, leaves, torch.cos(got))
     assert all(g.isfinite().all() for i, g in enumerate(grads) if i != 1)

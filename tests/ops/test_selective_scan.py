@@ -209,6 +209,31 @@ def test_decays_across_the_exponent_range(monkeypatch, isa):
     assert rel_err(out, ref_out) < 1e-5 and rel_err(last, ref_last) < 1e-5
 
 
+@pytest.mark.parametrize("implementation,isa", [("kernel", isa) for isa in ISAS] + [("reference", None)])
+def test_infinite_decay_rates(monkeypatch, implementation, isa):
+    """A = -inf (a state that forgets at once) on steps with Δ = 0 (identity steps: 0 * -inf is NaN unless A is
+    clamped finite, as every kernel does): the limit A = -1e30 in float64, finite gradients but delta's (infinite
+    derivative there)."""
+    if implementation == "kernel" and not HAS_KERNEL:
+        pytest.skip("ssm_plugins._C has no CPU selective_scan kernels")
+    if isa:
+        monkeypatch.setenv("SSM_PLUGINS_CPU_ISA", isa)
+    kw = make(2, 4, 21, 16, None, torch.float64, bias=False)
+    del kw["delta_bias"]
+    kw["delta"] = kw["delta"].abs()
+    kw["delta"][..., ::3] = 0.0
+    kw["A"][1, ::2] = -1e30
+    want = reference.selective_scan(**kw, return_last_state=True)
+    kw["A"][1, ::2] = -torch.inf
+    leaves = {k: v.float().requires_grad_() for k, v in kw.items()}
+    monkeypatch.setenv("SSM_PLUGINS_BACKEND", "reference" if implementation == "reference" else "auto")
+    got = selective_scan(**leaves, return_last_state=True)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.double(), w, rtol=1e-5, atol=1e-5 * w.abs().max().item())
+    grads = torch.autograd.grad(got, list(leaves.values()), [torch.cos(g) for g in got])
+    assert all(g.isfinite().all() for name, g in zip(leaves, grads) if name != "delta")
+
+
 @needs_kernel
 def test_threads_agree():
     """Enough work for helper threads (~4M state updates): the same numbers as one thread."""

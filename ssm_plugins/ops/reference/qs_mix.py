@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .selective_scan import finite_rates
+
 
 def _prepare(x, dt, A, B, C, dt_bias, dt_softplus):
     """Accumulation-dtype copies with per-head B, C: (batch, L, H, N); Δ after bias and softplus."""
@@ -27,7 +29,7 @@ def _prepare(x, dt, A, B, C, dt_bias, dt_softplus):
     per_group = heads // B.shape[2]
     Bh = B.to(acc).repeat_interleave(per_group, dim=2)
     Ch = C.to(acc).repeat_interleave(per_group, dim=2)
-    return x.to(acc), delta, A.to(acc), Bh, Ch
+    return x.to(acc), delta, finite_rates(A, acc), Bh, Ch
 
 
 def _strict_scan(x, delta, A, B, C, hydra_shift):

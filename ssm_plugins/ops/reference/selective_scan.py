@@ -5,6 +5,13 @@ import torch
 import torch.nn.functional as F
 
 
+def finite_rates(A, acc):
+    """A in ``acc``, clamped to its finite range (NaN stays NaN), as every kernel does: a step with Δ = 0 is then the
+    identity, exp(0 · A) = 1, where A = ±inf gave 0 · inf = NaN."""
+    limit = torch.finfo(acc).max
+    return A.to(acc).clamp(-limit, limit)
+
+
 def low_rank_delta(delta, delta_proj, acc):
     """Δ (batch, dim, L) in ``acc`` of a low-rank delta (batch, groups, R, L) or (batch, R, L) and delta_proj (dim, R):
     channel d's Δ is delta_proj[d] · delta[:, group of d] (Mamba's dt_proj, per group of dim / groups channels)."""
@@ -45,7 +52,7 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
     Cm = C.to(acc) if C.dim() == 4 else C.to(acc)[:, None]
     groups, n_state = Bm.shape[1], A.shape[1]
     # The channels of a group share its B_t and C_t: work on (batch, groups, dim // groups, ...).
-    dA = torch.exp(dt[..., None] * A.to(acc)[:, None, :])  # (batch, dim, L, N)
+    dA = torch.exp(dt[..., None] * finite_rates(A, acc)[:, None, :])  # (batch, dim, L, N)
     dA = dA.view(batch, groups, dim // groups, length, n_state)
     dBx = (dt * x).view(batch, groups, dim // groups, length, 1) * Bm.transpose(-1, -2)[:, :, None]
     Ct = Cm[:, :, None]  # (batch, groups, 1, N, L)

@@ -128,10 +128,19 @@ def test_missing_extension_warns_once_and_uses_reference():
         "    y1 = selective_scan(u, u.abs(), A, B, B); y2 = selective_scan(u, u.abs(), A, B, B)\n"
         "msgs = [str(x.message) for x in w if 'ssm_plugins._C' in str(x.message)]\n"
         "print(len(msgs), backend_info()['extension'], bool(torch.isfinite(y1).all()))\n"
+        # qs_mix with scalar A takes its chunked form there (the oracle loops over L): the oracle's numbers
+        "import importlib, os; from ssm_plugins.ops import qs_mix\n"
+        "x = torch.randn(2, 37, 3, 4); dt = torch.randn(2, 37, 3); A = -torch.rand(3); Bs = torch.randn(2, 37, 1, 5)\n"
+        "module = importlib.import_module('ssm_plugins.ops.qs_mix'); calls = []; chunked = module.qs_mix_chunked\n"
+        "module.qs_mix_chunked = lambda *a, **k: calls.append(1) or chunked(*a, **k)\n"
+        "y = qs_mix(x, dt, A, Bs, Bs, dt, A, Bs, Bs, dt, dt_softplus=True)\n"
+        "os.environ['SSM_PLUGINS_BACKEND'] = 'reference'\n"
+        "want = qs_mix(x, dt, A, Bs, Bs, dt, A, Bs, Bs, dt, dt_softplus=True)\n"
+        "print(len(calls), bool(torch.allclose(y, want, atol=1e-5)))\n"
     )
     out = _python(code)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split() == ["1", "False", "True"]
+    assert out.stdout.split() == ["1", "False", "True", "1", "True"]
 
 
 @pytest.mark.parametrize("order", ["ssm_plugins first", "timm first"])

@@ -120,8 +120,8 @@ def qs_mix(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, *, dt_bias=None, 
             pass the raw projection and the bias; the bias gradients are summed in the op's backward.
     Algorithms: the scan kernels (CPU, CUDA), or for scalar A the chunked form of App. D (``qs_mix_chunked``:
     batched matmuls over chunks of up to max(64, P) steps, autograd by PyTorch), which runs on CUDA when a head has
-    at least 16 features (the QSMixer's heads, the channel mixer's tokens). ``SSM_PLUGINS_QS=scan`` or ``chunked``
-    overrides that choice; ``SSM_PLUGINS_BACKEND=reference`` runs the sequential oracle.
+    at least 16 features (the QSMixer's heads, the channel mixer's tokens) and wherever there is no compiled
+    kernel. ``SSM_PLUGINS_QS=scan`` or ``chunked`` overrides that choice; ``SSM_PLUGINS_BACKEND=reference`` runs the sequential oracle.
     Dtypes: float32, float64, float16, bfloat16 x; accumulation in float32 (float64 for float64 x); the
     output has x's dtype. dt, B, C and their ``_rev`` in one dtype are taken in it (their gradients come back in
     it; the kernels read x's dtype or the accumulation dtype without a cast); in several dtypes they, like A,
@@ -141,7 +141,9 @@ def qs_mix(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, *, dt_bias=None, 
 def _chunked_form(x, dt, A, B, C, dt_rev, A_rev, *_):
     """Whether a call runs the chunked matmul form (qs_mix_chunked) instead of the scan kernels: for scalar A on
     CUDA with at least _CHUNKED_MIN_FEATURES features a head, where its batched matmuls replace the kernels'
-    sequential scans (spec K2's tensor-core form), unless SSM_PLUGINS_QS says otherwise."""
+    sequential scans (spec K2's tensor-core form), and for scalar A where the device has no compiled kernel (the
+    extension missing or built without CUDA), in place of the oracle's Python loop over L; unless SSM_PLUGINS_QS
+    says otherwise."""
     if _backend.reference_forced():
         return False
     choice = _backend.qs_algorithm()
@@ -151,7 +153,9 @@ def _chunked_form(x, dt, A, B, C, dt_rev, A_rev, *_):
                          f"A {tuple(A.shape)} and A_rev {tuple(A_rev.shape)} in the head layout")
     if choice != "auto":
         return choice == "chunked"
-    return scalar and x.device.type == "cuda" and x.shape[3] >= _CHUNKED_MIN_FEATURES
+    device = x.device.type
+    wide_on_cuda = device == "cuda" and x.shape[3] >= _CHUNKED_MIN_FEATURES
+    return scalar and (wide_on_cuda or not _backend.has_kernel(_OP, device))
 
 
 # ---- autograd, fake (meta) kernels and FLOP counts for the compiled ops -------------------------------

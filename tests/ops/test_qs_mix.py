@@ -188,6 +188,12 @@ def test_auto_takes_the_chunked_form_for_scalar_a_with_wide_heads_on_cuda(monkey
     assert not _call(on("cuda", 64), scalar, diag)  # diagonal A: the scan kernels
     assert not _call(on("cuda", 1), scalar, scalar)  # one feature a head (Mamba layout): the scan kernels
     assert not _call(on("cpu", 64), scalar, scalar)  # the CPU kernel is faster on a CPU (csrc/README)
+    with monkeypatch.context() as m:  # no CPU kernel (extension missing): the chunked form, not the oracle's loop
+        m.setattr(_backend, "_COMPILED", _backend._COMPILED - {("qs_mix_fwd", "cpu")})
+        assert _call(on("cpu", 1), scalar, scalar)
+        assert not _call(on("cpu", 64), scalar, diag)  # diagonal A: the oracle
+        m.setenv("SSM_PLUGINS_QS", "scan")
+        assert not _call(on("cpu", 64), scalar, scalar)
     monkeypatch.setenv("SSM_PLUGINS_QS", "scan")
     assert not _call(on("cuda", 64), scalar, scalar)
     monkeypatch.setenv("SSM_PLUGINS_QS", "chunked")

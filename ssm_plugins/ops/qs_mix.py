@@ -121,7 +121,8 @@ def qs_mix(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, *, dt_bias=None, 
     Algorithms: the scan kernels (CPU, CUDA), or for scalar A the chunked form of App. D (``qs_mix_chunked``:
     batched matmuls over chunks of up to max(64, P) steps, autograd by PyTorch), which runs on CUDA when a head has
     at least 16 features (the QSMixer's heads, the channel mixer's tokens) and wherever there is no compiled
-    kernel. ``SSM_PLUGINS_QS=scan`` or ``chunked`` overrides that choice; ``SSM_PLUGINS_BACKEND=reference`` runs the sequential oracle.
+    kernel. ``SSM_PLUGINS_QS=scan`` or ``chunked`` overrides that choice; ``SSM_PLUGINS_BACKEND=reference`` runs
+    the sequential oracle.
     Dtypes: float32, float64, float16, bfloat16 x; accumulation in float32 (float64 for float64 x); the
     output has x's dtype. dt, B, C and their ``_rev`` in one dtype are taken in it (their gradients come back in
     it; the kernels read x's dtype or the accumulation dtype without a cast); in several dtypes they, like A,

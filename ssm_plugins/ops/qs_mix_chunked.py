@@ -8,7 +8,9 @@ matmul; the blocks below the diagonal have rank N and are carried as an (N x P) 
     h_in    = Σ_{c'<c} exp(Σ_{c'<i<c} total_i) state_c'          entering state, as a (chunks x chunks) matmul
     y       = within + exp(Σ_{j<=t} log Ā_j) C_t · h_in
 
-The reverse direction is the same on the flipped sequence; y = lower + upper + γ ⊙ x. Every matmul contracts
+The reverse direction is the same on the flipped sequence; y = lower + upper + γ ⊙ x. A sequence that fits one
+chunk (vim2's channel mixer: 192 channels, 197 tokens as features) skips the flips: Q's two triangles come from one
+stacked segment sum, the reverse one transposed, and meet x in one matmul (``_one_chunk``). Every matmul contracts
 over the chunk or the state (dense, batched), which is the tensor-core form of the op: on a GPU it replaces the
 sequential scan of the CUDA kernel for scalar A (``ops.qs_mix`` dispatch, SSM_PLUGINS_QS). Plain PyTorch ops, so
 autograd, torch.compile and every device work unchanged. Decays are exponentials of sums of the log-decays
@@ -36,11 +38,12 @@ def chunk_length(length: int, feat: int = 1) -> int:
     return max(1, -(-length // chunks))
 
 
-def _segsum(v):
-    """v (..., n) -> (..., n, n) with [i, k] = Σ_{k<j<=i} v_j for i >= k and -inf above the diagonal."""
+def _segsum(v, strict=False):
+    """v (..., n) -> (..., n, n) with [i, k] = Σ_{k<j<=i} v_j for i >= k (i > k when ``strict``), else -inf."""
     steps = torch.arange(v.shape[-1], device=v.device)
-    sums = torch.cumsum(v[..., :, None].expand(*v.shape, v.shape[-1]).masked_fill(steps[:, None] <= steps, 0), dim=-2)
-    return sums.masked_fill(steps[:, None] < steps, -torch.inf)
+    upper = steps[:, None] <= steps  # j <= k: no term of [., k]; and i <= k: the strict output's -inf
+    sums = torch.cumsum(v[..., :, None].expand(*v.shape, v.shape[-1]).masked_fill(upper, 0), dim=-2)
+    return sums.masked_fill(upper if strict else steps[:, None] < steps, -torch.inf)
 
 
 def _strict_scan(x, log_decay, delta, B, C, chunk, inclusive):
@@ -59,21 +62,42 @@ def _strict_scan(x, log_decay, delta, B, C, chunk, inclusive):
     ld, dl = (t.reshape(batch, groups, per_group, chunks, chunk) for t in (log_decay, delta))
     Bc, Cc = (t.reshape(batch, groups, 1, chunks, chunk, n_state) for t in (B, C))
 
-    seg = _segsum(ld)  # (batch, G, r, chunk, step t, step k): Σ_{k<j<=t} log Ā_j
-    diagonal = torch.eye(chunk, dtype=torch.bool, device=x.device)
-    decay = torch.exp(seg if inclusive else seg.masked_fill(diagonal, -torch.inf))  # strict: t > k only
-    y = ((Cc @ Bc.transpose(-1, -2)) * decay * dl[..., None, :]) @ xc  # (batch, G, r, chunk, step, P)
+    seg = _segsum(ld, strict=not inclusive)  # (batch, G, r, chunk, step t, step k): Σ_{k<j<=t} log Ā_j
+    y = ((Cc @ Bc.transpose(-1, -2)) * torch.exp(seg) * dl[..., None, :]) @ xc  # (batch, G, r, chunk, step, P)
     if chunks == 1:  # nothing enters the only chunk
         return y.reshape(batch, groups, per_group, chunk, feat)[..., :length, :]
 
     # each chunk's state at its end, (batch, G, r, chunk, N, P), then the states entering the chunks. Step weights
     # go on B and C, not on x-sized operands, and x is the right operand as above: autograd saves no x-sized copies
-    to_end = torch.exp(seg[..., -1, :]) * dl
+    last_row = seg[..., -1, :] if inclusive else F.pad(seg[..., -1, :-1], (0, 1))  # the strict one lacks [end, end]
+    to_end = torch.exp(last_row) * dl
     states = (Bc * to_end[..., None]).transpose(-1, -2) @ xc
     carry = F.pad(torch.exp(_segsum(ld.sum(-1))), (0, 0, 1, 0))[..., :-1, :]  # [c, c'] = Π_{c'<i<c} chunk decays
     h_in = (carry @ states.flatten(-2)).unflatten(-1, (n_state, feat))
     y = y + (Cc * torch.exp(torch.cumsum(ld, -1))[..., None]) @ h_in  # decay from the chunk's start, on C
     return y.reshape(batch, groups, per_group, chunks * chunk, feat)[..., :length, :]
+
+
+def _one_chunk(x, log_decay, delta, B, C, inclusive):
+    """Both directions of a sequence that fits one chunk, as Q's two triangles, without flipping anything. x (batch,
+    G, r, L, P); log_decay, delta (2, batch, G, r, L) and B, C (2, batch, G, L, N), forward then reverse, in time
+    order. Returns the strict part of Q applied to x, (batch, G, r, L, P) (Hydra's shift: see below).
+
+    The reverse triangle is built transposed, [k, t] for k > t, so both are strict-lower matrices of one stacked
+    segment sum: Q'[t, k] = C'_t·(Π_{t<=j<k} Ā'_j) Δ'_k B'_k reads the reverse log-decays shifted one step later,
+    Σ_{t<j<=k} log Ā'_{j-1}, with Δ'_k B'_k on the left and C'_t on the right."""
+    step_b = delta[..., None] * B[:, :, :, None]  # Δ_k B_k per head, (2, batch, G, r, L, N)
+    C = C[:, :, :, None].expand_as(step_b)
+    left = torch.stack([C[0], step_b[1]])  # rows t (forward) or k (reverse)
+    right = torch.stack([step_b[0], C[1]])
+    later = torch.stack([log_decay[0], F.pad(log_decay[1, ..., :-1], (1, 0))])
+    seg = _segsum(later, strict=not inclusive)
+    weights = (left @ right.transpose(-1, -2)) * torch.exp(seg)  # (2, batch, G, r, L, L)
+    lower, upper_t = weights.unbind(0)
+    if inclusive:  # Hydra: row t reads the inclusive forward scan at t - 1 and the reverse one at t + 1
+        lower = F.pad(lower[..., :-1, :], (0, 0, 1, 0))
+        upper_t = F.pad(upper_t[..., 1:], (0, 1))
+    return (lower + upper_t.transpose(-1, -2)) @ x
 
 
 def qs_mix_chunked(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias=None, dt_bias_rev=None,
@@ -97,9 +121,12 @@ def qs_mix_chunked(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias=N
     with no_autocast(x.device.type):
         xs = x.to(acc)
         # Both directions in one pass (half the launches), stacked on a leading axis with the reverse one flipped
-        # along L; the stack's copy lands in the head-major layouts the chunks' matmuls read without further copies.
+        # along L (not for one chunk, _one_chunk); the stack's copy lands in the head-major layouts the chunks'
+        # matmuls read without further copies.
+        one_chunk = chunk >= length
         head_major = lambda t: t.movedim(1, -2 if t.dim() == 4 else -1)  # noqa: E731  (batch, H or G, L, ...)
-        both = lambda fwd, rev: torch.stack([head_major(fwd.to(acc)), head_major(rev.to(acc)).flip(2)])  # noqa: E731
+        in_order = (lambda t: t) if one_chunk else (lambda t: t.flip(2))  # noqa: E731
+        both = lambda fwd, rev: torch.stack([head_major(fwd.to(acc)), in_order(head_major(rev.to(acc)))])  # noqa: E731
         delta = both(dt, dt_rev)  # (2, batch, H, L)
         if dt_bias is not None or dt_bias_rev is not None:
             zero = torch.zeros(heads, dtype=acc, device=x.device)
@@ -109,13 +136,20 @@ def qs_mix_chunked(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias=N
             delta = F.softplus(delta)
         rates = finite_rates(torch.stack([A[:, 0], A_rev[:, 0]]), acc)  # a step with Δ = 0: identity, as the kernels
         log_decay = delta * rates[:, None, :, None]
-        per_head = lambda t: t.reshape(2 * batch, groups, heads // groups, *t.shape[3:])  # noqa: E731  (views)
-        per_group = lambda t: t.reshape(2 * batch, groups, *t.shape[3:])  # noqa: E731
-        y = _strict_scan(per_head(both(xs, xs)), per_head(log_decay), per_head(delta), per_group(both(B, B_rev)),
-                         per_group(both(C, C_rev)), chunk=chunk, inclusive=hydra)
-        y = y.reshape(2, batch, heads, length, feat)
-        if hydra:  # Hydra's shift: row t reads the inclusive scan at t - 1
-            y = F.pad(y[..., :-1, :], (0, 0, 1, 0))
-        y = (y[0] + y[1].flip(2)).transpose(1, 2) + x * gamma.to(acc)[..., None]  # saves x, not an acc copy
+        per_head = lambda t: t.unflatten(2, (groups, heads // groups))  # noqa: E731  (2, batch, G, r, ...), a view
+        if one_chunk:
+            x_heads = head_major(xs).unflatten(1, (groups, heads // groups))
+            mixed = _one_chunk(x_heads, per_head(log_decay), per_head(delta), both(B, B_rev), both(C, C_rev),
+                               inclusive=hydra).reshape(batch, heads, length, feat)
+        else:
+            directions = lambda t: t.flatten(0, 1)  # noqa: E731  (2 * batch, ...): one batch of matmuls for both
+            y = _strict_scan(directions(per_head(both(xs, xs))), directions(per_head(log_decay)),
+                             directions(per_head(delta)), directions(both(B, B_rev)), directions(both(C, C_rev)),
+                             chunk=chunk, inclusive=hydra)
+            y = y.reshape(2, batch, heads, length, feat)
+            if hydra:  # Hydra's shift: row t reads the inclusive scan at t - 1
+                y = F.pad(y[..., :-1, :], (0, 0, 1, 0))
+            mixed = y[0] + y[1].flip(2)
+        y = mixed.transpose(1, 2) + x * gamma.to(acc)[..., None]  # saves x, not an acc copy
     # in x's dtype and strides, as the kernels' outputs (torch.empty_like(x)), so callers may view it as they would
     return y if y.dtype == x.dtype and y.stride() == x.stride() else torch.empty_like(x).copy_(y)

@@ -109,36 +109,38 @@ def test_chunk_length_evens_out_the_chunks():
     assert [chunk_length(n, feat) for n, feat in cases] == [50, 192, 150, 126]
 
 
+@pytest.mark.parametrize("chunk", [4, 9])  # three chunks, one (_one_chunk: no flips, Q's triangles)
 @pytest.mark.parametrize("qs_shift", ["exact", "hydra"])
-def test_chunked_gradcheck(qs_shift):
+def test_chunked_gradcheck(qs_shift, chunk):
     t = make_inputs(batch=1, length=9, heads=2, feat=2, n_state=3, groups=1, scalar_a=True)
     leaves = [v.requires_grad_() for v in head_scalar_a(positional(t))]
     bias = torch.tensor([0.3, -0.2], dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(
-        lambda *a: qs_mix_chunked(*a[:-1], dt_bias=a[-1], dt_softplus=True, qs_shift=qs_shift, chunk=4),
+        lambda *a: qs_mix_chunked(*a[:-1], dt_bias=a[-1], dt_softplus=True, qs_shift=qs_shift, chunk=chunk),
         (*leaves, bias))
 
 
-def test_chunked_decays_are_exact_where_running_sums_are_large():
+@pytest.mark.parametrize("chunk", [None, 200])  # chunks of 50, one chunk
+def test_chunked_decays_are_exact_where_running_sums_are_large(chunk):
     """Decays are sums of the log-decays themselves. Every 8th step forgets (Δ A = -500) and the rest barely decay
-    (Δ A ~ -0.02): within a chunk the running sum reaches ~ -3000, where float32 differences of it would be off by
-    ~1e-4 in the exponent of entries near 1; the masked sums keep float32 at its rounding."""
+    (Δ A ~ -0.02): within a chunk the running sum reaches ~ -3000 (-12500 in one chunk), where float32 differences
+    of it would be off by ~1e-4 in the exponent of entries near 1; the masked sums keep float32 at its rounding."""
     t = make_inputs(batch=1, length=200, heads=2, feat=4, n_state=2, groups=1, scalar_a=True)
     t["A"], t["A_rev"] = torch.full_like(t["A"], -10.0), torch.full_like(t["A_rev"], -10.0)
     for key in ("dt", "dt_rev"):
         t[key] = torch.full_like(t[key], 0.002)
         t[key][:, ::8] = 50.0  # Δ = dt (no softplus)
-    want = qs_mix_chunked(*head_scalar_a(positional(t)))
-    got = qs_mix_chunked(*head_scalar_a(positional({k: v.float() for k, v in t.items()})))
+    want = qs_mix_chunked(*head_scalar_a(positional(t)), chunk=chunk)
+    got = qs_mix_chunked(*head_scalar_a(positional({k: v.float() for k, v in t.items()})), chunk=chunk)
     torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
 
 
-@pytest.mark.parametrize("implementation,scalar_a", [("chunked", True), ("kernel", True), ("kernel", False),
-                                                     ("reference", True), ("reference", False)])
+@pytest.mark.parametrize("implementation,scalar_a", [("chunked", True), ("one chunk", True), ("kernel", True),
+                                                     ("kernel", False), ("reference", True), ("reference", False)])
 def test_infinite_decay_rates(monkeypatch, implementation, scalar_a):
     """A = -inf (a decay that forgets at once) with steps of Δ = 0 (identity steps, 0 * -inf unless A is clamped, as
     every implementation does): the limit (A = -1e30 in float64), finite values and finite gradients but dt's (whose
-    derivative there is infinite); the chunked form over two chunks so the carried states see both."""
+    derivative there is infinite); the chunked form over two chunks so the carried states see both, and in one."""
     if implementation == "kernel" and not HAS_KERNEL:
         pytest.skip("ssm_plugins._C without the qs_mix kernel")
     t = make_inputs(batch=1, length=24, heads=2, feat=3, n_state=4, groups=1, scalar_a=scalar_a)
@@ -148,9 +150,10 @@ def test_infinite_decay_rates(monkeypatch, implementation, scalar_a):
     want = dense_apply(t)
     t["A"][1] = -torch.inf
     args = positional({k: v.float() for k, v in t.items()})
-    leaves = [v.requires_grad_() for v in (head_scalar_a(args) if implementation == "chunked" else args)]
-    if implementation == "chunked":
-        got = qs_mix_chunked(*leaves, chunk=12)
+    chunked = implementation in ("chunked", "one chunk")
+    leaves = [v.requires_grad_() for v in (head_scalar_a(args) if chunked else args)]
+    if chunked:
+        got = qs_mix_chunked(*leaves, chunk=12 if implementation == "chunked" else 24)
     else:
         monkeypatch.setenv("SSM_PLUGINS_BACKEND", "reference" if implementation == "reference" else "auto")
         got = qs_mix(*leaves)
@@ -241,10 +244,11 @@ def test_chunked_through_qs_mix_matches_the_scan(monkeypatch, layout):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * (1 + want.abs().max().item()))
 
 
-def test_chunked_form_traces_whole_under_torch_compile(monkeypatch):
+@pytest.mark.parametrize("length", [37, 150])  # one chunk, three of 50
+def test_chunked_form_traces_whole_under_torch_compile(monkeypatch, length):
     """The chunked form is plain PyTorch: torch.compile takes it in one graph (fullgraph) with autograd."""
     monkeypatch.setenv("SSM_PLUGINS_QS", "chunked")
-    t = make_inputs(batch=2, length=37, heads=4, feat=3, n_state=5, groups=2, scalar_a=True, dtype=torch.float32)
+    t = make_inputs(batch=2, length=length, heads=4, feat=3, n_state=5, groups=2, scalar_a=True, dtype=torch.float32)
     leaves = [v.requires_grad_() for v in positional(t)]
     run = lambda *a: qs_mix(*a, dt_softplus=True, qs_shift="hydra")  # noqa: E731
     torch._dynamo.reset()

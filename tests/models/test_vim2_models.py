@@ -175,6 +175,25 @@ def test_inference_path_equals_the_autograd_path(name):
         assert torch.equal(model(x), want)
 
 
+@pytest.mark.parametrize("name", ["vim2_t", "viqs_t"])
+def test_chunked_qs_form_equals_the_scan_kernels(monkeypatch, name):
+    """qs_mix's chunked form (CUDA's default for these mixers, SSM_PLUGINS_QS) inside the models: the logits and
+    gradients of the scan kernels. 101 tokens: the channel mixers' one chunk (Q itself) and viqs' token mixer's two."""
+    model = _tiny(name, img_size=160, drop_path_rate=0.0)
+    x = torch.randn(2, 3, 160, 160, generator=torch.Generator().manual_seed(3))
+    runs = {}
+    for algorithm in ("scan", "chunked"):
+        monkeypatch.setenv("SSM_PLUGINS_QS", algorithm)
+        model.zero_grad()
+        logits = model(x)
+        logits.square().sum().backward()
+        runs[algorithm] = logits.detach(), [p.grad.clone() for p in model.parameters()]
+    (want, want_grads), (got, got_grads) = runs["scan"], runs["chunked"]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4 * w.abs().max().item())
+
+
 class _HostToDeviceCopies(torch.utils._python_dispatch.TorchDispatchMode):
     """Records the shape of every tensor copied from the CPU to another device."""
 

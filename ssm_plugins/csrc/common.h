@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <limits>
 #include <condition_variable>
+#include <limits>
 #include <memory>
 #include <mutex>
 

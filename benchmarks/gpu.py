@@ -245,8 +245,9 @@ def train_step(model, batch: int, size=(224, 224)):
     return step, x
 
 
-def throughput(model, batch: int) -> tuple[float, float]:
-    """(training, inference) images/s of ``model`` (compiled or not) at ``batch``."""
+def throughput(model, batch: int) -> tuple[float, float, float | None]:
+    """(training, inference) images/s of ``model`` (compiled or not) at ``batch``, and the training steps' peak of
+    allocated GPU memory in GiB (None on the CPU)."""
     train, x = train_step(model, batch)
 
     def infer_step():
@@ -255,9 +256,12 @@ def throughput(model, batch: int) -> tuple[float, float]:
             model(x)
 
     model.train()
+    if DEVICE == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     train_speed = batch / cuda_seconds(train, repeat=5, warmup=2)
+    peak = torch.cuda.max_memory_allocated() / 2**30 if DEVICE == "cuda" else None
     model.eval()  # a compiled model recompiles for eval mode in its warm-up
-    return train_speed, batch / cuda_seconds(infer_step, repeat=5, warmup=2)
+    return train_speed, batch / cuda_seconds(infer_step, repeat=5, warmup=2), peak
 
 
 def model_rows(batch: int, quick: bool, names=None, compile_mode=None, compile_backend="inductor") -> list[tuple]:
@@ -273,7 +277,7 @@ def model_rows(batch: int, quick: bool, names=None, compile_mode=None, compile_b
     if unknown:
         raise ValueError(f"--models: not registered with timm: {unknown}")
     modes = [None] + ([compile_mode] if compile_mode else [])
-    speed = {}  # (name, mode) -> (train, infer)
+    speed = {}  # (name, mode) -> (train, infer, training peak GiB)
     for name in names:
         for mode in modes:
             model = timm.create_model(name).to(DEVICE)
@@ -285,11 +289,12 @@ def model_rows(batch: int, quick: bool, names=None, compile_mode=None, compile_b
             if DEVICE == "cuda":
                 torch.cuda.empty_cache()
     rows = []
-    for (name, mode), (train, infer) in speed.items():
+    for (name, mode), (train, infer, peak) in speed.items():
         ref = {p: speed[p, mode] for p in PEERS if (p, mode) in speed}
         rel = [f"{train / ref[p][0]:.2f} / {infer / ref[p][1]:.2f}" for p in PEERS if p in ref]
         label = name if mode is None else f"{name} (compiled, {mode})"
-        rows.append((label, train, infer, *rel, *[""] * (len(PEERS) - len(rel))))
+        rows.append((label, train, infer, "-" if peak is None else f"{peak:.1f}", *rel,
+                     *[""] * (len(PEERS) - len(rel))))
     return rows
 
 
@@ -331,8 +336,8 @@ def main(argv=None) -> int:
             print()
         if args.only in (None, "models"):
             print(f"Training (fwd+bwd+SGD step) and inference images/s, batch {args.batch}, 224x224, AMP bf16; "
-                  "ratios train / inference against each peer")
-            print(table(["model", "train img/s", "infer img/s", *[f"vs {p}" for p in PEERS]],
+                  "the training steps' peak of allocated GPU memory; ratios train / inference against each peer")
+            print(table(["model", "train img/s", "infer img/s", "train peak GiB", *[f"vs {p}" for p in PEERS]],
                         model_rows(args.batch, args.quick, args.models, args.compile)))
     return 0
 

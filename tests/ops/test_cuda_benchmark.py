@@ -62,7 +62,7 @@ def test_compiled_model_rows_run_on_the_cpu():
     finally:
         gpu.DEVICE = "cuda"
     assert [r[0] for r in rows] == ["deit_small_patch16_224", "deit_small_patch16_224 (compiled, default)"]
-    assert all(r[1] > 0 and r[2] > 0 for r in rows)
-    assert rows[0][3] == rows[1][3] == "1.00 / 1.00"  # each against the peer run its own way
+    assert all(r[1] > 0 and r[2] > 0 and r[3] == "-" for r in rows)  # no GPU memory peak on the CPU
+    assert rows[0][4] == rows[1][4] == "1.00 / 1.00"  # each against the peer run its own way
     with pytest.raises(ValueError, match="--models: not registered"):
         gpu.model_rows(2, False, ["no_such_model"])

@@ -298,6 +298,10 @@ def model_rows(batch: int, quick: bool, names=None, compile_mode=None, compile_b
     return rows
 
 
+OP_COLUMNS = ["op", "case", "baseline", "baseline s", "ours s", "speed-up"]
+MODEL_COLUMNS = ["model", "train img/s", "infer img/s", "train peak GiB", *[f"vs {p}" for p in PEERS]]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes and three models: a smoke run")
@@ -316,10 +320,9 @@ def main(argv=None) -> int:
     if DEVICE == "cpu":
         print("benchmarks.gpu --device cpu: the cases on the CPU, wall clock (a check of the script)")
         if args.only in (None, "ops"):
-            print(table(["op", "case", "baseline", "baseline s", "ours s", "speed-up"], op_rows(args.quick)))
+            print(table(OP_COLUMNS, op_rows(args.quick)))
         if args.only in (None, "models"):
-            print(table(["model", "train img/s", "infer img/s", *[f"vs {p}" for p in PEERS]],
-                        model_rows(args.batch, args.quick, args.models, args.compile)))
+            print(table(MODEL_COLUMNS, model_rows(args.batch, args.quick, args.models, args.compile)))
         return 0
     if not torch.cuda.is_available():
         print("benchmarks.gpu: no CUDA device on this machine (torch.cuda.is_available() is False); "
@@ -332,13 +335,12 @@ def main(argv=None) -> int:
               f"{torch.version.cuda}; " + ", ".join(f"{k} {v}" for k, v in settings.items()))
         print()
         if args.only in (None, "ops"):
-            print(table(["op", "case", "baseline", "baseline s", "ours s", "speed-up"], op_rows(args.quick)))
+            print(table(OP_COLUMNS, op_rows(args.quick)))
             print()
         if args.only in (None, "models"):
             print(f"Training (fwd+bwd+SGD step) and inference images/s, batch {args.batch}, 224x224, AMP bf16; "
                   "the training steps' peak of allocated GPU memory; ratios train / inference against each peer")
-            print(table(["model", "train img/s", "infer img/s", "train peak GiB", *[f"vs {p}" for p in PEERS]],
-                        model_rows(args.batch, args.quick, args.models, args.compile)))
+            print(table(MODEL_COLUMNS, model_rows(args.batch, args.quick, args.models, args.compile)))
     return 0
 
 

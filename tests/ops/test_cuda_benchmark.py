@@ -49,7 +49,9 @@ def test_op_cases_run_on_the_cpu(capsys):
 @pytest.mark.slow
 def test_model_rows_run_on_the_cpu(capsys):
     assert gpu.main(["--device", "cpu", "--only", "models", "--quick", "--batch", "2"]) == 0
-    assert "deit_small_patch16_224" in capsys.readouterr().out
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
+    assert "train peak GiB" in lines[0] and any("deit_small_patch16_224" in line for line in lines[2:])
+    assert {line.count("|") for line in lines} == {len(gpu.MODEL_COLUMNS) + 1}  # every row fills the header
 
 
 @pytest.mark.slow

@@ -5,7 +5,8 @@ matmul; the blocks below the diagonal have rank N and are carried as an (N x P) 
 
     within  = tril(C Bᵀ ∘ exp(segsum(log Ā)) ∘ Δ_k, -1) x          (strict; the diagonal kept for qs_shift='hydra')
     state_c = Σ_k exp(Σ_{k<j<=end} log Ā_j) Δ_k B_k x_kᵀ           the chunk's own contribution at its end
-    h_in    = Σ_{c'<c} exp(Σ_{c'<i<c} total_i) state_c'          entering state, as a (chunks x chunks) matmul
+    h_in    = Σ_{c'<c} exp(Σ_{c'<i<c} total_i) state_c'          entering state: a (chunks x chunks) matmul,
+                                                                   in groups of chunks beyond 64 (linear in L)
     y       = within + exp(Σ_{j<=t} log Ā_j) C_t · h_in
 
 The reverse direction is the same on the flipped sequence; y = lower + upper + γ ⊙ x. A sequence that fits one
@@ -26,6 +27,7 @@ from ._backend import no_autocast
 from .reference.selective_scan import finite_rates
 
 CHUNK = 64  # steps a chunk at least may take: the within-chunk matrices cost chunk² a head, the carried states N·P
+CARRY = 64  # chunks whose entering states one (chunks x chunks) matmul forms; more go in groups (_entering_states)
 
 
 def chunk_length(length: int, feat: int = 1) -> int:
@@ -44,6 +46,29 @@ def _segsum(v, strict=False):
     upper = steps[:, None] <= steps  # j <= k: no term of [., k]; and i <= k: the strict output's -inf
     sums = torch.cumsum(v[..., :, None].expand(*v.shape, v.shape[-1]).masked_fill(upper, 0), dim=-2)
     return sums.masked_fill(upper if strict else steps[:, None] < steps, -torch.inf)
+
+
+def _entering_states(states, totals):
+    """The state entering each chunk, Σ_{c'<c} exp(Σ_{c'<i<c} total_i) states_c', (..., n, F), from each chunk's own
+    contribution at its end, states (..., n, F), and its log-decay, totals (..., n). Up to CARRY chunks: one
+    (n x n) matmul. Beyond, the same in groups of chunks, the groups' own states carried by a recursive call, so
+    the work stays linear in L (a single matmul would grow as L²: at L = 16k, 256 chunks, it cost as much as the
+    chunks themselves)."""
+    n = totals.shape[-1]
+    if n <= CARRY:
+        return F.pad(torch.exp(_segsum(totals)), (0, 0, 1, 0))[..., :-1, :] @ states  # [c, c'] = Π_{c'<i<c}
+    group = chunk_length(n, CARRY)
+    n_groups = -(-n // group)
+    pad = n_groups * group - n  # chunks past the end: decay 1, no state; they come last and are cut
+    s = F.pad(states, (0, 0, 0, pad)).unflatten(-2, (n_groups, group))  # (..., groups, group, F)
+    t = F.pad(totals, (0, pad)).unflatten(-1, (n_groups, group))
+    seg = torch.exp(_segsum(t))  # (..., groups, group, group)
+    within = F.pad(seg, (0, 0, 1, 0))[..., :-1, :] @ s  # from the earlier chunks of the same group
+    own = seg[..., -1:, :] @ s  # each group's state at its end, (..., groups, 1, F)
+    entering = _entering_states(own.squeeze(-2), t.sum(-1))  # (..., groups, F)
+    into = torch.exp(torch.cumsum(F.pad(t[..., :-1], (1, 0)), -1))  # Π_{start<=i<c}: the group's entering state
+    h_in = within + into[..., None] * entering[..., None, :]
+    return h_in.flatten(-3, -2)[..., :n, :]
 
 
 def _strict_scan(x, log_decay, delta, B, C, chunk, inclusive):
@@ -72,8 +97,7 @@ def _strict_scan(x, log_decay, delta, B, C, chunk, inclusive):
     last_row = seg[..., -1, :] if inclusive else F.pad(seg[..., -1, :-1], (0, 1))  # the strict one lacks [end, end]
     to_end = torch.exp(last_row) * dl
     states = (Bc * to_end[..., None]).transpose(-1, -2) @ xc
-    carry = F.pad(torch.exp(_segsum(ld.sum(-1))), (0, 0, 1, 0))[..., :-1, :]  # [c, c'] = Π_{c'<i<c} chunk decays
-    h_in = (carry @ states.flatten(-2)).unflatten(-1, (n_state, feat))
+    h_in = _entering_states(states.flatten(-2), ld.sum(-1)).unflatten(-1, (n_state, feat))
     y = y + (Cc * torch.exp(torch.cumsum(ld, -1))[..., None]) @ h_in  # decay from the chunk's start, on C
     return y.reshape(batch, groups, per_group, chunks * chunk, feat)[..., :length, :]
 

@@ -12,6 +12,7 @@ from ssm_plugins.ops.qs_mix_chunked import chunk_length, qs_mix_chunked
 from ssm_plugins.ops.reference import qs_matrix
 
 qs_mix_module = importlib.import_module("ssm_plugins.ops.qs_mix")  # the package exports the function under its name
+qs_mix_chunked_module = importlib.import_module("ssm_plugins.ops.qs_mix_chunked")
 HAS_KERNEL = _backend.has_kernel("qs_mix_fwd", "cpu")
 needs_kernel = pytest.mark.skipif(not HAS_KERNEL, reason="ssm_plugins._C without the qs_mix kernel")
 
@@ -100,6 +101,36 @@ def test_chunked_algorithm_equals_dense_q(qs_shift, length, chunk):
     kw = dict(dt_bias=torch.linspace(-1, 1, 4, dtype=torch.float64), dt_softplus=True, qs_shift=qs_shift)
     got = qs_mix_chunked(*head_scalar_a(positional(t)), **kw, chunk=chunk)
     torch.testing.assert_close(got, dense_apply(t, **kw), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("qs_shift", ["exact", "hydra"])
+@pytest.mark.parametrize("carry", [2, 3])
+def test_chunked_carry_in_groups_equals_dense_q(monkeypatch, qs_shift, carry):
+    """More chunks than one matmul carries (CARRY, lowered here): the entering states in groups, recursively (37
+    chunks of one step in groups of up to 2: five levels; of 3: four), with the padding of uneven groups."""
+    monkeypatch.setattr(qs_mix_chunked_module, "CARRY", carry)
+    t = make_inputs(length=37, scalar_a=True)
+    kw = dict(dt_bias=torch.linspace(-1, 1, 4, dtype=torch.float64), dt_softplus=True, qs_shift=qs_shift)
+    got = qs_mix_chunked(*head_scalar_a(positional(t)), **kw, chunk=1)
+    torch.testing.assert_close(got, dense_apply(t, **kw), rtol=1e-12, atol=1e-12)
+    leaves = [v[:, :9].requires_grad_() if v.dim() > 2 else v.requires_grad_() for v in head_scalar_a(positional(t))]
+    assert torch.autograd.gradcheck(lambda *a: qs_mix_chunked(*a, **kw, chunk=1), leaves)
+
+
+def test_chunked_work_is_linear_in_length():
+    """FLOPs of forward+backward at L = 16k, 32k and 64k (meta tensors: counted, not run) double with L: the
+    entering states go in groups of chunks, where one (chunks x chunks) matmul would grow as L² (ratios 2.7 and
+    3.1: checked)."""
+    def flops(length, heads=1, feat=64, n_state=16):
+        meta = lambda *shape: torch.empty(*shape, device="meta", requires_grad=True)  # noqa: E731
+        args = [meta(1, length, heads, feat), meta(1, length, heads), meta(heads, 1), meta(1, length, 1, n_state),
+                meta(1, length, 1, n_state), meta(1, length, heads), meta(heads, 1), meta(1, length, 1, n_state),
+                meta(1, length, 1, n_state), meta(1, length, heads)]
+        with FlopCounterMode(display=False) as counter:
+            qs_mix_chunked(*args, dt_softplus=True).sum().backward()
+        return counter.get_total_flops()
+    counts = [flops(n) for n in (16384, 32768, 65536)]
+    assert all(1.9 <= b / a <= 2.1 for a, b in zip(counts, counts[1:])), counts
 
 
 def test_chunk_length_evens_out_the_chunks():

@@ -147,7 +147,8 @@ def qs_inputs(length=L, heads=2, feat=2, n_state=4, scalar_a=False):
     if scalar_a:
         A = lambda: -torch.tensor([1.0] + [1e-6] * (heads - 1), dtype=torch.float64)  # noqa: E731
     else:
-        A = lambda: -torch.tensor([1e-6, 1e-4, 1e-2, 1.0], dtype=torch.float64).repeat(heads, n_state // 4)  # noqa: E731
+        rates = torch.tensor([1e-6, 1e-4, 1e-2, 1.0], dtype=torch.float64)
+        A = lambda: -rates.repeat(heads, n_state // 4)  # noqa: E731
     return f32_values(dict(x=r(1, length, heads, feat), dt=dt(), A=A(), B=r(1, length, 1, n_state),
                            C=r(1, length, 1, n_state), dt_rev=dt(), A_rev=A(), B_rev=r(1, length, 1, n_state),
                            C_rev=r(1, length, 1, n_state), gamma=r(1, length, heads))), r(1, length, heads, feat)

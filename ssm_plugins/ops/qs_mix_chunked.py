@@ -57,7 +57,7 @@ def _entering_states(states, totals):
     n = totals.shape[-1]
     if n <= CARRY:
         return F.pad(torch.exp(_segsum(totals)), (0, 0, 1, 0))[..., :-1, :] @ states  # [c, c'] = Π_{c'<i<c}
-    group = chunk_length(n, CARRY)
+    group = -(-n // -(-n // CARRY))  # up to CARRY chunks a group, evened out
     n_groups = -(-n // group)
     pad = n_groups * group - n  # chunks past the end: decay 1, no state; they come last and are cut
     s = F.pad(states, (0, 0, 0, pad)).unflatten(-2, (n_groups, group))  # (..., groups, group, F)

@@ -107,7 +107,8 @@ def test_chunked_algorithm_equals_dense_q(qs_shift, length, chunk):
 @pytest.mark.parametrize("carry", [2, 3])
 def test_chunked_carry_in_groups_equals_dense_q(monkeypatch, qs_shift, carry):
     """More chunks than one matmul carries (CARRY, lowered here): the entering states in groups, recursively (37
-    chunks of one step in groups of up to 2: five levels; of 3: four), with the padding of uneven groups."""
+    chunks of one step in groups of up to 2: six levels, 37, 19, 10, 5, 3, 2 chunks; of 3: four), with the padding
+    of uneven groups."""
     monkeypatch.setattr(qs_mix_chunked_module, "CARRY", carry)
     t = make_inputs(length=37, scalar_a=True)
     kw = dict(dt_bias=torch.linspace(-1, 1, 4, dtype=torch.float64), dt_softplus=True, qs_shift=qs_shift)

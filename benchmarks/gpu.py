@@ -145,19 +145,24 @@ def scan_cases(quick: bool):
 
 
 def qs_mix_cases(quick: bool):
-    """viqs's token mixer (head layout) at a long sequence, then vim2_t's channel mixer: the channels are the sequence
-    and the 197 tokens one head's features, x a (batch, dim, 1, tokens) view. Scalar A also against the scan
-    kernels (ours: the chunked form)."""
+    """viqs's token mixer (head layout) at a long sequence; a sequence of 16k steps (256 chunks of 64: the chunked
+    form's grouped carry; no reference, whose Python loop takes minutes there); vim2_t's channel mixer: the channels
+    are the sequence and the 197 tokens one head's features, x a (batch, dim, 1, tokens) view. Scalar A also
+    against the scan kernels (ours: the chunked form)."""
     from ssm_plugins.ops import qs_mix
-    cases = [(2, 128, 4, 16, 16, "") if quick else (16, 3136, 12, 64, 16, ""),
-             (2, 64, 1, 50, 16, " channel mixer") if quick else (128, 192, 1, 197, 16, " vim2_t channel mixer")]
-    for batch, length, heads, feat, n_state, what in cases:
-        for a_cols in (1, n_state) if not what else (1,):
+    # batch, L, heads, P, N, label, x strided as the channel mixer's, diagonal A too, against the reference
+    cases = [(2, 128, 4, 16, 16, "", False, True, True) if quick else (16, 3136, 12, 64, 16, "", False, True, True),
+             (1, 1024, 2, 16, 16, " long", False, False, False) if quick
+             else (4, 16384, 4, 64, 16, " long", False, False, False),
+             (2, 64, 1, 50, 16, " channel mixer", True, False, True) if quick
+             else (128, 192, 1, 197, 16, " vim2_t channel mixer", True, False, True)]
+    for batch, length, heads, feat, n_state, what, strided, diagonal, with_reference in cases:
+        for a_cols in (1, n_state) if diagonal else (1,):
             g = torch.Generator().manual_seed(0)
             r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
             a_shape = (heads,) if a_cols == 1 else (heads, n_state)
             x = r(batch, length, heads, feat).bfloat16()
-            if what:  # the channel mixer's u.transpose(1, 2).unsqueeze(2): features (tokens) `length` apart
+            if strided:  # the channel mixer's u.transpose(1, 2).unsqueeze(2): features (tokens) `length` apart
                 x = x.permute(0, 3, 2, 1).contiguous().permute(0, 3, 2, 1)
             t = [x]
             for _ in range(2):
@@ -166,7 +171,7 @@ def qs_mix_cases(quick: bool):
             t += [r(batch, length, heads)]
             t = [_leaf(v) for v in t]
             step = fwd_bwd(lambda t=t: qs_mix(*t, dt_softplus=True), t)
-            baselines = {"reference (PyTorch)": step}
+            baselines = {"reference (PyTorch)": step} if with_reference else {}
             if a_cols == 1:
                 baselines["scan kernels (SSM_PLUGINS_QS=scan)"] = step
             yield ("qs_mix", f"b{batch} L{length} H{heads} P{feat} N{n_state} {'scalar' if a_cols == 1 else 'diag'} "

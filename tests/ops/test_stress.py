@@ -154,6 +154,19 @@ def qs_inputs(length=L, heads=2, feat=2, n_state=4, scalar_a=False):
                            C_rev=r(1, length, 1, n_state), gamma=r(1, length, heads))), r(1, length, heads, feat)
 
 
+def check_qs_mix_float32_and_bf16(inputs, grad_out, want, want_grads, device, f32_tol, what):
+    """qs_mix in float32 against the float64 run (want), then with bf16 activations against float32 on the same
+    bf16-rounded inputs."""
+    f32 = {k: v.float() for k, v in inputs.items()}
+    out, grads = run(qs_mix, f32, {}, grad_out, device, dt_softplus=True)
+    check(out, grads, want, want_grads, f32_tol, f"{what} float32 {device}")
+    low_names = ("x", "dt", "dt_rev", "gamma")
+    f32 = low_rounded(f32, low_names)
+    want, want_grads = run(qs_mix, f32, {}, grad_out, device, dt_softplus=True)
+    out, grads = run(qs_mix, f32, dict.fromkeys(low_names, torch.bfloat16), grad_out, device, dt_softplus=True)
+    check(out, grads, want, want_grads, BF16_TOL, f"{what} bfloat16 {device}")
+
+
 @pytest.mark.slow  # the float64 oracle is a Python loop over 2 x 16,384 steps with autograd (~20 s)
 @needs("qs_mix_fwd", "qs_mix_bwd")
 @pytest.mark.parametrize("device", DEVICES)
@@ -161,14 +174,7 @@ def test_qs_mix_long_large_delta_near_unit_decay(device):
     """float32 vs float64: measured 3.9e-6 (output), 7.5e-6 (grad of A_rev); bf16: 3.0e-3, 5.8e-3."""
     inputs, grad_out = qs_inputs()
     want, want_grads = run(reference.qs_mix, inputs, {}, grad_out, dt_softplus=True)
-    f32 = {k: v.float() for k, v in inputs.items()}
-    out, grads = run(qs_mix, f32, {}, grad_out, device, dt_softplus=True)
-    check(out, grads, want, want_grads, 1e-4, f"qs_mix float32 {device}")
-    low_names = ("x", "dt", "dt_rev", "gamma")
-    f32 = low_rounded(f32, low_names)
-    want, want_grads = run(qs_mix, f32, {}, grad_out, device, dt_softplus=True)
-    out, grads = run(qs_mix, f32, dict.fromkeys(low_names, torch.bfloat16), grad_out, device, dt_softplus=True)
-    check(out, grads, want, want_grads, BF16_TOL, f"qs_mix bfloat16 {device}")
+    check_qs_mix_float32_and_bf16(inputs, grad_out, want, want_grads, device, 1e-4, "qs_mix")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -179,15 +185,8 @@ def test_qs_mix_chunked_form_long_large_delta_near_unit_decay(monkeypatch, devic
     monkeypatch.setenv("SSM_PLUGINS_QS", "chunked")
     inputs, grad_out = qs_inputs(feat=16, scalar_a=True)
     want, want_grads = run(qs_mix, inputs, {}, grad_out, dt_softplus=True)
-    f32 = {k: v.float() for k, v in inputs.items()}
-    out, grads = run(qs_mix, f32, {}, grad_out, device, dt_softplus=True)
     # 1e-5: running-sum differences in place of the masked segment sums give 2.7e-5 (checked)
-    check(out, grads, want, want_grads, 1e-5, f"qs_mix chunked float32 {device}")
-    low_names = ("x", "dt", "dt_rev", "gamma")
-    f32 = low_rounded(f32, low_names)
-    want, want_grads = run(qs_mix, f32, {}, grad_out, device, dt_softplus=True)
-    out, grads = run(qs_mix, f32, dict.fromkeys(low_names, torch.bfloat16), grad_out, device, dt_softplus=True)
-    check(out, grads, want, want_grads, BF16_TOL, f"qs_mix chunked bfloat16 {device}")
+    check_qs_mix_float32_and_bf16(inputs, grad_out, want, want_grads, device, 1e-5, "qs_mix chunked")
 
 
 # ---- eSSM ----------------------------------------------------------------------------------------------

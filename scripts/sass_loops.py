@@ -1,8 +1,11 @@
 """Static SASS figures of our CUDA kernels, for machines without a GPU: registers, stack and the loops.
 
     python scripts/sass_loops.py ssm_plugins/csrc/cuda/selective_scan.cu [--arch sm_90] [--kernel REGEX]
+    python scripts/sass_loops.py .gpu_carry/site/selective_scan_cuda*.so --kernel Fwd   # a built binary
 
-Compiles one .cu file with nvcc (the extension's flags) to a cubin and disassembles it with nvdisasm (CUDA's own,
+Compiles one .cu file with nvcc (the extension's flags) to a cubin, or takes the cubins of a built binary (a .cubin,
+or an extension .so / object file: cuobjdump extracts those of --arch, e.g. mamba_ssm's selective scan from
+scripts/build_mamba_scan.sh, to set our loops beside theirs), and disassembles it with nvdisasm (CUDA's own,
 or the copy in triton's wheel, which our stack installs). Per kernel: registers, stack bytes, total instructions,
 then every loop (a branch back to an earlier label; nested loops indented) with its instruction count and the
 MUFU, shuffle, atomic/reduction, global load/store, local-memory and barrier instructions in it. A state loop's
@@ -23,7 +26,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FLAGS = ["-O3", "--expt-relaxed-constexpr", "-std=c++17", "-DWITH_CUDA", f"-I{ROOT / 'ssm_plugins' / 'csrc'}"]
+FLAGS = ["-O3", "--expt-relaxed-constexpr", "-std=c++17", "-ftz=true", "-DWITH_CUDA",  # setup.py's nvcc flags
+         f"-I{ROOT / 'ssm_plugins' / 'csrc'}"]
 CLASSES = {"MUFU": ("MUFU",), "SHFL": ("SHFL",), "atomic": ("RED", "ATOM"), "LDG": ("LDG",), "STG": ("STG",),
            "local": ("LDL", "STL"), "BAR": ("BAR",)}
 
@@ -99,20 +103,38 @@ def loops(ins: list[str], labels: dict[str, int]) -> list[tuple[int, int, int]]:
     return sorted((lo, hi, sum(a <= lo and hi <= b and (a, b) != (lo, hi) for a, b in kept)) for lo, hi in kept)
 
 
+def cubins(source: str, arch: str, tmp: str) -> list[str]:
+    """The cubins to read: a .cu file compiled for ``arch``, a .cubin itself, or those of ``arch`` in a binary."""
+    if source.endswith(".cubin"):
+        return [source]
+    if source.endswith(".cu"):
+        nvcc = shutil.which("nvcc") or sys.exit("sass_loops: nvcc not found")
+        cubin, number = os.path.join(tmp, "kernels.cubin"), arch.replace("sm_", "")
+        subprocess.run([nvcc, *FLAGS, f"-gencode=arch=compute_{number},code=sm_{number}", "-cubin", source,
+                        "-o", cubin], check=True)
+        return [cubin]
+    binary = os.path.abspath(source)
+    subprocess.run([tool("cuobjdump"), "-xelf", "all", binary], cwd=tmp, check=True, capture_output=True)
+    found = sorted(str(p) for p in Path(tmp).glob(f"*.{arch}.cubin"))
+    if not found:
+        sys.exit(f"sass_loops: {source} holds no {arch} cubin (cuobjdump -lelf lists what it has)")
+    return found
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("source", help="a .cu file of ssm_plugins/csrc/cuda")
+    parser.add_argument("source", help="a .cu file of ssm_plugins/csrc/cuda, or a .cubin / built .so to read")
     parser.add_argument("--arch", default="sm_90")
     parser.add_argument("--kernel", default=".", help="regex on the mangled kernel names")
     parser.add_argument("--min-loop", type=int, default=30, help="hide loops with fewer instructions")
     args = parser.parse_args()
-    nvcc = shutil.which("nvcc") or sys.exit("sass_loops: nvcc not found")
+    if not os.path.isfile(args.source):
+        sys.exit(f"sass_loops: source {args.source!r} is not a file")
+    usage, funcs = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
-        cubin = os.path.join(tmp, "kernels.cubin")
-        arch = args.arch.replace("sm_", "")
-        subprocess.run([nvcc, *FLAGS, f"-gencode=arch=compute_{arch},code=sm_{arch}", "-cubin", args.source,
-                        "-o", cubin], check=True)
-        usage, funcs = resources(cubin), functions(cubin)
+        for cubin in cubins(args.source, args.arch, tmp):
+            usage.update(resources(cubin))
+            funcs.update(functions(cubin))
     for name, (ins, labels) in sorted(funcs.items()):
         if not re.search(args.kernel, name):
             continue

@@ -1,4 +1,5 @@
 """scripts/sass_loops.py, the no-GPU measure of the CUDA kernels' registers and loop sizes (csrc/README's figures)."""
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -28,3 +29,21 @@ def test_reports_each_kernels_registers_and_its_loops_with_their_barriers():
     loops = re.findall(r"loop \[(\d+), (\d+)\]: (\d+) instructions \(.*BAR (\d+)\)", out)
     assert loops and all(int(n) >= 50 and int(n) == int(hi) - int(lo) + 1 for lo, hi, n, _ in loops), out
     assert any(int(bar) > 0 for *_, bar in loops), out  # the tree levels' block barriers sit inside a loop
+
+
+def test_reads_a_built_binary_as_it_reads_the_source(tmp_path):
+    """A built object (as mamba_ssm's extension .so, to set its loops beside ours) gives the .cu file's report."""
+    source = ROOT / "ssm_plugins" / "csrc" / "cuda" / "myo.cu"
+    obj = tmp_path / "myo.o"
+    spec = importlib.util.spec_from_file_location("sass_loops", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    subprocess.run([shutil.which("nvcc"), *script.FLAGS, "-gencode=arch=compute_90,code=sm_90", "-c", str(source), "-o",
+                    str(obj)], check=True)
+    from_source = run(str(source), "--kernel", "solve_kernelIfE")
+    from_binary = run(str(obj), "--kernel", "solve_kernelIfE")
+    strip = lambda out: re.sub(r"_GLOBAL__N__\w+?_", "", out)  # noqa: E731  (anonymous namespaces' per-build ids)
+    assert "loop [" in from_binary and strip(from_binary) == strip(from_source)
+    wrong_arch = subprocess.run([sys.executable, str(SCRIPT), str(obj), "--arch", "sm_80"], capture_output=True,
+                                text=True, cwd=ROOT)
+    assert wrong_arch.returncode != 0 and "holds no sm_80 cubin" in wrong_arch.stderr

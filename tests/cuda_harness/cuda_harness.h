@@ -177,6 +177,19 @@ class checked_ptr {
 
 template <typename T> checked_ptr<T> operator+(std::int64_t i, const checked_ptr<T>& p) { return p + i; }
 
+// A vector access of `bytes` (device.h's load_vectors: LDG.128) needs an address aligned to them; on a GPU a
+// misaligned one faults with cudaErrorMisalignedAddress, here it is recorded as that error (the access itself
+// then goes element by element through the checked pointer, which checks the bounds).
+template <typename T>
+void check_aligned(const checked_ptr<T>& p, std::size_t bytes) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p.raw());
+  if (a % bytes == 0) return;
+  std::ostringstream s;
+  s << "misaligned address: " << bytes << "-byte vector access at " << static_cast<const void*>(p.raw()) << " ("
+    << where() << ")";
+  record_error(cudaErrorMisalignedAddress, s.str());
+}
+
 // ---- one block: its threads, its barrier phases, its warps ----------------------------------------------
 // Schedule of a block's warps between barriers: 0 ordered (one warp at a time, alternating ascending and
 // descending order: a missing barrier between warps gives a wrong value every time), 1 concurrent (all warps

@@ -368,6 +368,38 @@ def test_harness_catches_a_missing_barrier_in_the_qs_block_scan(cuda):
     assert not torch.isfinite(got).all() or rel_err(got, want) > 1e-3
 
 
+def test_selective_scan_reads_whole_aligned_chunks_in_vectors(cuda):
+    """B and C rows of 2100 float32 steps are 16-byte aligned: the forward's whole chunk (2048 steps) and the
+    backward's two (1024 each) read them in 16-byte vectors; 2101 steps are not, and take the stage. A vector path
+    that reverses a thread's steps breaks the aligned row only, so the launch's check picks the path it names."""
+    reversed_steps = planted("selective_scan.cu", "out[k] = to_acc(raw[k]);", "out[k] = to_acc(raw[kItems - 1 - k]);",
+                             count=1)
+    for length, vectors in ((2100, True), (2101, False)):
+        args, gen = scan_args(torch.float32, 1, 2, length, 2, 1, ("D", "softplus"))
+        want = OPS.selective_scan_fwd(*args)
+        grad_out = randn(*want[0].shape, dtype=torch.float32, gen=gen)
+        want_bwd = OPS.selective_scan_bwd(*args, grad_out, None)
+        fwd, bwd = cuda.selective_scan_fwd(*args), cuda.selective_scan_bwd(*args, grad_out, None)
+        assert_same(fwd, want, torch.float32, f"fwd L={length}")
+        assert_same(bwd, want_bwd, torch.float32, f"bwd L={length}")
+        wrong_fwd = reversed_steps.selective_scan_fwd(*args)[0]
+        wrong_bwd = reversed_steps.selective_scan_bwd(*args, grad_out, None)[3]  # dB
+        if vectors:
+            assert rel_err(wrong_fwd, want[0]) > 1e-3 and rel_err(wrong_bwd, want_bwd[3]) > 1e-3
+        else:  # the stage: bit for bit the unplanted kernels' results
+            assert torch.equal(wrong_fwd, fwd[0]) and torch.equal(wrong_bwd, bwd[3])
+
+
+def test_harness_catches_a_misaligned_vector_load(cuda):
+    """Without the launch's alignment check, rows of 2101 float32 steps (8404 bytes) put every row start but the
+    first off a 16-byte boundary: the vector loads fault on a GPU (cudaErrorMisalignedAddress), and the harness
+    reports them as that error."""
+    args, _ = scan_args(torch.float32, 1, 2, 2101, 2, 1, ("D",))
+    unchecked = planted("selective_scan.cu", "(L * sizeof(BC)) % 16 == 0", "true", count=1)
+    with pytest.raises(harness.HarnessError, match=r"misaligned address: 16-byte vector access at"):
+        unchecked.selective_scan_fwd(*args)
+
+
 def test_harness_catches_an_out_of_bounds_index(cuda):
     """The forward's grid-stride loop with `<=` runs one element too far and reads the parameters of a mode that
     does not exist: the bounds-checked pointers turn that into cudaErrorIllegalAddress, which the launcher

@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 
 #include <cstddef>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -62,9 +63,26 @@ namespace ssm_plugins {
 namespace cuda {
 
 // log2 e: the kernels' decays exp(x) run as exp2(x log2 e) with the factor folded into a value formed once per
-// row or step (float: MUFU.EX2 and a denormal fix-up, 4 instructions, where expf's range reduction takes 12).
+// row or step (float: one MUFU.EX2 under the extension's -ftz=true, setup.py; 4 instructions with the denormal
+// fix-up without it, where expf's range reduction takes 12).
 template <typename acc_t>
 constexpr acc_t kLog2e = acc_t(1.4426950408889634074);
+
+// kItems consecutive values from p, read as 16-byte vectors (LDG.128, as mamba_ssm's vectorised loads) straight
+// into registers. p must be 16-byte aligned, which the caller ensures (a launch checks its pointers and row
+// length once); under the harness a misaligned p is recorded as cudaErrorMisalignedAddress, as a GPU would fault.
+template <int kItems, typename T>
+__device__ inline void load_vectors(global_ptr<const T> p, T (&out)[kItems]) {
+  static_assert(kItems * sizeof(T) % 16 == 0, "load_vectors reads whole 16-byte vectors");
+#if defined(__CUDACC__)
+  uint4 v[kItems * sizeof(T) / 16];
+  for (int i = 0; i < int(kItems * sizeof(T) / 16); ++i) v[i] = reinterpret_cast<const uint4*>(p)[i];
+  memcpy(out, v, sizeof(v));
+#else
+  ::cuda_harness::check_aligned(p, 16);
+  for (int k = 0; k < kItems; ++k) out[k] = p[k];
+#endif
+}
 
 // softplus with torch's threshold (x itself above 20) and the logistic sigmoid, its derivative below it.
 template <typename acc_t>

@@ -1,7 +1,8 @@
 // Selective-scan CUDA kernels, structured like mamba_ssm's: one thread block per (batch, channel) row; the
 // row is processed in chunks of kThreads * kItems time steps, each thread holding kItems consecutive steps in
 // registers. Per chunk, u / delta / z (and per state B_n, C_n) are loaded coalesced (each warp reads its span
-// of the chunk and redistributes it through shared memory); then for each state n the block runs a parallel
+// of the chunk and redistributes it through shared memory; B_n and C_n of a whole chunk, where aligned, straight
+// into each thread's registers in 16-byte vectors); then for each state n the block runs a parallel
 // scan of the (decay, input) pairs of the recurrence h_t = exp(dt_t A_n) h_{t-1} + dt_t B_t u_t: a sequential scan of
 // each thread's items, a warp scan of the thread aggregates with shuffles, a scan of the warp aggregates in
 // shared memory, and the state carried from the previous chunk. The output accumulates C_t h_t in
@@ -162,7 +163,23 @@ struct Args {
   bool softplus;
   global_ptr<const acc_t> delta_proj;  // null, or (dim, rank) with delta (batch, delta_groups, rank, L)
   int64_t rank, delta_groups;
+  bool bc_vectors;  // B and C 16-byte aligned at every row and chunk start: whole chunks read in vectors
 };
+
+// B_n or C_n over a chunk: in a whole chunk, where the launch found them aligned, each thread reads its own
+// steps straight into registers in 16-byte vectors (mamba_ssm's vectorised load of an even-length row: no
+// shared-memory stage, a quarter or less of the load instructions); else coalesced through the stage.
+template <int kItems, typename BC, typename acc_t, typename Stage>
+__device__ inline void load_state_input(bool vectors, global_ptr<const BC> src, int valid, Stage stage,
+                                        acc_t (&out)[kItems]) {
+  if (vectors && valid >= int(blockDim.x) * kItems) {  // uniform over the block
+    BC raw[kItems];
+    load_vectors<kItems>(src + threadIdx.x * kItems, raw);
+    for (int k = 0; k < kItems; ++k) out[k] = to_acc(raw[k]);
+  } else {
+    load_chunk<kItems, BC>(src, valid, stage, out, acc_t(0));
+  }
+}
 
 // The block's row: batch b, channel d (group g), its chunks, delta bias and skip weight.
 template <typename T>
@@ -237,9 +254,8 @@ __global__ void __launch_bounds__(kThreads, kItems <= 8 && !kFp64<T> ? 768 / kTh
       if (chunk_states && threadIdx.x == 0) chunk_states[(row * n_chunks + c) * p.N + n] = carry[n];
       const Decay<acc_t> decay(p.A[d * p.N + n]);
       const int64_t bc = ((b * p.groups + g) * p.N + n) * p.L + t0;
-      acc_t Bv[kItems], Cv[kItems];
-      load_chunk<kItems, BC>(p.B + bc, valid, stage, Bv, acc_t(0));
-      load_chunk<kItems, BC>(p.C + bc, valid, stage, Cv, acc_t(0));
+      acc_t Bv[kItems];
+      load_state_input<kItems, BC>(p.bc_vectors, p.B + bc, valid, stage, Bv);
       Pair<acc_t> step[kItems];
       Pair<acc_t> mine{acc_t(1), acc_t(0)};
       for (int k = 0; k < kItems; ++k) {
@@ -248,10 +264,14 @@ __global__ void __launch_bounds__(kThreads, kItems <= 8 && !kFp64<T> ? 768 / kTh
       }
       Pair<acc_t> total;
       const Pair<acc_t> before = block_scan<kThreads, false>(mine, Pair<acc_t>{acc_t(1), carry[n]}, warp_total, total);
-      acc_t h = before.b;
-      for (int k = 0; k < kItems; ++k) {
-        h = step[k].a * h + step[k].b;
-        y[k] += Cv[k] * h;  // Cv is 0 past the end
+      if (out) {  // the backward's pre-pass needs the chunk's end state alone: no C, no per-step states
+        acc_t Cv[kItems];
+        load_state_input<kItems, BC>(p.bc_vectors, p.C + bc, valid, stage, Cv);
+        acc_t h = before.b;
+        for (int k = 0; k < kItems; ++k) {
+          h = step[k].a * h + step[k].b;
+          y[k] += Cv[k] * h;  // Cv is 0 past the end
+        }
       }
       if (threadIdx.x == 0) carry[n] = total.b;  // read again only after the next chunk's barriers
     }
@@ -328,8 +348,8 @@ __global__ void __launch_bounds__(kThreads, kFp64<T> ? 1 : 384 / kThreads)
       const Decay<acc_t> decay(An);
       const int64_t bc = ((b * p.groups + g) * p.N + n) * p.L + t0;
       acc_t a[kItems], Bv[kItems], gc[kItems], ha[kItems], grad[kItems];
-      load_chunk<kItems, BC>(p.B + bc, valid, stage, Bv, acc_t(0));
-      load_chunk<kItems, BC>(p.C + bc, valid, stage, gc, acc_t(0));
+      load_state_input<kItems, BC>(p.bc_vectors, p.B + bc, valid, stage, Bv);
+      load_state_input<kItems, BC>(p.bc_vectors, p.C + bc, valid, stage, gc);
       Pair<acc_t> mine{acc_t(1), acc_t(0)};
       for (int k = 0; k < kItems; ++k) {
         a[k] = decay(dt[k]);
@@ -406,10 +426,14 @@ Args<T, BC> make_args(int64_t batch, int64_t dim, int64_t L, int64_t N, int64_t 
                       const void* delta_bias, bool softplus, const void* delta_proj = nullptr, int64_t rank = 0,
                       int64_t delta_groups = 0) {
   using acc_t = typename Acc<T>::type;
+  // B and C are (batch, groups, N, L) rows of L: every row and chunk start is 16-byte aligned when the
+  // storages are and a row is a whole number of 16 bytes (chunks are multiples of 256 steps)
+  const auto aligned = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
+  const bool bc_vectors = aligned(B) && aligned(C) && (L * sizeof(BC)) % 16 == 0;
   return Args<T, BC>{batch, dim, L, N, groups, static_cast<const T*>(u), static_cast<const T*>(delta),
                      static_cast<const T*>(z), static_cast<const acc_t*>(A), static_cast<const BC*>(B),
                      static_cast<const BC*>(C), static_cast<const acc_t*>(D), static_cast<const acc_t*>(delta_bias),
-                     softplus, static_cast<const acc_t*>(delta_proj), rank, delta_groups};
+                     softplus, static_cast<const acc_t*>(delta_proj), rank, delta_groups, bc_vectors};
 }
 
 template <bool kBackward, typename T, typename BC>

@@ -269,7 +269,8 @@ def random_forest(num_nodes: int, roots: int, gen) -> torch.Tensor:
 
 
 MYO_ODD_CASES = [  # (tree, batch, channels, form)
-    ("kary", 2, 13, "pyramid"),   # 1400 nodes: levels longer than a window; 6-channel tiles and a 1-channel tail
+    ("kary", 2, 13, "pyramid"),   # 12,000 nodes: 6-channel tiles (window 2688) and a 1-channel tail; the two
+                                  # lowest levels (6000, 3000 nodes) are longer than a window
     ("quad", 1, 37, "per_node"),  # 9x23 pixels: tiles of 8 channels and a 5-channel tail
     ("forest", 2, 5, "shared_b"),  # random forest (levels not contiguous), b (1, N, C) shared by the batch
 ]
@@ -279,7 +280,7 @@ def myo_odd_case(case: int, dtype=torch.float64):
     """(args, want) of the forward solve of MYO_ODD_CASES[case] (CPU kernel)."""
     kind, batch, channels, form = MYO_ODD_CASES[case]
     gen = torch.Generator().manual_seed(6)
-    tree = {"kary": lambda: myo_tree(700, 2), "quad": lambda: myo_quadtree(9, 23),
+    tree = {"kary": lambda: myo_tree(6000, 2), "quad": lambda: myo_quadtree(9, 23),
             "forest": lambda: myo_tree_from_parent(random_forest(120, 3, gen))}[kind]()
     n, depth = tree.parent.numel(), len(tree.level_sizes)
     u = torch.randn(batch, n, channels, generator=gen,

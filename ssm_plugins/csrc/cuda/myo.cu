@@ -55,7 +55,12 @@ template <> __device__ inline __half store<__half>(float v) { return __float2hal
 template <> __device__ inline __nv_bfloat16 store<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
 
 constexpr int kThreads = 256;
-constexpr int kRun = 4;  // consecutive nodes per thread in a window: siblings' messages summed before one atomic
+constexpr int kRun = 4;  // consecutive nodes per run: siblings' messages summed before one atomic
+// Runs per thread in a full window. A window costs a block-wide reduction, a barrier and the latency of its
+// loads, serially: with one run a thread (64-node windows at 16-channel tiles) a binary tree of 65,536 leaves
+// (131,071 nodes, benchmarks.gpu's case) took 2,053 windows a sweep; with 16 (2,048-node windows at the 8-channel
+// tiles it now gets) 74.
+constexpr int kRunsPerThread = 16;
 
 template <typename T> __device__ inline void atomic_add(global_ptr<T> p, T v) { atomicAdd(p, v); }
 template <typename R> __device__ inline void atomic_add(global_ptr<Complex<R>> p, Complex<R> v) {
@@ -86,8 +91,9 @@ __device__ inline int64_t block_reduce(int64_t v, int64_t* slots) {
 // of a node in them (e = min parent of [s, s + window), then every parent lies at or beyond e); down-sweep
 // windows [a, e) start after the last node whose parent lies inside. For level-major trees (myo_tree,
 // myo_quadtree) a window is a level, or a part of one when the level holds more than `window` nodes. Within a
-// window, group g takes kRun consecutive nodes (coalesced: a node's channels are adjacent), sums the messages
-// of consecutive siblings and adds each parent's sum with one atomic (several groups may share a parent);
+// window, group g takes every groups-th run of kRun consecutive nodes (coalesced: a node's channels are
+// adjacent), sums the messages of a run's consecutive siblings and adds each parent's sum with one atomic
+// (several runs may share a parent);
 // a barrier separates windows. Work and pivots live in (batch, N, C) scratch (the parents' running sums).
 template <typename S>
 __global__ void __launch_bounds__(kThreads) solve_kernel(
@@ -102,11 +108,22 @@ __global__ void __launch_bounds__(kThreads) solve_kernel(
   int parity = 0;
   const int64_t tiles = (C + tile - 1) / tile, bi = blockIdx.x / tiles;
   const int64_t c = blockIdx.x % tiles * tile + threadIdx.x % tile;
-  const int64_t groups = kThreads / tile, group = threadIdx.x / tile, window = groups * kRun;
+  const int64_t groups = kThreads / tile, group = threadIdx.x / tile, stride = groups * kRun;
+  const int64_t window = stride * kRunsPerThread;
   const bool active = group < groups && c < C;  // threads past the last group or channel only join barriers
   const int64_t base = bi * N * C + c;          // element (bi, v, c) of a (batch, N, C) array is base + v * C
   const global_ptr<const acc_t> bb = b + (batch_b > 1 ? bi : 0) * Nb * C + c;
-  auto weight = [&](int64_t v) { return b_scale * bb[(b_index ? b_index[v] : v) * C]; };
+  // A run's loads are issued together, before any use (one memory latency a run, where a node's dependent loads
+  // took one or more each): f(k, v) for its kRun nodes, those past the window's end reading its last node again
+  // (in bounds, unused), so no branch separates the loads.
+  auto load_run = [&](int64_t run, int n, auto&& f) {
+    for (int k = 0; k < kRun; ++k) f(k, run + (k < n ? k : n - 1));
+  };
+  auto weights_of = [&](int64_t run, int n, acc_t (&w)[kRun]) {  // b_scale b_v, the rows first, then the weights
+    int64_t rows[kRun];
+    load_run(run, n, [&](int k, int64_t v) { rows[k] = b_index ? b_index[v] : v; });
+    for (int k = 0; k < kRun; ++k) w[k] = b_scale * bb[rows[k] * C];
+  };
   if (active) {
     for (int64_t v = group; v < N; v += groups) {
       work[base + v * C] = load(rhs[base + v * C]);
@@ -122,25 +139,35 @@ __global__ void __launch_bounds__(kThreads) solve_kernel(
     }
     first_parent = block_reduce<false>(first_parent, slots[parity ^= 1]);
     const int64_t e = first_parent < s + window ? first_parent : (s + window < N ? s + window : N);
-    if (active) {
+    for (int64_t run = s + group * kRun; active && run < e; run += stride) {  // this group's runs of the window
+      // The run's loads first (its nodes' entries are no one's parents in this window: the atomics below
+      // cannot touch them).
+      const int n = e - run < kRun ? static_cast<int>(e - run) : kRun;
+      real_t pivot[kRun];
+      acc_t rhs_v[kRun], w[kRun];
+      int64_t par[kRun];
+      load_run(run, n, [&](int k, int64_t v) {
+        pivot[k] = inv_pivot[base + v * C], rhs_v[k] = work[base + v * C], par[k] = parent[v];
+      });
+      weights_of(run, n, w);
       int64_t run_parent = -1;
       real_t run_pivot = 0;
       acc_t run_rhs{};
-      for (int64_t v = s + group * kRun; v < s + (group + 1) * kRun && v < e; ++v) {
-        const real_t iv = real_t(1) / inv_pivot[base + v * C];
-        const acc_t yv = iv * work[base + v * C];
+      for (int k = 0; k < kRun; ++k) {
+        if (k >= n) break;
+        const int64_t v = run + k, p = par[k];
+        const real_t iv = real_t(1) / pivot[k];
+        const acc_t yv = iv * rhs_v[k];
         inv_pivot[base + v * C] = iv;
         work[base + v * C] = yv;
-        const int64_t p = parent[v];
         if (p != run_parent && run_parent >= 0) {
           atomic_add(inv_pivot + base + run_parent * C, run_pivot);
           atomic_add(work + base + run_parent * C, run_rhs);
         }
         if (p != run_parent) run_pivot = real_t(0), run_rhs = acc_t{}, run_parent = p;
         if (p < 0) continue;
-        const acc_t w = weight(v);
-        run_pivot -= sign * abs2(w) * iv;
-        run_rhs = run_rhs - sign * (conj_of(w) * yv);
+        run_pivot -= sign * abs2(w[k]) * iv;
+        run_rhs = run_rhs - sign * (conj_of(w[k]) * yv);
       }
       if (run_parent >= 0) {
         atomic_add(inv_pivot + base + run_parent * C, run_pivot);
@@ -158,12 +185,24 @@ __global__ void __launch_bounds__(kThreads) solve_kernel(
       if (p >= 0 && p < e && v > last_inner) last_inner = v;
     }
     const int64_t a = block_reduce<true>(last_inner, slots[parity ^= 1]) + 1;
-    if (active) {
-      for (int64_t v = a + group * kRun; v < a + (group + 1) * kRun && v < e; ++v) {
-        acc_t xv = work[base + v * C];
-        const int64_t p = parent[v];
-        if (p >= 0) {
-          xv = xv - inv_pivot[base + v * C] * (weight(v) * work[base + p * C]);
+    for (int64_t run = a + group * kRun; active && run < e; run += stride) {
+      // The run's loads first: its own entries, its weights, its parents' solutions (written by earlier
+      // windows: every parent lies at or beyond e; a root reads its own entry, unused).
+      const int n = e - run < kRun ? static_cast<int>(e - run) : kRun;
+      acc_t y[kRun], w[kRun], xp[kRun];
+      real_t pivot[kRun];
+      int64_t par[kRun];
+      load_run(run, n, [&](int k, int64_t v) {
+        y[k] = work[base + v * C], pivot[k] = inv_pivot[base + v * C], par[k] = parent[v];
+      });
+      weights_of(run, n, w);
+      load_run(run, n, [&](int k, int64_t v) { xp[k] = work[base + (par[k] >= 0 ? par[k] : v) * C]; });
+      for (int k = 0; k < kRun; ++k) {
+        if (k >= n) break;
+        const int64_t v = run + k;
+        acc_t xv = y[k];
+        if (par[k] >= 0) {
+          xv = xv - pivot[k] * (w[k] * xp[k]);
           work[base + v * C] = xv;
         }
         out[base + v * C] = store<S>(xv);
@@ -206,9 +245,11 @@ void launch(int64_t batch, int64_t N, int64_t C, int64_t batch_b, int64_t Nb, co
   const real_t sign = skew ? real_t(-1) : real_t(1);
   const real_t b_scale = adjoint ? sign : real_t(1);  // Tᴴ: B_v -> conj(C_v) = s b_v
   // Channel tiles of up to 32 (a warp reads one node's 32 adjacent channels); narrower, down to 8 channels
-  // (a 32-byte sector of floats), while there are fewer than ~128 blocks to fill the SMs.
+  // (a 32-byte sector of floats, so a warp's loads still fill whole sectors), while there are fewer than ~512
+  // blocks: a block's sweep is a chain of dependent loads, whose latency only other resident blocks hide (one
+  // block an SM, as 128 blocks left a 132-SM H200, keeps 8 warps on it).
   int64_t tile = C < 32 ? C : 32;
-  while (tile > 8 && batch * ((C + tile - 1) / tile) < 128) tile /= 2;
+  while (tile > 8 && batch * ((C + tile - 1) / tile) < 512) tile /= 2;
   const int64_t blocks = batch * ((C + tile - 1) / tile);
   launch_kernel(solve_kernel<S>, static_cast<unsigned>(blocks), kThreads, 0, stream, N, C, static_cast<int>(tile), batch_b, Nb,
       static_cast<const S*>(rhs), static_cast<const acc_t*>(b), parent, b_index, sign, b_scale,

@@ -217,21 +217,34 @@ __global__ void __launch_bounds__(kThreads) solve_kernel(
   // level-shared rows (b_index) take each group's run of consecutive nodes, summed while the row repeats.
   const global_ptr<acc_t> gb = grad_b + bi * Nb * C + c;
   const int64_t per_group = (N + groups - 1) / groups;
+  const int64_t first = group * per_group, last = (group + 1) * per_group < N ? (group + 1) * per_group : N;
   int64_t run_row = -1;
   acc_t run_sum{};
-  for (int64_t v = group * per_group; v < (group + 1) * per_group && v < N; ++v) {
-    const int64_t p = parent[v];
-    if (p < 0) continue;
-    const acc_t xv = load(x_saved[base + v * C]), xp = load(x_saved[base + p * C]);
-    const acc_t term = work[base + v * C] * conj_of(xp) + sign * (conj_of(work[base + p * C]) * xv);
-    if (!b_index) {
-      gb[v * C] = gb[v * C] - term;
-      continue;
+  for (int64_t run = first; run < last; run += kRun) {  // runs of kRun nodes, their loads issued together
+    const int n = last - run < kRun ? static_cast<int>(last - run) : kRun;
+    int64_t par[kRun], rows[kRun];
+    acc_t xv[kRun], gv[kRun], xp[kRun], gp[kRun], old[kRun];
+    load_run(run, n, [&](int k, int64_t v) {
+      par[k] = parent[v], xv[k] = load(x_saved[base + v * C]), gv[k] = work[base + v * C];
+      rows[k] = b_index ? b_index[v] : v;
+    });
+    load_run(run, n, [&](int k, int64_t v) {  // a root reads its own entries, unused
+      const int64_t q = par[k] >= 0 ? par[k] : v;
+      xp[k] = load(x_saved[base + q * C]), gp[k] = work[base + q * C];
+      if (!b_index) old[k] = gb[v * C];  // per-node rows are this thread's own
+    });
+    for (int k = 0; k < kRun; ++k) {  // a constant trip count: the run's arrays stay in registers
+      if (k >= n) break;
+      if (par[k] < 0) continue;
+      const acc_t term = gv[k] * conj_of(xp[k]) + sign * (conj_of(gp[k]) * xv[k]);
+      if (!b_index) {
+        gb[(run + k) * C] = old[k] - term;
+        continue;
+      }
+      if (rows[k] != run_row && run_row >= 0) atomic_add(gb + run_row * C, run_sum);
+      if (rows[k] != run_row) run_sum = acc_t{}, run_row = rows[k];
+      run_sum = run_sum - term;
     }
-    const int64_t row = b_index[v];
-    if (row != run_row && run_row >= 0) atomic_add(gb + run_row * C, run_sum);
-    if (row != run_row) run_sum = acc_t{}, run_row = row;
-    run_sum = run_sum - term;
   }
   if (run_row >= 0) atomic_add(gb + run_row * C, run_sum);
 }

@@ -14,6 +14,13 @@ SCRIPT = ROOT / "scripts" / "sass_loops.py"
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 
 
+def script_module():
+    spec = importlib.util.spec_from_file_location("sass_loops", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
 def run(*args):
     done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -35,9 +42,7 @@ def test_reads_a_built_binary_as_it_reads_the_source(tmp_path):
     """A built object (as mamba_ssm's extension .so, to set its loops beside ours) gives the .cu file's report."""
     source = ROOT / "ssm_plugins" / "csrc" / "cuda" / "myo.cu"
     obj = tmp_path / "myo.o"
-    spec = importlib.util.spec_from_file_location("sass_loops", SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = script_module()
     subprocess.run([shutil.which("nvcc"), *script.FLAGS, "-gencode=arch=compute_90,code=sm_90", "-c", str(source), "-o",
                     str(obj)], check=True)
     from_source = run(str(source), "--kernel", "solve_kernelIfE")
@@ -47,3 +52,13 @@ def test_reads_a_built_binary_as_it_reads_the_source(tmp_path):
     wrong_arch = subprocess.run([sys.executable, str(SCRIPT), str(obj), "--arch", "sm_80"], capture_output=True,
                                 text=True, cwd=ROOT)
     assert wrong_arch.returncode != 0 and "holds no sm_80 cubin" in wrong_arch.stderr
+
+
+def test_compiles_with_the_extensions_nvcc_flags():
+    """The static figures are only the extension's if the script compiles as setup.py does (-ftz=true turns a
+    decay's exp2 from four instructions into one): every code-generation flag of setup.py's nvcc list is in FLAGS."""
+    script = script_module()
+    listed = re.search(r"^\s*nvcc = \[(.*?)\]", (ROOT / "setup.py").read_text(), re.M | re.S)
+    flags = re.findall(r'"([^"]+)"', listed.group(1))
+    assert "-ftz=true" in flags
+    assert [f for f in flags if f != "-lineinfo"] == [f for f in script.FLAGS if not f.startswith(("-D", "-I"))]

@@ -48,6 +48,12 @@ def _segsum(v, strict=False):
     return sums.masked_fill(upper if strict else steps[:, None] < steps, -torch.inf)
 
 
+def _from_earlier(decays, states):
+    """Row c of ``decays`` (..., n, n) shifted to row c + 1 and applied to ``states`` (..., n, F): what the chunks
+    before c leave at c's start, when decays[c, c'] is the decay from c' (exclusive) to c (inclusive)."""
+    return F.pad(decays, (0, 0, 1, 0))[..., :-1, :] @ states
+
+
 def _entering_states(states, totals):
     """The state entering each chunk, Σ_{c'<c} exp(Σ_{c'<i<c} total_i) states_c', (..., n, F), from each chunk's own
     contribution at its end, states (..., n, F), and its log-decay, totals (..., n). Up to CARRY chunks: one
@@ -56,14 +62,14 @@ def _entering_states(states, totals):
     chunks themselves)."""
     n = totals.shape[-1]
     if n <= CARRY:
-        return F.pad(torch.exp(_segsum(totals)), (0, 0, 1, 0))[..., :-1, :] @ states  # [c, c'] = Π_{c'<i<c}
+        return _from_earlier(torch.exp(_segsum(totals)), states)  # [c, c'] = Π_{c'<i<c}
     group = -(-n // -(-n // CARRY))  # up to CARRY chunks a group, evened out
     n_groups = -(-n // group)
     pad = n_groups * group - n  # chunks past the end: decay 1, no state; they come last and are cut
     s = F.pad(states, (0, 0, 0, pad)).unflatten(-2, (n_groups, group))  # (..., groups, group, F)
     t = F.pad(totals, (0, pad)).unflatten(-1, (n_groups, group))
     seg = torch.exp(_segsum(t))  # (..., groups, group, group)
-    within = F.pad(seg, (0, 0, 1, 0))[..., :-1, :] @ s  # from the earlier chunks of the same group
+    within = _from_earlier(seg, s)  # from the earlier chunks of the same group
     own = seg[..., -1:, :] @ s  # each group's state at its end, (..., groups, 1, F)
     entering = _entering_states(own.squeeze(-2), t.sum(-1))  # (..., groups, F)
     into = torch.exp(torch.cumsum(F.pad(t[..., :-1], (1, 0)), -1))  # Π_{start<=i<c}: the group's entering state

@@ -116,6 +116,7 @@ __global__ void __launch_bounds__(kThreads) solve_kernel(
   // A run's loads are issued together, before any use (one memory latency a run, where a node's dependent loads
   // took one or more each): f(k, v) for its kRun nodes, those past the window's end reading its last node again
   // (in bounds, unused), so no branch separates the loads.
+  auto run_size = [](int64_t run, int64_t end) { return end - run < kRun ? static_cast<int>(end - run) : kRun; };
   auto load_run = [&](int64_t run, int n, auto&& f) {
     for (int k = 0; k < kRun; ++k) f(k, run + (k < n ? k : n - 1));
   };
@@ -142,7 +143,7 @@ __global__ void __launch_bounds__(kThreads) solve_kernel(
     for (int64_t run = s + group * kRun; active && run < e; run += stride) {  // this group's runs of the window
       // The run's loads first (its nodes' entries are no one's parents in this window: the atomics below
       // cannot touch them).
-      const int n = e - run < kRun ? static_cast<int>(e - run) : kRun;
+      const int n = run_size(run, e);
       real_t pivot[kRun];
       acc_t rhs_v[kRun], w[kRun];
       int64_t par[kRun];
@@ -188,7 +189,7 @@ __global__ void __launch_bounds__(kThreads) solve_kernel(
     for (int64_t run = a + group * kRun; active && run < e; run += stride) {
       // The run's loads first: its own entries, its weights, its parents' solutions (written by earlier
       // windows: every parent lies at or beyond e; a root reads its own entry, unused).
-      const int n = e - run < kRun ? static_cast<int>(e - run) : kRun;
+      const int n = run_size(run, e);
       acc_t y[kRun], w[kRun], xp[kRun];
       real_t pivot[kRun];
       int64_t par[kRun];
@@ -221,7 +222,7 @@ __global__ void __launch_bounds__(kThreads) solve_kernel(
   int64_t run_row = -1;
   acc_t run_sum{};
   for (int64_t run = first; run < last; run += kRun) {  // runs of kRun nodes, their loads issued together
-    const int n = last - run < kRun ? static_cast<int>(last - run) : kRun;
+    const int n = run_size(run, last);
     int64_t par[kRun], rows[kRun];
     acc_t xv[kRun], gv[kRun], xp[kRun], gp[kRun], old[kRun];
     load_run(run, n, [&](int k, int64_t v) {

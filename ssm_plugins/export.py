@@ -26,6 +26,7 @@ import torch
 from .ops import reference
 from .ops.myo import static_solve
 from .ops.reference.selective_scan import low_rank_delta
+from .ops.selective_scan import STATE_EVERY
 
 __all__ = ["decompositions", "export_program", "export_onnx", "fold_weight_only"]
 
@@ -55,12 +56,12 @@ def linear_recurrence(log_a: torch.Tensor, b: torch.Tensor, chunk: int = 32) -> 
 
 def _selective_scan_fwd(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, delta_proj=None,
                         reverse=False):
-    """The S6 scan (same contract as ``ops.reference.selective_scan`` with the last state) via linear_recurrence."""
+    """The S6 scan via linear_recurrence: the op's out, last state and saved states (ops.selective_scan)."""
     if reverse:
         flip = (lambda t: None if t is None else t.flip(-1))
-        out, last = _selective_scan_fwd(flip(u), flip(delta), A, flip(B), flip(C), D, flip(z), delta_bias,
-                                        delta_softplus, delta_proj)
-        return out.flip(-1), last
+        out, last, states = _selective_scan_fwd(flip(u), flip(delta), A, flip(B), flip(C), D, flip(z), delta_bias,
+                                                delta_softplus, delta_proj)
+        return out.flip(-1), last, states  # the saved states are in scan order
     acc = torch.float64 if u.dtype == torch.float64 else torch.float32
     batch, dim, length = u.shape
     x = u.to(acc)
@@ -84,7 +85,8 @@ def _selective_scan_fwd(u, delta, A, B, C, D=None, z=None, delta_bias=None, delt
         y = y + D.to(acc)[:, None] * x
     if z is not None:
         y = y * torch.nn.functional.silu(z.to(acc))
-    return y.to(u.dtype), h[:, :, -1]
+    every = STATE_EVERY  # the states entering steps every, 2 every, ... below length
+    return y.to(u.dtype), h[:, :, -1], h[:, :, every - 1:length - 1:every].contiguous()
 
 
 def _strict_scan(x, delta, A, B, C, hydra_shift):

@@ -21,18 +21,15 @@ c10::optional<at::Tensor> flip_time(const c10::optional<at::Tensor>& t) {
   return c10::nullopt;
 }
 
-std::tuple<at::Tensor, at::Tensor> selective_scan_fwd_cuda(const at::Tensor& u_, const at::Tensor& delta_,
-                                                           const at::Tensor& A_, const at::Tensor& B_,
-                                                           const at::Tensor& C_, const c10::optional<at::Tensor>& D_,
-                                                           const c10::optional<at::Tensor>& z_,
-                                                           const c10::optional<at::Tensor>& delta_bias_,
-                                                           bool delta_softplus,
-                                                           const c10::optional<at::Tensor>& delta_proj_,
-                                                           bool reverse) {
-  if (reverse) {
-    auto [out, last] = selective_scan_fwd_cuda(u_.flip(-1), delta_.flip(-1), A_, B_.flip(-1), C_.flip(-1), D_,
-                                               flip_time(z_), delta_bias_, delta_softplus, delta_proj_, false);
-    return {in_layout_of(u_, out.flip(-1)), last};
+FwdResult selective_scan_fwd_cuda(const at::Tensor& u_, const at::Tensor& delta_, const at::Tensor& A_,
+                                  const at::Tensor& B_, const at::Tensor& C_, const c10::optional<at::Tensor>& D_,
+                                  const c10::optional<at::Tensor>& z_, const c10::optional<at::Tensor>& delta_bias_,
+                                  bool delta_softplus, const c10::optional<at::Tensor>& delta_proj_, bool reverse) {
+  if (reverse) {  // chunk_states are in scan order: the flipped scan's, as they are
+    auto [out, last, states] = selective_scan_fwd_cuda(u_.flip(-1), delta_.flip(-1), A_, B_.flip(-1), C_.flip(-1),
+                                                       D_, flip_time(z_), delta_bias_, delta_softplus, delta_proj_,
+                                                       false);
+    return {in_layout_of(u_, out.flip(-1)), last, states};
   }
   const ScanShape s = check_fwd(u_, delta_, A_, B_, C_, D_, z_, delta_bias_, delta_proj_);
   const c10::cuda::CUDAGuard guard(u_.device());
@@ -42,28 +39,31 @@ std::tuple<at::Tensor, at::Tensor> selective_scan_fwd_cuda(const at::Tensor& u_,
   auto proj = opt_contiguous(delta_proj_);
   auto out = at::empty_like(u, at::MemoryFormat::Contiguous);
   auto last_state = at::zeros({s.batch, s.dim, s.N}, A.options());
+  auto chunk_states = empty_chunk_states(s, A);
   auto ptr = [](const c10::optional<at::Tensor>& t) -> const void* { return t ? t->data_ptr() : nullptr; };
   const bool bc_input_dtype = B.scalar_type() != A.scalar_type();  // B, C in u's dtype (check_fwd)
   cuda::selective_scan_fwd_launch(static_cast<int>(dtype_code(u)), bc_input_dtype, s.batch, s.dim, s.L, s.N, s.groups,
                                   u.data_ptr(), delta.data_ptr(), ptr(z), A.data_ptr(), B.data_ptr(), C.data_ptr(),
                                   ptr(D), ptr(bias), delta_softplus, ptr(proj), s.rank, s.delta_groups,
-                                  out.data_ptr(), last_state.data_ptr(), c10::cuda::getCurrentCUDAStream().stream());
-  return {in_layout_of(u_, out), last_state};
+                                  out.data_ptr(), last_state.data_ptr(), chunk_states.data_ptr(),
+                                  c10::cuda::getCurrentCUDAStream().stream());
+  return {in_layout_of(u_, out), last_state, chunk_states};
 }
 
 BwdResult selective_scan_bwd_cuda(const at::Tensor& u_, const at::Tensor& delta_, const at::Tensor& A_,
                                   const at::Tensor& B_, const at::Tensor& C_, const c10::optional<at::Tensor>& D_,
                                   const c10::optional<at::Tensor>& z_, const c10::optional<at::Tensor>& delta_bias_,
                                   bool delta_softplus, const at::Tensor& grad_out_,
-                                  const c10::optional<at::Tensor>& grad_last_state_, bool reverse) {
+                                  const c10::optional<at::Tensor>& grad_last_state_, bool reverse,
+                                  const c10::optional<at::Tensor>& chunk_states_) {
   if (reverse) {
     auto [du, ddelta, dA, dB, dC, dD, dz, dbias] = selective_scan_bwd_cuda(
         u_.flip(-1), delta_.flip(-1), A_, B_.flip(-1), C_.flip(-1), D_, flip_time(z_), delta_bias_, delta_softplus,
-        grad_out_.flip(-1), grad_last_state_, false);
+        grad_out_.flip(-1), grad_last_state_, false, chunk_states_);
     return {du.flip(-1), ddelta.flip(-1), dA, dB.flip(-1), dC.flip(-1), dD, flip_time(dz), dbias};
   }
   const ScanShape s = check_fwd(u_, delta_, A_, B_, C_, D_, z_, delta_bias_);
-  check_bwd(s, u_, grad_out_, grad_last_state_);
+  check_bwd(s, u_, grad_out_, grad_last_state_, chunk_states_, A_);
   const c10::cuda::CUDAGuard guard(u_.device());
   auto u = u_.contiguous(), delta = delta_.contiguous(), A = A_.contiguous(), B = B_.contiguous(),
        C = C_.contiguous();
@@ -82,8 +82,9 @@ BwdResult selective_scan_bwd_cuda(const at::Tensor& u_, const at::Tensor& delta_
   auto dC = at::zeros(C.sizes(), acc);
   auto dD = at::zeros({s.dim}, acc);
   auto dbias = at::zeros({s.dim}, acc);
-  // Scratch: the state entering every chunk of every row, from a forward pre-pass (none for rows of one chunk).
-  auto scratch = at::empty({cuda::selective_scan_bwd_scratch(s.batch, s.dim, s.L, s.N)}, acc);
+  // The state entering each chunk of a long row: the forward's, or else a pre-pass fills the scratch.
+  auto chunk_states = opt_contiguous(chunk_states_);
+  auto scratch = at::empty({chunk_states ? 0 : cuda::selective_scan_bwd_scratch(s.batch, s.dim, s.L, s.N)}, acc);
   auto ptr = [](const c10::optional<at::Tensor>& t) -> const void* { return t ? t->data_ptr() : nullptr; };
   auto mptr = [](c10::optional<at::Tensor>& t) -> void* { return t ? t->data_ptr() : nullptr; };
   const bool bc_input_dtype = B.scalar_type() != A.scalar_type();  // B, C in u's dtype (check_fwd)
@@ -91,7 +92,7 @@ BwdResult selective_scan_bwd_cuda(const at::Tensor& u_, const at::Tensor& delta_
                                   u.data_ptr(), delta.data_ptr(), ptr(z), A.data_ptr(), B.data_ptr(), C.data_ptr(),
                                   ptr(D), ptr(bias), delta_softplus, grad_out.data_ptr(), ptr(grad_last),
                                   du.data_ptr(), ddelta.data_ptr(), mptr(dz), dA.data_ptr(), dB.data_ptr(),
-                                  dC.data_ptr(), dD.data_ptr(), dbias.data_ptr(), scratch.data_ptr(),
+                                  dC.data_ptr(), dD.data_ptr(), dbias.data_ptr(), ptr(chunk_states), scratch.data_ptr(),
                                   c10::cuda::getCurrentCUDAStream().stream());
   c10::optional<at::Tensor> dD_out, dbias_out;
   if (D) dD_out = dD;
@@ -106,10 +107,11 @@ TORCH_LIBRARY_FRAGMENT(ssm_plugins, m) {
   m.def(
       "selective_scan_fwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
       "Tensor? delta_bias, bool delta_softplus, Tensor? delta_proj=None, bool reverse=False) -> "
-      "(Tensor out, Tensor last_state)");
+      "(Tensor out, Tensor last_state, Tensor chunk_states)");
   m.def(
       "selective_scan_bwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
-      "Tensor? delta_bias, bool delta_softplus, Tensor grad_out, Tensor? grad_last_state, bool reverse=False) -> "
+      "Tensor? delta_bias, bool delta_softplus, Tensor grad_out, Tensor? grad_last_state, bool reverse=False, "
+      "Tensor? chunk_states=None) -> "
       "(Tensor grad_u, Tensor grad_delta, Tensor grad_A, Tensor grad_B, Tensor grad_C, Tensor? grad_D, "
       "Tensor? grad_z, Tensor? grad_delta_bias)");
 }

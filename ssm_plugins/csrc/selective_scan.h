@@ -12,6 +12,8 @@
 //                                         dim % groups == 0
 //   D, delta_bias (dim,)                  accumulation dtype
 //   out           (batch, dim, L)         dtype of u;  last_state (batch, dim, N) accumulation dtype
+//   chunk_states  (batch, dim, S, N)      accumulation dtype: the state entering steps 1024, 2048, ... below L
+//                                         (in scan order; S = saved_states(L), kStateEvery in cuda/selective_scan.h)
 // h_t = exp(dt_t A) h_{t-1} + dt_t B_t u_t ;  y_t = C_t . h_t + D u_t ;  out = y * silu(z)
 // with dt_t = delta_t + delta_bias, passed through softplus when delta_softplus.
 // selective_scan_fwd's optional delta_proj (dim, R), accumulation dtype, makes delta low rank: delta is then
@@ -21,11 +23,14 @@
 // reverse (both ops): the recurrence runs from t = L - 1 down to 0 (h_t from h_{t+1}; last_state is h_0), i.e. the
 // scan of the time-flipped inputs, flipped back; the kernels read and write the rows in reverse order.
 //
-// selective_scan_bwd takes the forward's inputs plus grad_out (batch, dim, L) and an optional
-// grad_last_state (batch, dim, N) and returns the gradients of u, delta, A, B, C, D, z, delta_bias
-// (the last three None when the input was absent), each in its input's dtype.
+// selective_scan_bwd takes the forward's inputs plus grad_out (batch, dim, L), an optional
+// grad_last_state (batch, dim, N) and, optionally, the forward's chunk_states, and returns the gradients of u,
+// delta, A, B, C, D, z, delta_bias (the last three None when the input was absent), each in its input's dtype.
+// The CUDA backward starts its chunks of a long row from chunk_states (without them it runs a forward pre-pass);
+// the CPU backward keeps its own checkpoints and only checks them.
 #pragma once
 #include "common.h"
+#include "cuda/selective_scan.h"  // kStateEvery, saved_states (plain C++)
 
 #include <tuple>
 
@@ -96,29 +101,39 @@ using BwdResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at:
                              c10::optional<at::Tensor>, c10::optional<at::Tensor>>;
 
 inline void check_bwd(const ScanShape& s, const at::Tensor& u, const at::Tensor& grad_out,
-                      const c10::optional<at::Tensor>& grad_last_state) {
+                      const c10::optional<at::Tensor>& grad_last_state,
+                      const c10::optional<at::Tensor>& chunk_states, const at::Tensor& A) {
   SSM_CHECK(grad_out.sizes() == u.sizes(), "selective_scan_bwd: grad_out must be (batch, dim, L)");
   if (grad_last_state.has_value()) {
     SSM_CHECK(grad_last_state->dim() == 3 && grad_last_state->size(0) == s.batch &&
                   grad_last_state->size(1) == s.dim && grad_last_state->size(2) == s.N,
               "selective_scan_bwd: grad_last_state must be (batch, dim, N)");
   }
+  if (chunk_states.has_value()) {
+    SSM_CHECK(chunk_states->sizes() == at::IntArrayRef({s.batch, s.dim, saved_states(s.L), s.N}) &&
+                  chunk_states->scalar_type() == A.scalar_type(),
+              "selective_scan_bwd: chunk_states must be the forward's: (batch, dim, (L - 1) / 1024, N) in A's dtype");
+  }
+}
+
+// The forward's third output, before its kernel fills it.
+inline at::Tensor empty_chunk_states(const ScanShape& s, const at::Tensor& A) {
+  return at::empty({s.batch, s.dim, saved_states(s.L), s.N}, A.options());
 }
 
 }  // namespace
 
 // The ops' kernels, registered in selective_scan.cpp.
-std::tuple<at::Tensor, at::Tensor> selective_scan_fwd_cpu(const at::Tensor& u, const at::Tensor& delta,
-                                                          const at::Tensor& A, const at::Tensor& B,
-                                                          const at::Tensor& C, const c10::optional<at::Tensor>& D,
-                                                          const c10::optional<at::Tensor>& z,
-                                                          const c10::optional<at::Tensor>& delta_bias,
-                                                          bool delta_softplus,
-                                                          const c10::optional<at::Tensor>& delta_proj, bool reverse);
+using FwdResult = std::tuple<at::Tensor, at::Tensor, at::Tensor>;  // out, last_state, chunk_states
+FwdResult selective_scan_fwd_cpu(const at::Tensor& u, const at::Tensor& delta, const at::Tensor& A, const at::Tensor& B,
+                                 const at::Tensor& C, const c10::optional<at::Tensor>& D,
+                                 const c10::optional<at::Tensor>& z, const c10::optional<at::Tensor>& delta_bias,
+                                 bool delta_softplus, const c10::optional<at::Tensor>& delta_proj, bool reverse);
 BwdResult selective_scan_bwd_cpu(const at::Tensor& u, const at::Tensor& delta, const at::Tensor& A,
                                  const at::Tensor& B, const at::Tensor& C, const c10::optional<at::Tensor>& D,
                                  const c10::optional<at::Tensor>& z, const c10::optional<at::Tensor>& delta_bias,
                                  bool delta_softplus, const at::Tensor& grad_out,
-                                 const c10::optional<at::Tensor>& grad_last_state, bool reverse);
+                                 const c10::optional<at::Tensor>& grad_last_state, bool reverse,
+                                 const c10::optional<at::Tensor>& chunk_states);
 
 }  // namespace ssm_plugins

@@ -338,10 +338,11 @@ BwdResult selective_scan_bwd_cpu(const at::Tensor& u_, const at::Tensor& delta_,
                                  const at::Tensor& B, const at::Tensor& C, const c10::optional<at::Tensor>& D_,
                                  const c10::optional<at::Tensor>& z_, const c10::optional<at::Tensor>& delta_bias_,
                                  bool delta_softplus, const at::Tensor& grad_out_,
-                                 const c10::optional<at::Tensor>& grad_last_state_, bool reverse) {
+                                 const c10::optional<at::Tensor>& grad_last_state_, bool reverse,
+                                 const c10::optional<at::Tensor>& chunk_states) {
   ScanShape s = check_fwd(u_, delta_, A, B, C, D_, z_, delta_bias_);
   s.reverse = reverse;
-  check_bwd(s, u_, grad_out_, grad_last_state_);
+  check_bwd(s, u_, grad_out_, grad_last_state_, chunk_states, A);  // checked, not read: the CPU rows checkpoint
   if (s.batch * s.dim == 0 || s.L == 0) {
     auto zeros = [](const at::Tensor& t) { return at::zeros_like(t, at::MemoryFormat::Contiguous); };
     auto opt_zeros = [&](const c10::optional<at::Tensor>& t) -> c10::optional<at::Tensor> {

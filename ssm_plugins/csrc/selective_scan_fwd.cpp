@@ -33,6 +33,7 @@ struct FwdTask {
   const acc_t* low;   // low + ((c0_in_group + l) / per_delta_group) * R * Lpad (c0_in_group: c0 in its group)
   const acc_t* proj;  // (lanes, R) rows of delta_proj
   acc_t* last;        // (lanes, N) rows of last_state
+  acc_t* saved;       // (lanes, saved_states(L), N) rows of chunk_states
   // the thread's buffers: rows (W, Lpad); x, dt, z, y (Lpad, W); lane parameters ((N + 2) * W); state (N * W)
   acc_t *rows, *x, *dt, *zl, *y, *params, *h;
 };
@@ -171,26 +172,33 @@ SSM_INLINE void fwd_block(const FwdTask<scalar_t, acc_t>& k) {
   const V skip_v = S::load(skip);
   const acc_t *BT = k.BT, *CT = k.CT, *x = k.x, *dt = k.dt, *z = k.z ? k.zl : nullptr;
   acc_t* y = k.y;
-  for (int64_t t = 0; t < L; ++t) {
-    const V d = S::load(dt + t * W), xv = S::load(x + t * W), dx = d * xv;
-    const acc_t* Bt = BT + t * Npad;
-    const acc_t* Ct = CT + t * Npad;
-    V acc = skip_v * xv;
+  const int64_t saves = saved_states(L);
+  auto store_state = [&](acc_t* dst, int64_t stride) {  // lane l's state to dst + l * stride
+    for (int64_t l = 0; l < k.lanes; ++l)
+      for (int64_t n = 0; n < N; ++n) dst[l * stride + n] = h[n][l];
+  };
+  for (int64_t t0 = 0; t0 < L; t0 += kStateEvery) {  // a saved state enters each span but the first
+    if (t0 > 0) store_state(k.saved + (t0 / kStateEvery - 1) * N, saves * N);
+    for (int64_t t = t0, end = std::min(L, t0 + kStateEvery); t < end; ++t) {
+      const V d = S::load(dt + t * W), xv = S::load(x + t * W), dx = d * xv;
+      const acc_t* Bt = BT + t * Npad;
+      const acc_t* Ct = CT + t * Npad;
+      V acc = skip_v * xv;
 #pragma GCC unroll 16
-    for (int64_t n = 0; n < N; ++n) {
-      h[n] = E::of(d * S::load(A + n * W)) * h[n] + dx * Bt[n];
-      acc += Ct[n] * h[n];
+      for (int64_t n = 0; n < N; ++n) {
+        h[n] = E::of(d * S::load(A + n * W)) * h[n] + dx * Bt[n];
+        acc += Ct[n] * h[n];
+      }
+      if (z) {
+        const V zv = S::load(z + t * W);
+        acc = acc * zv * S::sigmoid(zv);
+      }
+      S::store(y + t * W, acc);
     }
-    if (z) {
-      const V zv = S::load(z + t * W);
-      acc = acc * zv * S::sigmoid(zv);
-    }
-    S::store(y + t * W, acc);
   }
 
   store_lanes(k.out, k.rows, y, k.lanes, L, Lpad, k.reverse);
-  for (int64_t l = 0; l < k.lanes; ++l)
-    for (int64_t n = 0; n < N; ++n) k.last[l * N + n] = h[n][l];
+  store_state(k.last, N);
 }
 
 // ---- ISA variants of the block, picked at run time --------------------------------------------------
@@ -231,7 +239,8 @@ void fwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tensor& d
                     const c10::optional<at::Tensor>& z, const at::Tensor& A, const at::Tensor& B,
                     const at::Tensor& C, const c10::optional<at::Tensor>& D,
                     const c10::optional<at::Tensor>& delta_bias, bool softplus_dt,
-                    const c10::optional<at::Tensor>& delta_proj, at::Tensor& out, at::Tensor& last_state) {
+                    const c10::optional<at::Tensor>& delta_proj, at::Tensor& out, at::Tensor& last_state,
+                    at::Tensor& chunk_states) {
   using acc_t = at::opmath_type<scalar_t>;
   constexpr int W = Simd<acc_t>::W;
   const int64_t Npad = round_up(s.N, W), Lpad = round_up(s.L, W);
@@ -252,6 +261,8 @@ void fwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tensor& d
     return Rows<T>{base + b * t.stride(0) + c * t.stride(1), t.stride(1), t.stride(2)};
   };
   acc_t* last_p = last_state.data_ptr<acc_t>();
+  acc_t* saved_p = chunk_states.data_ptr<acc_t>();
+  const int64_t saves = saved_states(s.L);
   const int64_t updates = s.batch * s.dim * s.L * s.N;
   dynamic_for(s.batch * s.groups * blocks, 1, threads_for(updates), [&](auto take) {
     AlignedBuffer<acc_t> buf(5 * W * Lpad + (2 * s.N + 2) * W);
@@ -291,6 +302,7 @@ void fwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tensor& d
           k.proj = proj_p + c0 * s.rank;
         }
         k.last = last_p + row0 * s.N;
+        k.saved = saved_p + row0 * saves * s.N;
         block(k);
       }
     }
@@ -299,13 +311,10 @@ void fwd_cpu_kernel(const ScanShape& s, const at::Tensor& u, const at::Tensor& d
 
 }  // namespace
 
-std::tuple<at::Tensor, at::Tensor> selective_scan_fwd_cpu(const at::Tensor& u_, const at::Tensor& delta_,
-                                                          const at::Tensor& A, const at::Tensor& B,
-                                                          const at::Tensor& C, const c10::optional<at::Tensor>& D_,
-                                                          const c10::optional<at::Tensor>& z_,
-                                                          const c10::optional<at::Tensor>& delta_bias_,
-                                                          bool delta_softplus,
-                                                          const c10::optional<at::Tensor>& delta_proj_, bool reverse) {
+FwdResult selective_scan_fwd_cpu(const at::Tensor& u_, const at::Tensor& delta_, const at::Tensor& A,
+                                 const at::Tensor& B, const at::Tensor& C, const c10::optional<at::Tensor>& D_,
+                                 const c10::optional<at::Tensor>& z_, const c10::optional<at::Tensor>& delta_bias_,
+                                 bool delta_softplus, const c10::optional<at::Tensor>& delta_proj_, bool reverse) {
   ScanShape s = check_fwd(u_, delta_, A, B, C, D_, z_, delta_bias_, delta_proj_);
   s.reverse = reverse;
   // u, a full delta, z and out are read and written through their strides (token-major ones too: lane loads);
@@ -315,12 +324,13 @@ std::tuple<at::Tensor, at::Tensor> selective_scan_fwd_cpu(const at::Tensor& u_, 
   const c10::optional<at::Tensor>& z = z_;
   auto D = opt_contiguous(D_), bias = opt_contiguous(delta_bias_), proj = opt_contiguous(delta_proj_);
   auto out = at::empty_like(u);
-  if (s.batch * s.dim == 0 || s.L == 0) return {out, at::zeros({s.batch, s.dim, s.N}, A.options())};
+  auto chunk_states = empty_chunk_states(s, A);
+  if (s.batch * s.dim == 0 || s.L == 0) return {out, at::zeros({s.batch, s.dim, s.N}, A.options()), chunk_states};
   auto last_state = at::empty({s.batch, s.dim, s.N}, A.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, u.scalar_type(), "selective_scan_fwd_cpu", [&] {
-    fwd_cpu_kernel<scalar_t>(s, u, delta, z, A, B, C, D, bias, delta_softplus, proj, out, last_state);
+    fwd_cpu_kernel<scalar_t>(s, u, delta, z, A, B, C, D, bias, delta_softplus, proj, out, last_state, chunk_states);
   });
-  return {out, last_state};
+  return {out, last_state, chunk_states};
 }
 
 }  // namespace ssm_plugins

@@ -8,6 +8,9 @@ from . import _backend, _validate, reference
 
 _OP = "selective_scan_fwd"
 _BWD = "selective_scan_bwd"
+# The forward op's third output holds the state entering every STATE_EVERY-th step (kStateEvery in
+# csrc/cuda/selective_scan.h): the CUDA backward starts its chunks of a long row there.
+STATE_EVERY = 1024
 # Both compiled ops (a stale build may lack the backward): the kernels run only as a pair.
 _COMPILED = hasattr(torch.ops.ssm_plugins, _OP) and hasattr(torch.ops.ssm_plugins, _BWD)
 
@@ -83,8 +86,8 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
     """
     args, delta_proj = _normalise(u, delta, A, B, C, D, z, delta_bias, delta_proj)
     if _backend.use_kernel(_OP, args[0]) and _COMPILED:
-        out, last_state = torch.ops.ssm_plugins.selective_scan_fwd(*args, bool(delta_softplus), delta_proj,
-                                                                   bool(reverse))
+        out, last_state, _ = torch.ops.ssm_plugins.selective_scan_fwd(*args, bool(delta_softplus), delta_proj,
+                                                                      bool(reverse))
     else:
         out, last_state = reference.selective_scan(*args, delta_softplus=delta_softplus, return_last_state=True,
                                                    delta_proj=delta_proj, reverse=reverse)
@@ -92,31 +95,42 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
 
 
 # ---- autograd, fake (meta) kernels and FLOP counts for the compiled ops ----------------------------
+def saved_states(length):
+    """How many states the forward op saves per row: one entering each step STATE_EVERY * s < length, s >= 1."""
+    return max(length - 1, 0) // STATE_EVERY
+
+
 # Registered only when the ops exist (the extension may be missing). The backward is the fused
-# selective_scan_bwd kernel: it recomputes the forward states per row, so nothing but the inputs is saved.
+# selective_scan_bwd kernel: it recomputes the forward states per row, so the inputs are saved and, of the
+# outputs, the states entering every STATE_EVERY-th step (a few per row).
 if _COMPILED:
 
     @torch.library.register_fake(f"ssm_plugins::{_OP}")
     def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, delta_proj=None, reverse=False):
         # out has u's layout (the CPU kernel reads and writes through strides, the CUDA glue copies into it)
-        return torch.empty_like(u), u.new_empty((u.shape[0], u.shape[1], A.shape[1]), dtype=A.dtype)
+        batch, dim, length = u.shape
+        return (torch.empty_like(u), u.new_empty((batch, dim, A.shape[1]), dtype=A.dtype),
+                u.new_empty((batch, dim, saved_states(length), A.shape[1]), dtype=A.dtype))
 
     @torch.library.register_fake(f"ssm_plugins::{_BWD}")
-    def _bwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, grad_out, grad_last_state, reverse=False):
+    def _bwd_fake(u, delta, A, B, C, D, z, delta_bias, delta_softplus, grad_out, grad_last_state, reverse=False,
+                  chunk_states=None):
         like = (lambda t: None if t is None else t.new_empty(t.shape))  # contiguous, as the kernel writes them
         return (like(u), like(u), like(A), like(B), like(C), like(D), None if z is None else like(u), like(delta_bias))
 
     def _setup_context(ctx, inputs, output):
         tensors = [*inputs[:8], inputs[9] if len(inputs) > 9 else None]  # the 8 scan inputs and delta_proj
-        ctx.save_for_backward(*[t for t in tensors if t is not None])
+        ctx.save_for_backward(*[t for t in tensors if t is not None], output[2])
         ctx.present = [t is not None for t in tensors]
         ctx.delta_softplus = inputs[8]
         ctx.reverse = bool(inputs[10]) if len(inputs) > 10 else False
+        ctx.mark_non_differentiable(output[2])
         ctx.set_materialize_grads(False)  # an unused last_state needs no zero gradient
 
-    def _backward(ctx, grad_out, grad_last_state):
+    def _backward(ctx, grad_out, grad_last_state, grad_chunk_states):  # the saved states take no gradient
         saved = iter(ctx.saved_tensors)
         u, delta, A, B, C, D, z, delta_bias, delta_proj = [next(saved) if p else None for p in ctx.present]
+        chunk_states = next(saved)
         if grad_out is None:  # only last_state was used
             grad_out = torch.zeros_like(u)
         low = delta
@@ -124,7 +138,8 @@ if _COMPILED:
             low = low.to(A.dtype)  # once, for delta and for grad delta_proj
             delta = reference.low_rank_delta(low, delta_proj, A.dtype).to(u.dtype)
         grads = list(torch.ops.ssm_plugins.selective_scan_bwd(u, delta, A, B, C, D, z, delta_bias, ctx.delta_softplus,
-                                                              grad_out, grad_last_state, ctx.reverse))
+                                                              grad_out, grad_last_state, ctx.reverse,
+                                                              chunk_states))
         grad_proj = None
         if delta_proj is not None:  # chain rule through delta = delta_proj @ low, per group
             batch, groups, rank, length = low.shape
@@ -150,7 +165,7 @@ if _COMPILED:
 
     @register_flop_formula(getattr(torch.ops.ssm_plugins, _BWD))
     def _bwd_flops(u, delta, A, B, C, D, z, delta_bias, delta_softplus, grad_out, grad_last_state, reverse=False,
-                   out_shape=None, **kwargs):
+                   chunk_states=None, out_shape=None, **kwargs):
         # Per (batch, dim, L, N) step: the forward recomputed with grad C (9, as counted for the forward)
         # and the reverse recurrence (13: grad h, grad A, grad dt, grad u, grad B, carry); per
         # (batch, dim, L): 2 for the D skip and 4 for the z gate.

@@ -72,10 +72,12 @@ void cuda_harness_clear() {
 int selective_scan_fwd(int dtype, bool bc_input_dtype, int64_t batch, int64_t dim, int64_t L, int64_t N,
                        int64_t groups, const void* u, const void* delta, const void* z, const void* A, const void* B,
                        const void* C, const void* D, const void* delta_bias, bool delta_softplus,
-                       const void* delta_proj, int64_t rank, int64_t delta_groups, void* out, void* last_state) {
+                       const void* delta_proj, int64_t rank, int64_t delta_groups, void* out, void* last_state,
+                       void* chunk_states) {
   return guarded([&] {
     sc::selective_scan_fwd_launch(dtype, bc_input_dtype, batch, dim, L, N, groups, u, delta, z, A, B, C, D,
-                                  delta_bias, delta_softplus, delta_proj, rank, delta_groups, out, last_state, nullptr);
+                                  delta_bias, delta_softplus, delta_proj, rank, delta_groups, out, last_state,
+                                  chunk_states, nullptr);
   });
 }
 
@@ -87,11 +89,11 @@ int selective_scan_bwd(int dtype, bool bc_input_dtype, int64_t batch, int64_t di
                        int64_t groups, const void* u, const void* delta, const void* z, const void* A, const void* B,
                        const void* C, const void* D, const void* delta_bias, bool delta_softplus,
                        const void* grad_out, const void* grad_last_state, void* du, void* ddelta, void* dz, void* dA,
-                       void* dB, void* dC, void* dD, void* ddelta_bias, void* scratch) {
+                       void* dB, void* dC, void* dD, void* ddelta_bias, const void* chunk_states, void* scratch) {
   return guarded([&] {
     sc::selective_scan_bwd_launch(dtype, bc_input_dtype, batch, dim, L, N, groups, u, delta, z, A, B, C, D,
                                   delta_bias, delta_softplus, grad_out, grad_last_state, du, ddelta, dz, dA, dB, dC,
-                                  dD, ddelta_bias, scratch, nullptr);
+                                  dD, ddelta_bias, chunk_states, scratch, nullptr);
   });
 }
 

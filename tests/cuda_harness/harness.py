@@ -24,6 +24,8 @@ from pathlib import Path
 
 import torch
 
+from ssm_plugins.ops.selective_scan import saved_states
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 CUDA_SRC = ROOT / "ssm_plugins" / "csrc" / "cuda"
@@ -223,12 +225,16 @@ class Harness:
         rank, delta_groups = (0, 0) if proj is None else (proj.shape[1], delta.shape[1])
         out = _empty(dtype=u.dtype, like=u)
         last_state = torch.zeros(batch, dim, N, dtype=A.dtype)
-        self._run("selective_scan_fwd", (u, delta, A, B, C, D, z, bias, proj, out, last_state), DTYPE_CODE[u.dtype],
-                  B.dtype != A.dtype, batch, dim, L, N, groups, _p(u), _p(delta), _p(z), _p(A), _p(B), _p(C), _p(D),
-                  _p(bias), bool(delta_softplus), _p(proj), rank, delta_groups, _p(out), _p(last_state))
-        return out, last_state
+        chunk_states = _empty(batch, dim, saved_states(L), N, dtype=A.dtype)
+        self._run("selective_scan_fwd", (u, delta, A, B, C, D, z, bias, proj, out, last_state, chunk_states),
+                  DTYPE_CODE[u.dtype], B.dtype != A.dtype, batch, dim, L, N, groups, _p(u), _p(delta), _p(z), _p(A),
+                  _p(B), _p(C), _p(D), _p(bias), bool(delta_softplus), _p(proj), rank, delta_groups, _p(out),
+                  _p(last_state), _p(chunk_states))
+        return out, last_state, chunk_states
 
-    def selective_scan_bwd(self, u, delta, A, B, C, D, z, delta_bias, delta_softplus, grad_out, grad_last_state):
+    def selective_scan_bwd(self, u, delta, A, B, C, D, z, delta_bias, delta_softplus, grad_out, grad_last_state,
+                           chunk_states=None):
+        """The backward; without the forward's chunk_states it runs its forward pre-pass (as the op does)."""
         u, delta, A, B, C, D, z, bias = map(_contig, (u, delta, A, B, C, D, z, delta_bias))
         batch, dim, L = u.shape
         N, groups = A.shape[1], B.shape[1]
@@ -239,12 +245,14 @@ class Harness:
         dA = torch.zeros_like(A)
         dB, dC = torch.zeros_like(B, dtype=A.dtype), torch.zeros_like(C, dtype=A.dtype)  # atomics in A's dtype
         dD, dbias = torch.zeros(dim, dtype=A.dtype), torch.zeros(dim, dtype=A.dtype)
-        scratch = _empty(self.lib.selective_scan_bwd_scratch(batch, dim, L, N), dtype=A.dtype)
+        states = None if chunk_states is None else chunk_states.contiguous()
+        scratch = _empty(0 if states is not None else self.lib.selective_scan_bwd_scratch(batch, dim, L, N),
+                         dtype=A.dtype)
         self._run("selective_scan_bwd", (u, delta, A, B, C, D, z, bias, grad_out, grad_last, du, ddelta, dz, dA, dB,
-                                         dC, dD, dbias, scratch),
+                                         dC, dD, dbias, states, scratch),
                   DTYPE_CODE[u.dtype], B.dtype != A.dtype, batch, dim, L, N, groups, _p(u), _p(delta), _p(z), _p(A),
                   _p(B), _p(C), _p(D), _p(bias), bool(delta_softplus), _p(grad_out), _p(grad_last), _p(du),
-                  _p(ddelta), _p(dz), _p(dA), _p(dB), _p(dC), _p(dD), _p(dbias), _p(scratch))
+                  _p(ddelta), _p(dz), _p(dA), _p(dB), _p(dC), _p(dD), _p(dbias), _p(states), _p(scratch))
         return (du, ddelta, dA, dB.to(B.dtype), dC.to(C.dtype), dD if D is not None else None, dz,
                 dbias if bias is not None else None)
 

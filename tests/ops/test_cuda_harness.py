@@ -97,19 +97,39 @@ SCAN_CASES = [  # (batch, dim, length, n_state, groups, options)
     (2, 5, 37, 3, 1, ("D", "z", "bias", "softplus")),
     (1, 6, 130, 4, 3, ("D", "softplus")),  # several backward chunks, grouped B/C
     (3, 3, 1, 2, 3, ()),
-    (1, 2, 2100, 2, 1, ("D", "z", "bias", "softplus")),  # 128 threads x 16 steps: two chunks, state carried
+    # forward: 128 threads x 16 steps, two chunks, state carried; the states entering steps 1024 and 2048 saved
+    # (threads 64 and 0); backward: three chunks of 1024 from them, or from its pre-pass
+    (1, 2, 2100, 2, 1, ("D", "z", "bias", "softplus")),
 ]
 
 
 @pytest.mark.parametrize("dtype, case", matrix(FLOATS, len(SCAN_CASES)))
 def test_selective_scan(cuda, dtype, case):
     args, gen = scan_args(dtype, *SCAN_CASES[case])
-    assert_same(cuda.selective_scan_fwd(*args), OPS.selective_scan_fwd(*args), dtype, "fwd")
-    out, last = OPS.selective_scan_fwd(*args)
+    got = cuda.selective_scan_fwd(*args)
+    assert_same(got, OPS.selective_scan_fwd(*args), dtype, "fwd")  # the saved states too
+    out, last, states = got
     grad_out = randn(*out.shape, dtype=dtype, gen=gen)
     grad_last = randn(*last.shape, dtype=last.dtype, gen=gen) if case != 2 else None
-    assert_same(cuda.selective_scan_bwd(*args, grad_out, grad_last), OPS.selective_scan_bwd(*args, grad_out, grad_last),
-                dtype, "bwd")
+    want = OPS.selective_scan_bwd(*args, grad_out, grad_last)
+    assert_same(cuda.selective_scan_bwd(*args, grad_out, grad_last), want, dtype, "bwd (pre-pass)")
+    if states.numel():
+        assert_same(cuda.selective_scan_bwd(*args, grad_out, grad_last, states), want, dtype, "bwd (saved states)")
+
+
+def test_selective_scan_backward_starts_its_chunks_from_the_saved_states(cuda):
+    """Given the forward's states, the backward reads them instead of running its pre-pass: wrong states (zero)
+    give wrong gradients from the second chunk on."""
+    args, gen = scan_args(torch.float64, *SCAN_CASES[3])
+    out, _, states = cuda.selective_scan_fwd(*args)
+    grad_out = randn(*out.shape, gen=gen)
+    want = cuda.selective_scan_bwd(*args, grad_out, None, states)
+    wrong = cuda.selective_scan_bwd(*args, grad_out, None, torch.zeros_like(states))
+    # grad delta and C read the states (the adjoint, so grad u and B, does not): the first chunk, which starts
+    # from zero, is unchanged, the others are not
+    for i in (1, 4):
+        assert torch.equal(wrong[i][..., :1024], want[i][..., :1024])
+        assert rel_err(wrong[i][..., 1024:], want[i][..., 1024:]) > 1e-3
 
 
 @pytest.mark.parametrize("dtype", HALF)
@@ -119,7 +139,7 @@ def test_selective_scan_b_and_c_in_the_input_dtype(cuda, dtype, case):
     args, gen = scan_args(dtype, batch, dim, length, n_state, groups, (*options, "bc_input_dtype"))
     assert args[3].dtype == args[4].dtype == dtype
     assert_same(cuda.selective_scan_fwd(*args), OPS.selective_scan_fwd(*args), dtype, "fwd")
-    out, last = OPS.selective_scan_fwd(*args)
+    out = OPS.selective_scan_fwd(*args)[0]
     grad_out = randn(*out.shape, dtype=dtype, gen=gen)
     assert_same(cuda.selective_scan_bwd(*args, grad_out, None), OPS.selective_scan_bwd(*args, grad_out, None), dtype,
                 "bwd")
@@ -428,12 +448,12 @@ def test_selective_scan_long_sequence_large_delta_stays_finite(cuda, dtype):
     args, gen = scan_args(dtype, 1, 2, 16384, 3, 1, ("D", "z", "softplus"))
     args = list(args)
     args[1] = (args[1].float() * 4 + 6).to(dtype)  # large steps: exp(dt A) underflows towards 0
-    out, last = cuda.selective_scan_fwd(*args)
+    fwd = cuda.selective_scan_fwd(*args)
     want = OPS.selective_scan_fwd(*args)
-    assert torch.isfinite(want[0].float()).all() and torch.isfinite(out.float()).all()
-    assert_same((out, last), want, dtype, "fwd")
-    grad_out = randn(*out.shape, dtype=dtype, gen=gen)
-    got = cuda.selective_scan_bwd(*args, grad_out, None)
+    assert torch.isfinite(want[0].float()).all() and torch.isfinite(fwd[0].float()).all()
+    assert_same(fwd, want, dtype, "fwd")
+    grad_out = randn(*fwd[0].shape, dtype=dtype, gen=gen)
+    got = cuda.selective_scan_bwd(*args, grad_out, None, fwd[2])
     assert all(torch.isfinite(t.float()).all() for t in got if t is not None)
     assert_same(got, OPS.selective_scan_bwd(*args, grad_out, None), dtype, "bwd")
 
@@ -499,9 +519,12 @@ def test_kernels_are_right_with_all_warps_running_concurrently(cuda, op):
     try:
         if op == "selective_scan":
             args, gen = scan_args(torch.float32, *SCAN_CASES[3])  # 128-thread blocks, two chunks
-            assert_same(cuda.selective_scan_fwd(*args), OPS.selective_scan_fwd(*args), torch.float32)
+            fwd = cuda.selective_scan_fwd(*args)
+            assert_same(fwd, OPS.selective_scan_fwd(*args), torch.float32)
             g = randn(1, 2, 2100, dtype=torch.float32, gen=gen)
-            assert_same(cuda.selective_scan_bwd(*args, g, None), OPS.selective_scan_bwd(*args, g, None), torch.float32)
+            want = OPS.selective_scan_bwd(*args, g, None)
+            assert_same(cuda.selective_scan_bwd(*args, g, None), want, torch.float32)
+            assert_same(cuda.selective_scan_bwd(*args, g, None, fwd[2]), want, torch.float32)
         elif op == "essm":
             args, want = essm_bwd_case()  # 256-thread blocks reducing through shared memory
             assert_same(cuda.essm_kernel_bwd(*args), want, torch.float64)

@@ -65,7 +65,7 @@ def selective_scan_fwd(kind):
 
 def selective_scan_bwd(kind):
     args = _scan_args(kind)
-    out, last = OPS.selective_scan_fwd(*args)
+    out, last, _ = OPS.selective_scan_fwd(*args)
     grad_out = transposed(*out.shape, dtype=out.dtype) if kind != "plain" else torch.randn_like(out)
     grad_last = transposed(*last.shape) if kind != "plain" else None
     return [*args, grad_out, grad_last]

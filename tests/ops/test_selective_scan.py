@@ -10,7 +10,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ssm_plugins import ops
 from ssm_plugins.ops import _backend, reference, selective_scan
-from ssm_plugins.ops.selective_scan import _normalise as normalise
+from ssm_plugins.ops.selective_scan import _normalise as normalise, saved_states
 
 HAS_KERNEL = _backend.has_kernel("selective_scan_fwd", "cpu") and _backend.has_kernel("selective_scan_bwd", "cpu")
 needs_kernel = pytest.mark.skipif(not HAS_KERNEL, reason="ssm_plugins._C has no CPU selective_scan kernels")
@@ -399,7 +399,7 @@ def test_backward_op_contract():
     """The raw op: optional gradients are None when the input is absent; grad_last_state may be None."""
     kw = make(2, 4, 8, 3, None, torch.float32, D=False, z=False, bias=False)
     args = (kw["u"], kw["delta"], kw["A"], kw["B"][:, None], kw["C"][:, None], None, None, None, False)
-    out, last = torch.ops.ssm_plugins.selective_scan_fwd(*args)
+    out, last, _ = torch.ops.ssm_plugins.selective_scan_fwd(*args)
     g = torch.randn_like(out)
     res = torch.ops.ssm_plugins.selective_scan_bwd(*args, g, None)
     assert len(res) == 8 and res[5] is None and res[6] is None and res[7] is None
@@ -409,13 +409,47 @@ def test_backward_op_contract():
 
 
 @needs_kernel
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("length, reverse", [(1024, False), (1025, False), (3000, False), (3000, True)])
+def test_forward_saves_the_state_entering_every_1024th_step(monkeypatch, isa, length, reverse):
+    """The forward op's third output: the states entering steps 1024, 2048, ... (in scan order), each the last
+    state of the scan of the steps before it; the CUDA backward starts its chunks there."""
+    monkeypatch.setenv("SSM_PLUGINS_CPU_ISA", isa)
+    kw = make(2, 5, length, 3, None, torch.float64)
+    kw = {**kw, "B": kw["B"][:, None], "C": kw["C"][:, None]}
+    args = (kw["u"], kw["delta"], kw["A"], kw["B"], kw["C"], kw["D"], kw["z"], kw["delta_bias"], True, None, reverse)
+    states = torch.ops.ssm_plugins.selective_scan_fwd(*args)[2]
+    assert states.shape == (2, 5, (length - 1) // 1024, 3) and states.dtype == torch.float64
+    assert states.shape[2] == saved_states(length) and states.is_contiguous()
+    steps = (lambda t: t.flip(-1)) if reverse else (lambda t: t)  # scan order
+    for s in range(states.shape[2]):
+        prefix = {k: None if v is None or v.dim() < 3 else steps(steps(v)[..., :1024 * (s + 1)])
+                  for k, v in kw.items()}  # the first 1024 (s + 1) steps in scan order
+        prefix.update(A=kw["A"], D=kw["D"], delta_bias=kw["delta_bias"])
+        _, want = reference.selective_scan(**prefix, delta_softplus=True, return_last_state=True, reverse=reverse)
+        assert rel_err(states[:, :, s], want) < 1e-12, s
+
+
+@needs_kernel
+def test_backward_checks_the_saved_states():
+    kw = make(1, 2, 1500, 2, None, torch.float32, D=False, z=False, bias=False)
+    args = (kw["u"], kw["delta"], kw["A"], kw["B"][:, None], kw["C"][:, None], None, None, None, False)
+    out, last, states = torch.ops.ssm_plugins.selective_scan_fwd(*args)
+    assert states.shape == (1, 2, 1, 2)
+    grads = torch.ops.ssm_plugins.selective_scan_bwd(*args, torch.ones_like(out), None, False, states)
+    assert torch.isfinite(grads[0]).all()
+    with pytest.raises(RuntimeError, match=r"chunk_states must be the forward's: \(batch, dim, \(L - 1\) / 1024, N\)"):
+        torch.ops.ssm_plugins.selective_scan_bwd(*args, torch.ones_like(out), None, False, states[:, :, :0])
+
+
+@needs_kernel
 def test_opcheck():
     """Schemas, fake (meta) kernels and the autograd registration agree with the real kernels."""
     kw = make(2, 4, 6, 3, None, torch.float32, requires_grad=True)
     args = (kw["u"], kw["delta"], kw["A"], kw["B"][:, None], kw["C"][:, None], kw["D"], kw["z"], kw["delta_bias"], True)
     torch.library.opcheck(torch.ops.ssm_plugins.selective_scan_fwd, args)
     plain = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args)
-    out, last = torch.ops.ssm_plugins.selective_scan_fwd(*plain)
+    out, last, _ = torch.ops.ssm_plugins.selective_scan_fwd(*plain)
     torch.library.opcheck(torch.ops.ssm_plugins.selective_scan_bwd,
                           (*plain, torch.randn_like(out), torch.randn_like(last)))
 
@@ -551,7 +585,7 @@ def test_reverse_opcheck_and_gradcheck():
             None, True)
     torch.library.opcheck(torch.ops.ssm_plugins.selective_scan_fwd, args)
     plain = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args)
-    out, last = torch.ops.ssm_plugins.selective_scan_fwd(*plain)
+    out, last, _ = torch.ops.ssm_plugins.selective_scan_fwd(*plain)
     torch.library.opcheck(torch.ops.ssm_plugins.selective_scan_bwd,
                           (*plain[:9], torch.randn_like(out), torch.randn_like(last), True))
     kw = make(1, 3, 10, 2, None, torch.float64)

@@ -296,11 +296,13 @@ def test_saved_activation_memory_linear_in_length(op):
 
 @needs("selective_scan_fwd")
 def test_saved_bytes_counts_the_scan_inputs_exactly():
-    """The compiled scan saves its inputs and no states (the backward recomputes them): the counter must
-    find exactly their bytes, which also shows it counts each storage once."""
+    """The compiled scan saves its inputs and, of the states, only those entering every 1024th step (the
+    backward recomputes the rest): the counter must find exactly their bytes, which also shows it counts each
+    storage once."""
     forward, _ = memory._scan_problem(4096)
     dim, n_state, length = 4, 16, 4096
     want = 4 * (3 * dim * length + 2 * n_state * length + dim * n_state + 2 * dim)  # u, delta, z, B, C, A, D, bias
+    want += 4 * dim * 3 * n_state  # the states entering steps 1024, 2048 and 3072
     assert memory.saved_bytes(forward) == want
 
 

@@ -8,9 +8,11 @@
 // shared memory, and the state carried from the previous chunk. The output accumulates C_t h_t in
 // registers over n and is stored coalesced through shared memory.
 // The backward walks the chunks from last to first; per chunk and state it recomputes the forward scan from
-// the chunk's stored starting state (a forward pre-pass of the same kernel writes them, scanning every chunk but
-// the last; a row of one chunk starts from zero and needs no pre-pass), then runs the
-// adjoint recurrence as a reverse block scan of the same shape. Gradients shared by the row's steps (A, D,
+// the chunk's starting state, then runs the adjoint recurrence as a reverse block scan of the same shape. A row
+// of up to kStateEvery steps is one backward chunk, which starts from zero; longer rows have chunks of
+// kStateEvery steps, whose starting states the forward saves (the threads whose first step is a multiple of
+// kStateEvery write their entering state) or, where the caller has none, a forward pre-pass of the same kernel
+// writes (every chunk but the last, without C or outputs). Gradients shared by the row's steps (A, D,
 // delta_bias) are reduced within the block (warp shuffles, then shared memory) before one atomicAdd per
 // block; dB and dC get one atomicAdd per (row, step, state), as in mamba_ssm (a block holds one channel),
 // issued coalesced through the shared-memory stage.
@@ -201,9 +203,10 @@ struct Row {
 template <typename T>
 constexpr int kFp64 = std::is_same<T, double>::value;
 
-// Forward; last_state (batch * dim, N) receives the final state. Backward pre-pass: out and last_state null,
-// chunk_states receives the state entering each chunk, (batch * dim, n_chunks, N), and the last chunk (whose
-// exit state nothing reads) is not scanned.
+// Forward; last_state (batch * dim, N) receives the final state and chunk_states, unless null, the state entering
+// each step kStateEvery * s < L, s >= 1: (batch * dim, saved_states(L), N). Backward pre-pass (chunks of
+// kStateEvery): out and last_state null, chunk_states receives the same, and the last chunk (whose entry state
+// is all the backward reads of it) is not scanned.
 template <int kThreads, int kItems, typename T, typename BC>
 __global__ void __launch_bounds__(kThreads, kItems <= 8 && !kFp64<T> ? 768 / kThreads : 1)
     fwd_kernel(Args<T, BC> p, global_ptr<T> out, global_ptr<typename Acc<T>::type> last_state,
@@ -216,18 +219,24 @@ __global__ void __launch_bounds__(kThreads, kItems <= 8 && !kFp64<T> ? 768 / kTh
   const Row<T> r(p, kChunk);
   const int64_t b = r.b, d = r.d, row = r.row, g = r.g, n_chunks = r.n_chunks;
   const acc_t bias = r.bias, skip = r.skip;
+  static_assert(kStateEvery % kItems == 0, "a saved state must enter some thread's first step");
+  const int64_t saves = saved_states(p.L);
   for (int n = threadIdx.x; n < p.N; n += kThreads) carry[n] = acc_t(0);
   __syncthreads();
   for (int64_t c = 0; c < n_chunks; ++c) {
+    const int64_t t0 = c * kChunk;
     if (!out && c == n_chunks - 1) {  // pre-pass: the last chunk's entry state is all the backward reads of it
       if (threadIdx.x == 0) {  // thread 0 wrote carry: no barrier needed
-        for (int64_t n = 0; n < p.N; ++n) chunk_states[(row * n_chunks + c) * p.N + n] = carry[n];
+        for (int64_t n = 0; n < p.N; ++n) chunk_states[(row * saves + t0 / kStateEvery - 1) * p.N + n] = carry[n];
       }
       break;
     }
-    const int64_t t0 = c * kChunk;
     const int valid = static_cast<int>(p.L - t0 < kChunk ? p.L - t0 : kChunk);  // steps of the row in the chunk
     const int64_t first = t0 + threadIdx.x * kItems;  // this thread's first step
+    // a saved step: the state entering it goes to chunk_states
+    const bool saves_state = chunk_states && first > 0 && first < p.L && first % kStateEvery == 0;
+    global_ptr<acc_t> saved = chunk_states;
+    if (saves_state) saved = chunk_states + (row * saves + first / kStateEvery - 1) * p.N;
     acc_t u[kItems], dt[kItems], y[kItems];
     load_chunk<kItems, T>(p.u + row * p.L + t0, valid, stage, u, acc_t(0));
     if (p.delta_proj) {  // low rank: dt = delta_proj[d] . delta[b, group of d], one coalesced row per rank
@@ -251,7 +260,6 @@ __global__ void __launch_bounds__(kThreads, kItems <= 8 && !kFp64<T> ? 768 / kTh
       y[k] = skip * u[k];
     }
     for (int64_t n = 0; n < p.N; ++n) {
-      if (chunk_states && threadIdx.x == 0) chunk_states[(row * n_chunks + c) * p.N + n] = carry[n];
       const Decay<acc_t> decay(p.A[d * p.N + n]);
       const int64_t bc = ((b * p.groups + g) * p.N + n) * p.L + t0;
       acc_t Bv[kItems];
@@ -264,6 +272,7 @@ __global__ void __launch_bounds__(kThreads, kItems <= 8 && !kFp64<T> ? 768 / kTh
       }
       Pair<acc_t> total;
       const Pair<acc_t> before = block_scan<kThreads, false>(mine, Pair<acc_t>{acc_t(1), carry[n]}, warp_total, total);
+      if (saves_state) saved[n] = before.b;  // the state entering this thread's first step
       if (out) {  // the backward's pre-pass needs the chunk's end state alone: no C, no per-step states
         acc_t Cv[kItems];
         load_state_input<kItems, BC>(p.bc_vectors, p.C + bc, valid, stage, Cv);
@@ -357,7 +366,7 @@ __global__ void __launch_bounds__(kThreads, kFp64<T> ? 1 : 384 / kThreads)
       }
       // Forward recomputation of the chunk's states from its stored starting state; dC stored at once.
       Pair<acc_t> total;
-      const acc_t h0 = c == 0 ? acc_t(0) : chunk_states[(row * n_chunks + c) * p.N + n];
+      const acc_t h0 = c == 0 ? acc_t(0) : chunk_states[(row * (n_chunks - 1) + c - 1) * p.N + n];
       acc_t h = block_scan<kThreads, false>(mine, Pair<acc_t>{acc_t(1), h0}, warp_total, total).b;
       for (int k = 0; k < kItems; ++k) {
         ha[k] = a[k] * h;  // d h_t / d (dt_t A_n)
@@ -405,18 +414,22 @@ __global__ void __launch_bounds__(kThreads, kFp64<T> ? 1 : 384 / kThreads)
 }
 
 // Threads and steps per thread by sequence length (mamba_ssm's choice: short rows get narrow blocks). The
-// backward holds about three times the forward's per-step values in registers, so it takes half the steps
-// per thread above 256 (255 registers and spills at 16 steps on sm_90, ptxas -v); its forward pre-pass uses
-// the backward's chunks.
+// backward holds about three times the forward's per-step values in registers, so it takes 8 steps a thread
+// (255 registers and spills at 16 steps on sm_90, ptxas -v) and up to 128 threads: a row of up to kStateEvery
+// steps is one chunk, longer rows have chunks of kStateEvery, whose entering states the forward saved (the
+// pre-pass, where there are none, scans the backward's chunks).
 template <bool kBackward, typename F>
 void with_config(int64_t L, F&& f) {
-  constexpr int kLong = kBackward ? 8 : 16;
   if (L <= 256) {
     f(std::integral_constant<int, 32>{}, std::integral_constant<int, 8>{});
+  } else if (kBackward && L <= 512) {
+    f(std::integral_constant<int, 64>{}, std::integral_constant<int, 8>{});
+  } else if (kBackward) {
+    f(std::integral_constant<int, 128>{}, std::integral_constant<int, 8>{});
   } else if (L <= 1024) {
-    f(std::integral_constant<int, 64>{}, std::integral_constant<int, kLong>{});
+    f(std::integral_constant<int, 64>{}, std::integral_constant<int, 16>{});
   } else {
-    f(std::integral_constant<int, 128>{}, std::integral_constant<int, kLong>{});
+    f(std::integral_constant<int, 128>{}, std::integral_constant<int, 16>{});
   }
 }
 
@@ -461,15 +474,14 @@ int64_t selective_scan_chunk(int64_t L, bool backward) {
 }
 
 int64_t selective_scan_bwd_scratch(int64_t batch, int64_t dim, int64_t L, int64_t N) {
-  const int64_t chunk = selective_scan_chunk(L, true);
-  return batch * dim * ((L + chunk - 1) / chunk) * (N > 0 ? N : 1);
+  return batch * dim * saved_states(L) * N;
 }
 
 void selective_scan_fwd_launch(int dtype, bool bc_input_dtype, int64_t batch, int64_t dim, int64_t L, int64_t N,
                                int64_t groups, const void* u, const void* delta, const void* z, const void* A,
                                const void* B, const void* C, const void* D, const void* delta_bias,
                                bool delta_softplus, const void* delta_proj, int64_t rank, int64_t delta_groups,
-                               void* out, void* last_state, cudaStream_t stream) {
+                               void* out, void* last_state, void* chunk_states, cudaStream_t stream) {
   if (N > kMaxState) throw std::invalid_argument("ssm_plugins: selective_scan CUDA kernel supports N <= 256");
   if (batch * dim == 0 || L == 0) return;
   if (dim > 2147483647 || batch > 65535) throw std::invalid_argument("ssm_plugins: selective_scan: grid too large");
@@ -478,7 +490,7 @@ void selective_scan_fwd_launch(int dtype, bool bc_input_dtype, int64_t batch, in
     using BC = decltype(bc);
     launch_fwd<false>(make_args<T, BC>(batch, dim, L, N, groups, u, delta, z, A, B, C, D, delta_bias, delta_softplus,
                                        delta_proj, rank, delta_groups),
-                      out, last_state, nullptr, stream);
+                      out, last_state, chunk_states, stream);
   });
   check_launch("selective_scan_fwd");
 }
@@ -486,11 +498,16 @@ void selective_scan_fwd_launch(int dtype, bool bc_input_dtype, int64_t batch, in
 namespace {
 template <typename T, typename BC>
 void launch_bwd(const Args<T, BC>& p, const void* grad_out, const void* grad_last, void* du, void* ddelta, void* dz,
-                void* dA, void* dB, void* dC, void* dD, void* dbias, void* scratch, cudaStream_t stream) {
+                void* dA, void* dB, void* dC, void* dD, void* dbias, const void* chunk_states, void* scratch,
+                cudaStream_t stream) {
   using acc_t = typename Acc<T>::type;
-  if (p.L > selective_scan_chunk(p.L, true)) {  // the state entering every chunk after the first
+  if (p.L > kStateEvery && selective_scan_chunk(p.L, true) != kStateEvery) {
+    throw std::logic_error("ssm_plugins: selective_scan_bwd: a long row's chunks must be the saved states' spacing");
+  }
+  if (p.L > kStateEvery && !chunk_states) {  // none saved: the state entering every chunk after the first
     launch_fwd<true>(p, nullptr, nullptr, scratch, stream);
     check_launch("selective_scan_bwd (forward pre-pass)");
+    chunk_states = scratch;
   }
   const Grads<T> q{static_cast<const T*>(grad_out), static_cast<const acc_t*>(grad_last), static_cast<T*>(du),
                    static_cast<T*>(ddelta), static_cast<T*>(dz), static_cast<acc_t*>(dA), static_cast<acc_t*>(dB),
@@ -499,7 +516,7 @@ void launch_bwd(const Args<T, BC>& p, const void* grad_out, const void* grad_las
     const dim3 grid(static_cast<unsigned>(p.dim), static_cast<unsigned>(p.batch));
     launch_kernel(bwd_kernel<decltype(threads)::value, decltype(items)::value, T, BC>, grid, decltype(threads)::value,
                   decltype(threads)::value * decltype(items)::value * sizeof(acc_t), stream, p,
-                  q, static_cast<const acc_t*>(scratch));
+                  q, static_cast<const acc_t*>(chunk_states));
   });
 }
 }  // namespace
@@ -509,7 +526,7 @@ void selective_scan_bwd_launch(int dtype, bool bc_input_dtype, int64_t batch, in
                                const void* B, const void* C, const void* D, const void* delta_bias,
                                bool delta_softplus, const void* grad_out, const void* grad_last_state, void* du,
                                void* ddelta, void* dz, void* dA, void* dB, void* dC, void* dD, void* ddelta_bias,
-                               void* scratch, cudaStream_t stream) {
+                               const void* chunk_states, void* scratch, cudaStream_t stream) {
   if (N > kMaxState) throw std::invalid_argument("ssm_plugins: selective_scan CUDA kernel supports N <= 256");
   if (batch * dim == 0 || L == 0) return;
   if (dim > 2147483647 || batch > 65535) throw std::invalid_argument("ssm_plugins: selective_scan: grid too large");
@@ -517,7 +534,8 @@ void selective_scan_bwd_launch(int dtype, bool bc_input_dtype, int64_t batch, in
     using T = decltype(t);
     using BC = decltype(bc);
     launch_bwd(make_args<T, BC>(batch, dim, L, N, groups, u, delta, z, A, B, C, D, delta_bias, delta_softplus),
-               grad_out, grad_last_state, du, ddelta, dz, dA, dB, dC, dD, ddelta_bias, scratch, stream);
+               grad_out, grad_last_state, du, ddelta, dz, dA, dB, dC, dD, ddelta_bias, chunk_states, scratch,
+               stream);
   });
   check_launch("selective_scan_bwd");
 }

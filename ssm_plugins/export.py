@@ -57,11 +57,19 @@ def linear_recurrence(log_a: torch.Tensor, b: torch.Tensor, chunk: int = 32) -> 
 def _selective_scan_fwd(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, delta_proj=None,
                         reverse=False):
     """The S6 scan via linear_recurrence: the op's out, last state and saved states (ops.selective_scan)."""
-    if reverse:
+    if reverse:  # the scan of the flipped inputs; the saved states hold steps 1024 s .. L - 1
         flip = (lambda t: None if t is None else t.flip(-1))
-        out, last, states = _selective_scan_fwd(flip(u), flip(delta), A, flip(B), flip(C), D, flip(z), delta_bias,
-                                                delta_softplus, delta_proj)
-        return out.flip(-1), last, states  # the saved states are in scan order
+        out, h = _scan_states(flip(u), flip(delta), A, flip(B), flip(C), D, flip(z), delta_bias, delta_softplus,
+                              delta_proj)
+        ends = torch.arange(u.shape[-1] - 1 - STATE_EVERY, -1, -STATE_EVERY, device=u.device)  # s = 1, 2, ...
+        return out.flip(-1), h[:, :, -1], h[:, :, ends]
+    out, h = _scan_states(u, delta, A, B, C, D, z, delta_bias, delta_softplus, delta_proj)
+    every, length = STATE_EVERY, u.shape[-1]  # the states entering steps every, 2 every, ... below length
+    return out, h[:, :, -1], h[:, :, every - 1:length - 1:every].contiguous()
+
+
+def _scan_states(u, delta, A, B, C, D, z, delta_bias, delta_softplus, delta_proj):
+    """The forward scan's output and its states after every step, (batch, dim, L, N)."""
     acc = torch.float64 if u.dtype == torch.float64 else torch.float32
     batch, dim, length = u.shape
     x = u.to(acc)
@@ -85,8 +93,7 @@ def _selective_scan_fwd(u, delta, A, B, C, D=None, z=None, delta_bias=None, delt
         y = y + D.to(acc)[:, None] * x
     if z is not None:
         y = y * torch.nn.functional.silu(z.to(acc))
-    every = STATE_EVERY  # the states entering steps every, 2 every, ... below length
-    return y.to(u.dtype), h[:, :, -1], h[:, :, every - 1:length - 1:every].contiguous()
+    return y.to(u.dtype), h
 
 
 def _strict_scan(x, delta, A, B, C, hydra_shift):

@@ -54,15 +54,17 @@ def _op_cases():
     g = torch.Generator().manual_seed(0)
     r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
     b, d, L, n, H, P = 2, 6, 37, 4, 4, 3
-    scan = (r(b, d, L), r(b, d, L), -torch.rand(d, n, generator=g) * 2, r(b, 2, n, L), r(b, 2, n, L), r(d),
-            r(b, d, L), r(d), True)
+    scan = lambda b, d, L: (r(b, d, L), r(b, d, L), -torch.rand(d, n, generator=g) * 2,  # noqa: E731
+                            r(b, 2, n, L), r(b, 2, n, L), r(d), r(b, d, L), r(d), True)
     qs = lambda A_rev, hydra: (r(b, L, H, P), r(b, L, H), -torch.rand(H, n, generator=g), r(b, L, 2, n),  # noqa
                                r(b, L, 2, n), r(b, L, H), A_rev, r(b, L, 2, n), r(b, L, 2, n), r(b, L, H), r(H),
                                None, True, hydra)
     tree = myo_tree(10, 3)
     nodes = tree.parent.numel()
     return [
-        ("selective_scan_fwd", scan),
+        ("selective_scan_fwd", scan(b, d, L)),
+        ("selective_scan_fwd", (*scan(1, 2, 2100), None, False)),  # two saved states
+        ("selective_scan_fwd", (*scan(1, 2, 2100), None, True)),  # reverse: those holding the steps after them
         ("qs_mix_fwd", qs(-torch.rand(H, n, generator=g), False)),
         ("qs_mix_fwd", qs(-torch.rand(H, 1, generator=g), True)),  # scalar A, hydra shift
         ("ssm2d_kernel_fwd", (torch.rand(4, 3, n, generator=g) * 0.5, r(2, 3, n), r(2, 3, n), 5, 7)),

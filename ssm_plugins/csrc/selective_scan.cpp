@@ -15,22 +15,11 @@ namespace ssm_plugins {
 namespace {
 
 #ifdef WITH_CUDA
-// The CUDA kernels scan forward in time; a reverse scan is the forward scan of the time-flipped inputs, flipped back.
-c10::optional<at::Tensor> flip_time(const c10::optional<at::Tensor>& t) {
-  if (t.has_value()) return t->flip(-1);
-  return c10::nullopt;
-}
-
+// The kernels scan either way (reverse: the chunks and each thread's steps from the last): no flipped copies.
 FwdResult selective_scan_fwd_cuda(const at::Tensor& u_, const at::Tensor& delta_, const at::Tensor& A_,
                                   const at::Tensor& B_, const at::Tensor& C_, const c10::optional<at::Tensor>& D_,
                                   const c10::optional<at::Tensor>& z_, const c10::optional<at::Tensor>& delta_bias_,
                                   bool delta_softplus, const c10::optional<at::Tensor>& delta_proj_, bool reverse) {
-  if (reverse) {  // chunk_states are in scan order: the flipped scan's, as they are
-    auto [out, last, states] = selective_scan_fwd_cuda(u_.flip(-1), delta_.flip(-1), A_, B_.flip(-1), C_.flip(-1),
-                                                       D_, flip_time(z_), delta_bias_, delta_softplus, delta_proj_,
-                                                       false);
-    return {in_layout_of(u_, out.flip(-1)), last, states};
-  }
   const ScanShape s = check_fwd(u_, delta_, A_, B_, C_, D_, z_, delta_bias_, delta_proj_);
   const c10::cuda::CUDAGuard guard(u_.device());
   auto u = u_.contiguous(), delta = delta_.contiguous(), A = A_.contiguous(), B = B_.contiguous(),
@@ -44,7 +33,7 @@ FwdResult selective_scan_fwd_cuda(const at::Tensor& u_, const at::Tensor& delta_
   const bool bc_input_dtype = B.scalar_type() != A.scalar_type();  // B, C in u's dtype (check_fwd)
   cuda::selective_scan_fwd_launch(static_cast<int>(dtype_code(u)), bc_input_dtype, s.batch, s.dim, s.L, s.N, s.groups,
                                   u.data_ptr(), delta.data_ptr(), ptr(z), A.data_ptr(), B.data_ptr(), C.data_ptr(),
-                                  ptr(D), ptr(bias), delta_softplus, ptr(proj), s.rank, s.delta_groups,
+                                  ptr(D), ptr(bias), delta_softplus, reverse, ptr(proj), s.rank, s.delta_groups,
                                   out.data_ptr(), last_state.data_ptr(), chunk_states.data_ptr(),
                                   c10::cuda::getCurrentCUDAStream().stream());
   return {in_layout_of(u_, out), last_state, chunk_states};
@@ -56,12 +45,6 @@ BwdResult selective_scan_bwd_cuda(const at::Tensor& u_, const at::Tensor& delta_
                                   bool delta_softplus, const at::Tensor& grad_out_,
                                   const c10::optional<at::Tensor>& grad_last_state_, bool reverse,
                                   const c10::optional<at::Tensor>& chunk_states_) {
-  if (reverse) {
-    auto [du, ddelta, dA, dB, dC, dD, dz, dbias] = selective_scan_bwd_cuda(
-        u_.flip(-1), delta_.flip(-1), A_, B_.flip(-1), C_.flip(-1), D_, flip_time(z_), delta_bias_, delta_softplus,
-        grad_out_.flip(-1), grad_last_state_, false, chunk_states_);
-    return {du.flip(-1), ddelta.flip(-1), dA, dB.flip(-1), dC.flip(-1), dD, flip_time(dz), dbias};
-  }
   const ScanShape s = check_fwd(u_, delta_, A_, B_, C_, D_, z_, delta_bias_);
   check_bwd(s, u_, grad_out_, grad_last_state_, chunk_states_, A_);
   const c10::cuda::CUDAGuard guard(u_.device());
@@ -90,7 +73,7 @@ BwdResult selective_scan_bwd_cuda(const at::Tensor& u_, const at::Tensor& delta_
   const bool bc_input_dtype = B.scalar_type() != A.scalar_type();  // B, C in u's dtype (check_fwd)
   cuda::selective_scan_bwd_launch(static_cast<int>(dtype_code(u)), bc_input_dtype, s.batch, s.dim, s.L, s.N, s.groups,
                                   u.data_ptr(), delta.data_ptr(), ptr(z), A.data_ptr(), B.data_ptr(), C.data_ptr(),
-                                  ptr(D), ptr(bias), delta_softplus, grad_out.data_ptr(), ptr(grad_last),
+                                  ptr(D), ptr(bias), delta_softplus, reverse, grad_out.data_ptr(), ptr(grad_last),
                                   du.data_ptr(), ddelta.data_ptr(), mptr(dz), dA.data_ptr(), dB.data_ptr(),
                                   dC.data_ptr(), dD.data_ptr(), dbias.data_ptr(), ptr(chunk_states), scratch.data_ptr(),
                                   c10::cuda::getCurrentCUDAStream().stream());

@@ -12,8 +12,8 @@
 //                                         dim % groups == 0
 //   D, delta_bias (dim,)                  accumulation dtype
 //   out           (batch, dim, L)         dtype of u;  last_state (batch, dim, N) accumulation dtype
-//   chunk_states  (batch, dim, S, N)      accumulation dtype: the state entering steps 1024, 2048, ... below L
-//                                         (in scan order; S = saved_states(L), kStateEvery in cuda/selective_scan.h)
+//   chunk_states  (batch, dim, S, N)      accumulation dtype: the states at the boundaries before steps 1024 s < L
+//                                         (S = saved_states(L); kStateEvery in cuda/selective_scan.h)
 // h_t = exp(dt_t A) h_{t-1} + dt_t B_t u_t ;  y_t = C_t . h_t + D u_t ;  out = y * silu(z)
 // with dt_t = delta_t + delta_bias, passed through softplus when delta_softplus.
 // selective_scan_fwd's optional delta_proj (dim, R), accumulation dtype, makes delta low rank: delta is then
@@ -21,7 +21,8 @@
 // delta_proj[d] . delta[b, d / (dim / delta_groups), :, t] (Mamba's dt_proj, computed per row by the kernel
 // instead of materialised as a (batch, dim, L) tensor).
 // reverse (both ops): the recurrence runs from t = L - 1 down to 0 (h_t from h_{t+1}; last_state is h_0), i.e. the
-// scan of the time-flipped inputs, flipped back; the kernels read and write the rows in reverse order.
+// scan of the time-flipped inputs, flipped back; the kernels scan the rows in reverse order (the saved state at
+// a boundary then holds the steps after it).
 //
 // selective_scan_bwd takes the forward's inputs plus grad_out (batch, dim, L), an optional
 // grad_last_state (batch, dim, N) and, optionally, the forward's chunk_states, and returns the gradients of u,

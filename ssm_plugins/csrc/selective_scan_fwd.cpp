@@ -177,9 +177,12 @@ SSM_INLINE void fwd_block(const FwdTask<scalar_t, acc_t>& k) {
     for (int64_t l = 0; l < k.lanes; ++l)
       for (int64_t n = 0; n < N; ++n) dst[l * stride + n] = h[n][l];
   };
-  for (int64_t t0 = 0; t0 < L; t0 += kStateEvery) {  // a saved state enters each span but the first
-    if (t0 > 0) store_state(k.saved + (t0 / kStateEvery - 1) * N, saves * N);
-    for (int64_t t = t0, end = std::min(L, t0 + kStateEvery); t < end; ++t) {
+  // Spans of scan steps between the saved boundaries, which lie before time steps kStateEvery s (scan step t of a
+  // reverse scan is time step L - 1 - t): after span i, the state at boundary s goes to index s - 1.
+  for (int64_t i = 0, t = 0; i <= saves; ++i) {
+    const int64_t s = k.reverse ? saves - i : i + 1;
+    const int64_t end = i == saves ? L : (k.reverse ? L - kStateEvery * s : kStateEvery * s);
+    for (; t < end; ++t) {
       const V d = S::load(dt + t * W), xv = S::load(x + t * W), dx = d * xv;
       const acc_t* Bt = BT + t * Npad;
       const acc_t* Ct = CT + t * Npad;
@@ -195,6 +198,7 @@ SSM_INLINE void fwd_block(const FwdTask<scalar_t, acc_t>& k) {
       }
       S::store(y + t * W, acc);
     }
+    if (i < saves) store_state(k.saved + (s - 1) * N, saves * N);
   }
 
   store_lanes(k.out, k.rows, y, k.lanes, L, Lpad, k.reverse);

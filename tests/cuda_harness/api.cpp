@@ -71,13 +71,13 @@ void cuda_harness_clear() {
 
 int selective_scan_fwd(int dtype, bool bc_input_dtype, int64_t batch, int64_t dim, int64_t L, int64_t N,
                        int64_t groups, const void* u, const void* delta, const void* z, const void* A, const void* B,
-                       const void* C, const void* D, const void* delta_bias, bool delta_softplus,
+                       const void* C, const void* D, const void* delta_bias, bool delta_softplus, bool reverse,
                        const void* delta_proj, int64_t rank, int64_t delta_groups, void* out, void* last_state,
                        void* chunk_states) {
   return guarded([&] {
     sc::selective_scan_fwd_launch(dtype, bc_input_dtype, batch, dim, L, N, groups, u, delta, z, A, B, C, D,
-                                  delta_bias, delta_softplus, delta_proj, rank, delta_groups, out, last_state,
-                                  chunk_states, nullptr);
+                                  delta_bias, delta_softplus, reverse, delta_proj, rank, delta_groups, out,
+                                  last_state, chunk_states, nullptr);
   });
 }
 
@@ -87,13 +87,13 @@ int64_t selective_scan_bwd_scratch(int64_t batch, int64_t dim, int64_t L, int64_
 
 int selective_scan_bwd(int dtype, bool bc_input_dtype, int64_t batch, int64_t dim, int64_t L, int64_t N,
                        int64_t groups, const void* u, const void* delta, const void* z, const void* A, const void* B,
-                       const void* C, const void* D, const void* delta_bias, bool delta_softplus,
+                       const void* C, const void* D, const void* delta_bias, bool delta_softplus, bool reverse,
                        const void* grad_out, const void* grad_last_state, void* du, void* ddelta, void* dz, void* dA,
                        void* dB, void* dC, void* dD, void* ddelta_bias, const void* chunk_states, void* scratch) {
   return guarded([&] {
     sc::selective_scan_bwd_launch(dtype, bc_input_dtype, batch, dim, L, N, groups, u, delta, z, A, B, C, D,
-                                  delta_bias, delta_softplus, grad_out, grad_last_state, du, ddelta, dz, dA, dB, dC,
-                                  dD, ddelta_bias, chunk_states, scratch, nullptr);
+                                  delta_bias, delta_softplus, reverse, grad_out, grad_last_state, du, ddelta, dz, dA,
+                                  dB, dC, dD, ddelta_bias, chunk_states, scratch, nullptr);
   });
 }
 

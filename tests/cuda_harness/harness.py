@@ -218,7 +218,7 @@ class Harness:
             raise HarnessError(f"{fn}: {self.lib.cuda_harness_error().decode()}")
 
     # -- selective scan ------------------------------------------------------------------------------------
-    def selective_scan_fwd(self, u, delta, A, B, C, D, z, delta_bias, delta_softplus, delta_proj=None):
+    def selective_scan_fwd(self, u, delta, A, B, C, D, z, delta_bias, delta_softplus, delta_proj=None, reverse=False):
         u, delta, A, B, C, D, z, bias, proj = map(_contig, (u, delta, A, B, C, D, z, delta_bias, delta_proj))
         batch, dim, L = u.shape
         N, groups = A.shape[1], B.shape[1]
@@ -228,12 +228,12 @@ class Harness:
         chunk_states = _empty(batch, dim, saved_states(L), N, dtype=A.dtype)
         self._run("selective_scan_fwd", (u, delta, A, B, C, D, z, bias, proj, out, last_state, chunk_states),
                   DTYPE_CODE[u.dtype], B.dtype != A.dtype, batch, dim, L, N, groups, _p(u), _p(delta), _p(z), _p(A),
-                  _p(B), _p(C), _p(D), _p(bias), bool(delta_softplus), _p(proj), rank, delta_groups, _p(out),
-                  _p(last_state), _p(chunk_states))
+                  _p(B), _p(C), _p(D), _p(bias), bool(delta_softplus), bool(reverse), _p(proj), rank, delta_groups,
+                  _p(out), _p(last_state), _p(chunk_states))
         return out, last_state, chunk_states
 
     def selective_scan_bwd(self, u, delta, A, B, C, D, z, delta_bias, delta_softplus, grad_out, grad_last_state,
-                           chunk_states=None):
+                           reverse=False, chunk_states=None):
         """The backward; without the forward's chunk_states it runs its forward pre-pass (as the op does)."""
         u, delta, A, B, C, D, z, bias = map(_contig, (u, delta, A, B, C, D, z, delta_bias))
         batch, dim, L = u.shape
@@ -251,8 +251,8 @@ class Harness:
         self._run("selective_scan_bwd", (u, delta, A, B, C, D, z, bias, grad_out, grad_last, du, ddelta, dz, dA, dB,
                                          dC, dD, dbias, states, scratch),
                   DTYPE_CODE[u.dtype], B.dtype != A.dtype, batch, dim, L, N, groups, _p(u), _p(delta), _p(z), _p(A),
-                  _p(B), _p(C), _p(D), _p(bias), bool(delta_softplus), _p(grad_out), _p(grad_last), _p(du),
-                  _p(ddelta), _p(dz), _p(dA), _p(dB), _p(dC), _p(dD), _p(dbias), _p(states), _p(scratch))
+                  _p(B), _p(C), _p(D), _p(bias), bool(delta_softplus), bool(reverse), _p(grad_out), _p(grad_last),
+                  _p(du), _p(ddelta), _p(dz), _p(dA), _p(dB), _p(dC), _p(dD), _p(dbias), _p(states), _p(scratch))
         return (du, ddelta, dA, dB.to(B.dtype), dC.to(C.dtype), dD if D is not None else None, dz,
                 dbias if bias is not None else None)
 

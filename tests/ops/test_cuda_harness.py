@@ -114,7 +114,26 @@ def test_selective_scan(cuda, dtype, case):
     want = OPS.selective_scan_bwd(*args, grad_out, grad_last)
     assert_same(cuda.selective_scan_bwd(*args, grad_out, grad_last), want, dtype, "bwd (pre-pass)")
     if states.numel():
-        assert_same(cuda.selective_scan_bwd(*args, grad_out, grad_last, states), want, dtype, "bwd (saved states)")
+        got = cuda.selective_scan_bwd(*args, grad_out, grad_last, chunk_states=states)
+        assert_same(got, want, dtype, "bwd (saved states)")
+
+
+@pytest.mark.parametrize("dtype, case", [(torch.float64, 0), (torch.float64, 1), (torch.float64, 3),
+                                         (torch.bfloat16, 3)])
+def test_selective_scan_reverse(cuda, dtype, case):
+    """reverse=True runs in the kernels (the chunks from the last, each thread's steps from its last, the block
+    scans the other way), without flipped copies: outputs, the states saved at the boundaries before steps 1024 and
+    2048 (each holding the steps after it), and gradients from the saved states or the pre-pass, as the CPU's."""
+    args, gen = scan_args(dtype, *SCAN_CASES[case])
+    got = cuda.selective_scan_fwd(*args, None, True)
+    assert_same(got, OPS.selective_scan_fwd(*args, None, True), dtype, "fwd")
+    out, last, states = got
+    grad_out = randn(*out.shape, dtype=dtype, gen=gen)
+    grad_last = randn(*last.shape, dtype=last.dtype, gen=gen)
+    want = OPS.selective_scan_bwd(*args, grad_out, grad_last, True)
+    assert_same(cuda.selective_scan_bwd(*args, grad_out, grad_last, True), want, dtype, "bwd (pre-pass)")
+    got = cuda.selective_scan_bwd(*args, grad_out, grad_last, True, chunk_states=states)
+    assert_same(got, want, dtype, "bwd (saved states)")
 
 
 def test_selective_scan_backward_starts_its_chunks_from_the_saved_states(cuda):
@@ -123,8 +142,8 @@ def test_selective_scan_backward_starts_its_chunks_from_the_saved_states(cuda):
     args, gen = scan_args(torch.float64, *SCAN_CASES[3])
     out, _, states = cuda.selective_scan_fwd(*args)
     grad_out = randn(*out.shape, gen=gen)
-    want = cuda.selective_scan_bwd(*args, grad_out, None, states)
-    wrong = cuda.selective_scan_bwd(*args, grad_out, None, torch.zeros_like(states))
+    want = cuda.selective_scan_bwd(*args, grad_out, None, chunk_states=states)
+    wrong = cuda.selective_scan_bwd(*args, grad_out, None, chunk_states=torch.zeros_like(states))
     # grad delta and C read the states (the adjoint, so grad u and B, does not): the first chunk, which starts
     # from zero, is unchanged, the others are not
     for i in (1, 4):
@@ -152,7 +171,8 @@ def test_selective_scan_low_rank_delta(cuda, dtype):
     low = randn(2, 3, 2, 150, dtype=dtype, gen=gen, scale=0.5)  # (batch, 3 delta groups, rank 2, L)
     proj = randn(6, 2, dtype=args[2].dtype, gen=gen)
     args = (args[0], low, *args[2:], proj)
-    assert_same(cuda.selective_scan_fwd(*args), OPS.selective_scan_fwd(*args), dtype, "fwd")
+    for reverse in (False, True):  # vim2's backward direction: low rank and reverse
+        assert_same(cuda.selective_scan_fwd(*args, reverse), OPS.selective_scan_fwd(*args, reverse), dtype, "fwd")
 
 
 # ---- quasi-separable mixing -------------------------------------------------------------------------------
@@ -453,7 +473,7 @@ def test_selective_scan_long_sequence_large_delta_stays_finite(cuda, dtype):
     assert torch.isfinite(want[0].float()).all() and torch.isfinite(fwd[0].float()).all()
     assert_same(fwd, want, dtype, "fwd")
     grad_out = randn(*fwd[0].shape, dtype=dtype, gen=gen)
-    got = cuda.selective_scan_bwd(*args, grad_out, None, fwd[2])
+    got = cuda.selective_scan_bwd(*args, grad_out, None, chunk_states=fwd[2])
     assert all(torch.isfinite(t.float()).all() for t in got if t is not None)
     assert_same(got, OPS.selective_scan_bwd(*args, grad_out, None), dtype, "bwd")
 
@@ -524,7 +544,7 @@ def test_kernels_are_right_with_all_warps_running_concurrently(cuda, op):
             g = randn(1, 2, 2100, dtype=torch.float32, gen=gen)
             want = OPS.selective_scan_bwd(*args, g, None)
             assert_same(cuda.selective_scan_bwd(*args, g, None), want, torch.float32)
-            assert_same(cuda.selective_scan_bwd(*args, g, None, fwd[2]), want, torch.float32)
+            assert_same(cuda.selective_scan_bwd(*args, g, None, chunk_states=fwd[2]), want, torch.float32)
         elif op == "essm":
             args, want = essm_bwd_case()  # 256-thread blocks reducing through shared memory
             assert_same(cuda.essm_kernel_bwd(*args), want, torch.float64)

@@ -411,9 +411,10 @@ def test_backward_op_contract():
 @needs_kernel
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("length, reverse", [(1024, False), (1025, False), (3000, False), (3000, True)])
-def test_forward_saves_the_state_entering_every_1024th_step(monkeypatch, isa, length, reverse):
-    """The forward op's third output: the states entering steps 1024, 2048, ... (in scan order), each the last
-    state of the scan of the steps before it; the CUDA backward starts its chunks there."""
+def test_forward_saves_the_states_at_every_1024th_step(monkeypatch, isa, length, reverse):
+    """The forward op's third output: the states at the boundaries before steps 1024, 2048, ..., each the last
+    state of the scan of the steps it has passed (those before the boundary; for a reverse scan those after it);
+    the CUDA backward starts its chunks there."""
     monkeypatch.setenv("SSM_PLUGINS_CPU_ISA", isa)
     kw = make(2, 5, length, 3, None, torch.float64)
     kw = {**kw, "B": kw["B"][:, None], "C": kw["C"][:, None]}
@@ -421,13 +422,11 @@ def test_forward_saves_the_state_entering_every_1024th_step(monkeypatch, isa, le
     states = torch.ops.ssm_plugins.selective_scan_fwd(*args)[2]
     assert states.shape == (2, 5, (length - 1) // 1024, 3) and states.dtype == torch.float64
     assert states.shape[2] == saved_states(length) and states.is_contiguous()
-    steps = (lambda t: t.flip(-1)) if reverse else (lambda t: t)  # scan order
-    for s in range(states.shape[2]):
-        prefix = {k: None if v is None or v.dim() < 3 else steps(steps(v)[..., :1024 * (s + 1)])
-                  for k, v in kw.items()}  # the first 1024 (s + 1) steps in scan order
-        prefix.update(A=kw["A"], D=kw["D"], delta_bias=kw["delta_bias"])
+    for s in range(1, states.shape[2] + 1):
+        passed = slice(1024 * s, None) if reverse else slice(0, 1024 * s)  # the steps scanned before boundary s
+        prefix = {k: v[..., passed] if v is not None and v.dim() >= 3 else v for k, v in kw.items()}
         _, want = reference.selective_scan(**prefix, delta_softplus=True, return_last_state=True, reverse=reverse)
-        assert rel_err(states[:, :, s], want) < 1e-12, s
+        assert rel_err(states[:, :, s - 1], want) < 1e-12, s
 
 
 @needs_kernel

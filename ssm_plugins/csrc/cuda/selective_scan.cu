@@ -203,11 +203,20 @@ struct Row {
 template <typename T>
 constexpr int kFp64 = std::is_same<T, double>::value;
 
-// Forward; last_state (batch * dim, N) receives the final state and chunk_states, unless null, the state entering
-// each step kStateEvery * s < L, s >= 1: (batch * dim, saved_states(L), N). Backward pre-pass (chunks of
-// kStateEvery): out and last_state null, chunk_states receives the same, and the last chunk (whose entry state
-// is all the backward reads of it) is not scanned.
-template <int kThreads, int kItems, typename T, typename BC>
+// A thread's items in scan order: the j-th is item k = step<kReverse, kItems>(j) (a reverse scan takes them from
+// the last down; the chunks, the loads and the stores keep the time order of the row).
+template <bool kReverse, int kItems>
+__device__ constexpr int step(int j) {
+  return kReverse ? kItems - 1 - j : j;
+}
+
+// The scan's states at the boundary before step t = kStateEvery * s, 0 < t < L (the state entering step t, or for
+// a reverse scan the state entering step t - 1 from above: the one holding steps t .. L - 1), saved at index s - 1.
+// Forward; last_state (batch * dim, N) receives the final state and chunk_states, unless null, those states,
+// (batch * dim, saved_states(L), N). Backward pre-pass (chunks of kStateEvery): out and last_state null,
+// chunk_states receives the same, and the chunk scanned last (whose entry state is all the backward reads of it)
+// is not scanned. kReverse: the scan runs from t = L - 1 down to 0, the chunks from the last.
+template <int kThreads, int kItems, bool kReverse, typename T, typename BC>
 __global__ void __launch_bounds__(kThreads, kItems <= 8 && !kFp64<T> ? 768 / kThreads : 1)
     fwd_kernel(Args<T, BC> p, global_ptr<T> out, global_ptr<typename Acc<T>::type> last_state,
                global_ptr<typename Acc<T>::type> chunk_states) {
@@ -219,24 +228,26 @@ __global__ void __launch_bounds__(kThreads, kItems <= 8 && !kFp64<T> ? 768 / kTh
   const Row<T> r(p, kChunk);
   const int64_t b = r.b, d = r.d, row = r.row, g = r.g, n_chunks = r.n_chunks;
   const acc_t bias = r.bias, skip = r.skip;
-  static_assert(kStateEvery % kItems == 0, "a saved state must enter some thread's first step");
+  static_assert(kStateEvery % kItems == 0, "a saved boundary must be the start of some thread's steps");
   const int64_t saves = saved_states(p.L);
   for (int n = threadIdx.x; n < p.N; n += kThreads) carry[n] = acc_t(0);
   __syncthreads();
-  for (int64_t c = 0; c < n_chunks; ++c) {
-    const int64_t t0 = c * kChunk;
-    if (!out && c == n_chunks - 1) {  // pre-pass: the last chunk's entry state is all the backward reads of it
+  for (int64_t i = 0; i < n_chunks; ++i) {
+    const int64_t c = kReverse ? n_chunks - 1 - i : i, t0 = c * kChunk;
+    if (!out && i == n_chunks - 1) {  // pre-pass: the last chunk's entry state is all the backward reads of it
+      const int64_t entry = (kReverse ? t0 + kChunk : t0) / kStateEvery - 1;
       if (threadIdx.x == 0) {  // thread 0 wrote carry: no barrier needed
-        for (int64_t n = 0; n < p.N; ++n) chunk_states[(row * saves + t0 / kStateEvery - 1) * p.N + n] = carry[n];
+        for (int64_t n = 0; n < p.N; ++n) chunk_states[(row * saves + entry) * p.N + n] = carry[n];
       }
       break;
     }
     const int valid = static_cast<int>(p.L - t0 < kChunk ? p.L - t0 : kChunk);  // steps of the row in the chunk
     const int64_t first = t0 + threadIdx.x * kItems;  // this thread's first step
-    // a saved step: the state entering it goes to chunk_states
-    const bool saves_state = chunk_states && first > 0 && first < p.L && first % kStateEvery == 0;
+    // a saved boundary where this thread's steps begin in scan order: the state entering them goes to chunk_states
+    const int64_t boundary = kReverse ? first + kItems : first;
+    const bool saves_state = chunk_states && boundary > 0 && boundary < p.L && boundary % kStateEvery == 0;
     global_ptr<acc_t> saved = chunk_states;
-    if (saves_state) saved = chunk_states + (row * saves + first / kStateEvery - 1) * p.N;
+    if (saves_state) saved = chunk_states + (row * saves + boundary / kStateEvery - 1) * p.N;
     acc_t u[kItems], dt[kItems], y[kItems];
     load_chunk<kItems, T>(p.u + row * p.L + t0, valid, stage, u, acc_t(0));
     if (p.delta_proj) {  // low rank: dt = delta_proj[d] . delta[b, group of d], one coalesced row per rank
@@ -264,21 +275,24 @@ __global__ void __launch_bounds__(kThreads, kItems <= 8 && !kFp64<T> ? 768 / kTh
       const int64_t bc = ((b * p.groups + g) * p.N + n) * p.L + t0;
       acc_t Bv[kItems];
       load_state_input<kItems, BC>(p.bc_vectors, p.B + bc, valid, stage, Bv);
-      Pair<acc_t> step[kItems];
+      Pair<acc_t> pairs[kItems];
       Pair<acc_t> mine{acc_t(1), acc_t(0)};
-      for (int k = 0; k < kItems; ++k) {
-        step[k] = Pair<acc_t>{decay(dt[k]), dtu[k] * Bv[k]};
-        mine = combine(mine, step[k]);
+      for (int j = 0; j < kItems; ++j) {
+        const int k = step<kReverse, kItems>(j);
+        pairs[k] = Pair<acc_t>{decay(dt[k]), dtu[k] * Bv[k]};
+        mine = combine(mine, pairs[k]);
       }
       Pair<acc_t> total;
-      const Pair<acc_t> before = block_scan<kThreads, false>(mine, Pair<acc_t>{acc_t(1), carry[n]}, warp_total, total);
-      if (saves_state) saved[n] = before.b;  // the state entering this thread's first step
+      const Pair<acc_t> before =
+          block_scan<kThreads, kReverse>(mine, Pair<acc_t>{acc_t(1), carry[n]}, warp_total, total);
+      if (saves_state) saved[n] = before.b;  // the state entering this thread's steps
       if (out) {  // the backward's pre-pass needs the chunk's end state alone: no C, no per-step states
         acc_t Cv[kItems];
         load_state_input<kItems, BC>(p.bc_vectors, p.C + bc, valid, stage, Cv);
         acc_t h = before.b;
-        for (int k = 0; k < kItems; ++k) {
-          h = step[k].a * h + step[k].b;
+        for (int j = 0; j < kItems; ++j) {
+          const int k = step<kReverse, kItems>(j);
+          h = pairs[k].a * h + pairs[k].b;
           y[k] += Cv[k] * h;  // Cv is 0 past the end
         }
       }
@@ -307,7 +321,8 @@ struct Grads {
   global_ptr<acc_t> dA, dB, dC, dD, dbias;
 };
 
-template <int kThreads, int kItems, typename T, typename BC>
+// kReverse: the gradients of the reverse scan (the chunks walked from the first, the adjoint from t = 0 up).
+template <int kThreads, int kItems, bool kReverse, typename T, typename BC>
 __global__ void __launch_bounds__(kThreads, kFp64<T> ? 1 : 384 / kThreads)
     bwd_kernel(Args<T, BC> p, Grads<T> q, global_ptr<const typename Acc<T>::type> chunk_states) {
   using acc_t = typename Acc<T>::type;
@@ -327,7 +342,8 @@ __global__ void __launch_bounds__(kThreads, kFp64<T> ? 1 : 384 / kThreads)
   if (threadIdx.x < 2) row_sums[threadIdx.x] = acc_t(0);
   __syncthreads();
   acc_t dD_part = 0, dbias_part = 0;
-  for (int64_t c = n_chunks - 1; c >= 0; --c) {
+  // the chunks in the adjoint's order: the scan's, reversed
+  for (int64_t c = kReverse ? 0 : n_chunks - 1; kReverse ? c < n_chunks : c >= 0; c += kReverse ? 1 : -1) {
     const int64_t t0 = c * kChunk;
     const int valid = static_cast<int>(p.L - t0 < kChunk ? p.L - t0 : kChunk);  // steps of the row in the chunk
     const int64_t first = t0 + threadIdx.x * kItems;
@@ -360,15 +376,20 @@ __global__ void __launch_bounds__(kThreads, kFp64<T> ? 1 : 384 / kThreads)
       load_state_input<kItems, BC>(p.bc_vectors, p.B + bc, valid, stage, Bv);
       load_state_input<kItems, BC>(p.bc_vectors, p.C + bc, valid, stage, gc);
       Pair<acc_t> mine{acc_t(1), acc_t(0)};
-      for (int k = 0; k < kItems; ++k) {
+      for (int j = 0; j < kItems; ++j) {
+        const int k = step<kReverse, kItems>(j);
         a[k] = decay(dt[k]);
         mine = combine(mine, Pair<acc_t>{a[k], dtu[k] * Bv[k]});
       }
-      // Forward recomputation of the chunk's states from its stored starting state; dC stored at once.
+      // Recomputation of the chunk's states from its starting state (the saved one at the boundary the scan
+      // enters it by; the chunk scanned first starts from zero); dC stored at once.
       Pair<acc_t> total;
-      const acc_t h0 = c == 0 ? acc_t(0) : chunk_states[(row * (n_chunks - 1) + c - 1) * p.N + n];
-      acc_t h = block_scan<kThreads, false>(mine, Pair<acc_t>{acc_t(1), h0}, warp_total, total).b;
-      for (int k = 0; k < kItems; ++k) {
+      const int64_t entry = kReverse ? c : c - 1;  // the boundary before step (kReverse ? c + 1 : c) * kChunk
+      const bool first_scanned = kReverse ? c == n_chunks - 1 : c == 0;
+      const acc_t h0 = first_scanned ? acc_t(0) : chunk_states[(row * (n_chunks - 1) + entry) * p.N + n];
+      acc_t h = block_scan<kThreads, kReverse>(mine, Pair<acc_t>{acc_t(1), h0}, warp_total, total).b;
+      for (int j = 0; j < kItems; ++j) {
+        const int k = step<kReverse, kItems>(j);
         ha[k] = a[k] * h;  // d h_t / d (dt_t A_n)
         h = a[k] * h + dtu[k] * Bv[k];
         y[k] += gc[k] * h;
@@ -376,13 +397,18 @@ __global__ void __launch_bounds__(kThreads, kFp64<T> ? 1 : 384 / kThreads)
         gc[k] *= gy[k];  // C_t gy_t from here on
       }
       store_chunk<kItems, true>(q.dC + bc, valid, stage, grad);  // one coalesced atomicAdd per step
-      // Adjoint: lam_t = gy_t C_t + mu_{t+1}, mu_t = a_t lam_t (the adjoint passed to h_{t-1}); a reverse scan
-      // of the pairs (a_t, a_t gy_t C_t) from the carry mu of the next chunk.
+      // Adjoint, in scan order: lam_t = gy_t C_t + mu_{t+1}, mu_t = a_t lam_t (the adjoint passed to the state
+      // before step t); a scan against the scan's direction of the pairs (a_t, a_t gy_t C_t) from the carry mu
+      // of the chunk after it.
       Pair<acc_t> rmine{acc_t(1), acc_t(0)};
-      for (int k = kItems - 1; k >= 0; --k) rmine = combine(rmine, Pair<acc_t>{a[k], a[k] * gc[k]});
-      acc_t mu = block_scan<kThreads, true>(rmine, Pair<acc_t>{acc_t(1), mu_carry[n]}, warp_total, total).b;
+      for (int j = 0; j < kItems; ++j) {
+        const int k = step<!kReverse, kItems>(j);
+        rmine = combine(rmine, Pair<acc_t>{a[k], a[k] * gc[k]});
+      }
+      acc_t mu = block_scan<kThreads, !kReverse>(rmine, Pair<acc_t>{acc_t(1), mu_carry[n]}, warp_total, total).b;
       acc_t dA_part = 0;
-      for (int k = kItems - 1; k >= 0; --k) {
+      for (int j = 0; j < kItems; ++j) {
+        const int k = step<!kReverse, kItems>(j);
         const acc_t lam = gc[k] + mu, d_log_a = lam * ha[k], lam_b = lam * Bv[k];
         dA_part += d_log_a * dt[k];
         ddt[k] += d_log_a * An + lam_b * u[k];
@@ -420,16 +446,13 @@ __global__ void __launch_bounds__(kThreads, kFp64<T> ? 1 : 384 / kThreads)
 // pre-pass, where there are none, scans the backward's chunks).
 template <bool kBackward, typename F>
 void with_config(int64_t L, F&& f) {
+  using Steps = std::integral_constant<int, kBackward ? 8 : 16>;  // a thread's steps above 256
   if (L <= 256) {
     f(std::integral_constant<int, 32>{}, std::integral_constant<int, 8>{});
-  } else if (kBackward && L <= 512) {
-    f(std::integral_constant<int, 64>{}, std::integral_constant<int, 8>{});
-  } else if (kBackward) {
-    f(std::integral_constant<int, 128>{}, std::integral_constant<int, 8>{});
-  } else if (L <= 1024) {
-    f(std::integral_constant<int, 64>{}, std::integral_constant<int, 16>{});
+  } else if (L <= (kBackward ? 512 : 1024)) {
+    f(std::integral_constant<int, 64>{}, Steps{});
   } else {
-    f(std::integral_constant<int, 128>{}, std::integral_constant<int, 16>{});
+    f(std::integral_constant<int, 128>{}, Steps{});
   }
 }
 
@@ -449,14 +472,28 @@ Args<T, BC> make_args(int64_t batch, int64_t dim, int64_t L, int64_t N, int64_t 
                      softplus, static_cast<const acc_t*>(delta_proj), rank, delta_groups, bc_vectors};
 }
 
+// f(std::bool_constant<reverse>)
+template <typename F>
+void with_direction(bool reverse, F&& f) {
+  if (reverse) {
+    f(std::true_type{});
+  } else {
+    f(std::false_type{});
+  }
+}
+
 template <bool kBackward, typename T, typename BC>
-void launch_fwd(const Args<T, BC>& p, void* out, void* last_state, void* chunk_states, cudaStream_t stream) {
+void launch_fwd(const Args<T, BC>& p, bool reverse, void* out, void* last_state, void* chunk_states,
+                cudaStream_t stream) {
   using acc_t = typename Acc<T>::type;
   with_config<kBackward>(p.L, [&](auto threads, auto items) {
-    const dim3 grid(static_cast<unsigned>(p.dim), static_cast<unsigned>(p.batch));
-    launch_kernel(fwd_kernel<decltype(threads)::value, decltype(items)::value, T, BC>, grid, decltype(threads)::value,
-                  decltype(threads)::value * decltype(items)::value * sizeof(acc_t), stream, p,
-                  static_cast<T*>(out), static_cast<acc_t*>(last_state), static_cast<acc_t*>(chunk_states));
+    with_direction(reverse, [&](auto rev) {
+      constexpr int kThreads = decltype(threads)::value, kItems = decltype(items)::value;
+      const dim3 grid(static_cast<unsigned>(p.dim), static_cast<unsigned>(p.batch));
+      launch_kernel(fwd_kernel<kThreads, kItems, decltype(rev)::value, T, BC>, grid, kThreads,
+                    kThreads * kItems * sizeof(acc_t), stream, p, static_cast<T*>(out),
+                    static_cast<acc_t*>(last_state), static_cast<acc_t*>(chunk_states));
+    });
   });
 }
 
@@ -480,8 +517,9 @@ int64_t selective_scan_bwd_scratch(int64_t batch, int64_t dim, int64_t L, int64_
 void selective_scan_fwd_launch(int dtype, bool bc_input_dtype, int64_t batch, int64_t dim, int64_t L, int64_t N,
                                int64_t groups, const void* u, const void* delta, const void* z, const void* A,
                                const void* B, const void* C, const void* D, const void* delta_bias,
-                               bool delta_softplus, const void* delta_proj, int64_t rank, int64_t delta_groups,
-                               void* out, void* last_state, void* chunk_states, cudaStream_t stream) {
+                               bool delta_softplus, bool reverse, const void* delta_proj, int64_t rank,
+                               int64_t delta_groups, void* out, void* last_state, void* chunk_states,
+                               cudaStream_t stream) {
   if (N > kMaxState) throw std::invalid_argument("ssm_plugins: selective_scan CUDA kernel supports N <= 256");
   if (batch * dim == 0 || L == 0) return;
   if (dim > 2147483647 || batch > 65535) throw std::invalid_argument("ssm_plugins: selective_scan: grid too large");
@@ -490,14 +528,14 @@ void selective_scan_fwd_launch(int dtype, bool bc_input_dtype, int64_t batch, in
     using BC = decltype(bc);
     launch_fwd<false>(make_args<T, BC>(batch, dim, L, N, groups, u, delta, z, A, B, C, D, delta_bias, delta_softplus,
                                        delta_proj, rank, delta_groups),
-                      out, last_state, chunk_states, stream);
+                      reverse, out, last_state, chunk_states, stream);
   });
   check_launch("selective_scan_fwd");
 }
 
 namespace {
 template <typename T, typename BC>
-void launch_bwd(const Args<T, BC>& p, const void* grad_out, const void* grad_last, void* du, void* ddelta, void* dz,
+void launch_bwd(const Args<T, BC>& p, bool reverse, const void* grad_out, const void* grad_last, void* du, void* ddelta, void* dz,
                 void* dA, void* dB, void* dC, void* dD, void* dbias, const void* chunk_states, void* scratch,
                 cudaStream_t stream) {
   using acc_t = typename Acc<T>::type;
@@ -505,7 +543,7 @@ void launch_bwd(const Args<T, BC>& p, const void* grad_out, const void* grad_las
     throw std::logic_error("ssm_plugins: selective_scan_bwd: a long row's chunks must be the saved states' spacing");
   }
   if (p.L > kStateEvery && !chunk_states) {  // none saved: the state entering every chunk after the first
-    launch_fwd<true>(p, nullptr, nullptr, scratch, stream);
+    launch_fwd<true>(p, reverse, nullptr, nullptr, scratch, stream);
     check_launch("selective_scan_bwd (forward pre-pass)");
     chunk_states = scratch;
   }
@@ -513,10 +551,12 @@ void launch_bwd(const Args<T, BC>& p, const void* grad_out, const void* grad_las
                    static_cast<T*>(ddelta), static_cast<T*>(dz), static_cast<acc_t*>(dA), static_cast<acc_t*>(dB),
                    static_cast<acc_t*>(dC), static_cast<acc_t*>(dD), static_cast<acc_t*>(dbias)};
   with_config<true>(p.L, [&](auto threads, auto items) {
-    const dim3 grid(static_cast<unsigned>(p.dim), static_cast<unsigned>(p.batch));
-    launch_kernel(bwd_kernel<decltype(threads)::value, decltype(items)::value, T, BC>, grid, decltype(threads)::value,
-                  decltype(threads)::value * decltype(items)::value * sizeof(acc_t), stream, p,
-                  q, static_cast<const acc_t*>(chunk_states));
+    with_direction(reverse, [&](auto rev) {
+      constexpr int kThreads = decltype(threads)::value, kItems = decltype(items)::value;
+      const dim3 grid(static_cast<unsigned>(p.dim), static_cast<unsigned>(p.batch));
+      launch_kernel(bwd_kernel<kThreads, kItems, decltype(rev)::value, T, BC>, grid, kThreads,
+                    kThreads * kItems * sizeof(acc_t), stream, p, q, static_cast<const acc_t*>(chunk_states));
+    });
   });
 }
 }  // namespace
@@ -524,9 +564,10 @@ void launch_bwd(const Args<T, BC>& p, const void* grad_out, const void* grad_las
 void selective_scan_bwd_launch(int dtype, bool bc_input_dtype, int64_t batch, int64_t dim, int64_t L, int64_t N,
                                int64_t groups, const void* u, const void* delta, const void* z, const void* A,
                                const void* B, const void* C, const void* D, const void* delta_bias,
-                               bool delta_softplus, const void* grad_out, const void* grad_last_state, void* du,
-                               void* ddelta, void* dz, void* dA, void* dB, void* dC, void* dD, void* ddelta_bias,
-                               const void* chunk_states, void* scratch, cudaStream_t stream) {
+                               bool delta_softplus, bool reverse, const void* grad_out,
+                               const void* grad_last_state, void* du, void* ddelta, void* dz, void* dA, void* dB,
+                               void* dC, void* dD, void* ddelta_bias, const void* chunk_states, void* scratch,
+                               cudaStream_t stream) {
   if (N > kMaxState) throw std::invalid_argument("ssm_plugins: selective_scan CUDA kernel supports N <= 256");
   if (batch * dim == 0 || L == 0) return;
   if (dim > 2147483647 || batch > 65535) throw std::invalid_argument("ssm_plugins: selective_scan: grid too large");
@@ -534,7 +575,7 @@ void selective_scan_bwd_launch(int dtype, bool bc_input_dtype, int64_t batch, in
     using T = decltype(t);
     using BC = decltype(bc);
     launch_bwd(make_args<T, BC>(batch, dim, L, N, groups, u, delta, z, A, B, C, D, delta_bias, delta_softplus),
-               grad_out, grad_last_state, du, ddelta, dz, dA, dB, dC, dD, ddelta_bias, chunk_states, scratch,
+               reverse, grad_out, grad_last_state, du, ddelta, dz, dA, dB, dC, dD, ddelta_bias, chunk_states, scratch,
                stream);
   });
   check_launch("selective_scan_bwd");

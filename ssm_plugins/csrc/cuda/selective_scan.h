@@ -6,10 +6,11 @@ typedef struct CUstream_st* cudaStream_t;
 
 namespace ssm_plugins {
 
-// The forward also returns the state entering every kStateEvery-th step of each row (in scan order: steps
-// kStateEvery, 2 kStateEvery, ... below L), (batch, dim, saved_states(L), N) in the accumulation dtype. The CUDA
-// backward's chunks of a long row start at those steps, so with them it needs no forward pass of its own
-// (mamba_ssm's forward saves its chunk states likewise).
+// The forward also returns the scan's states at the boundaries before steps t = kStateEvery * s, 0 < t < L, s >= 1
+// (the state entering step t; for a reverse scan the one entering step t - 1, which holds steps t .. L - 1),
+// (batch, dim, saved_states(L), N) in the accumulation dtype. The CUDA backward's chunks of a long row start at
+// those boundaries, so with them it needs no forward pass of its own (mamba_ssm's forward saves its chunk states
+// likewise).
 constexpr int64_t kStateEvery = 1024;
 constexpr int64_t saved_states(int64_t L) { return L > 0 ? (L - 1) / kStateEvery : 0; }
 
@@ -18,13 +19,14 @@ namespace cuda {
 // dtype: 0 float32, 1 float64, 2 float16, 3 bfloat16 (ssm_plugins::DType). A, D, delta_bias and last_state are
 // float64 for float64 input, float32 otherwise; so are B and C, or, with bc_input_dtype, they have the input's dtype.
 // delta_proj (dim, rank), accumulation dtype, or null: with it delta is (batch, delta_groups, rank, L) and each
-// row's delta is delta_proj[d] . delta[b, d / (dim / delta_groups)] (selective_scan.h). chunk_states receives
-// the saved states (kStateEvery above), or is null.
+// row's delta is delta_proj[d] . delta[b, d / (dim / delta_groups)] (selective_scan.h). reverse: the scan runs from
+// t = L - 1 down to 0 (last_state is h_0). chunk_states receives the saved states (kStateEvery above), or is null.
 void selective_scan_fwd_launch(int dtype, bool bc_input_dtype, int64_t batch, int64_t dim, int64_t L, int64_t N,
                                int64_t groups, const void* u, const void* delta, const void* z, const void* A,
                                const void* B, const void* C, const void* D, const void* delta_bias,
-                               bool delta_softplus, const void* delta_proj, int64_t rank, int64_t delta_groups,
-                               void* out, void* last_state, void* chunk_states, cudaStream_t stream);
+                               bool delta_softplus, bool reverse, const void* delta_proj, int64_t rank,
+                               int64_t delta_groups, void* out, void* last_state, void* chunk_states,
+                               cudaStream_t stream);
 
 // Time steps per chunk (a block's threads x steps per thread) of the forward or backward for rows of length L.
 int64_t selective_scan_chunk(int64_t L, bool backward);
@@ -43,9 +45,10 @@ int64_t selective_scan_bwd_scratch(int64_t batch, int64_t dim, int64_t L, int64_
 void selective_scan_bwd_launch(int dtype, bool bc_input_dtype, int64_t batch, int64_t dim, int64_t L, int64_t N,
                                int64_t groups, const void* u, const void* delta, const void* z, const void* A,
                                const void* B, const void* C, const void* D, const void* delta_bias,
-                               bool delta_softplus, const void* grad_out, const void* grad_last_state, void* du,
-                               void* ddelta, void* dz, void* dA, void* dB, void* dC, void* dD, void* ddelta_bias,
-                               const void* chunk_states, void* scratch, cudaStream_t stream);
+                               bool delta_softplus, bool reverse, const void* grad_out,
+                               const void* grad_last_state, void* du, void* ddelta, void* dz, void* dA, void* dB,
+                               void* dC, void* dD, void* ddelta_bias, const void* chunk_states, void* scratch,
+                               cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace ssm_plugins

@@ -128,20 +128,31 @@ def mamba_selective_scan_fn():
     return selective_scan_fn
 
 
+def _flipped_in_time(fn, t: dict):
+    """fn's reverse scan as bidirectional Mamba models run it with mamba_ssm: time-flipped copies in, output flipped
+    back."""
+    timed = {"u", "delta", "B", "C", "z"}
+    return fn(**{k: v.flip(-1) if k in timed else v for k, v in t.items()}, delta_softplus=True).flip(-1)
+
+
 def scan_cases(quick: bool):
+    """The selective scan at three lengths, and a reverse scan (ours in the kernels; mamba_ssm's on flipped
+    copies) at the first."""
     from ssm_plugins.ops import selective_scan
     shapes = [(2, 64, 256, 16)] if quick else [(8, 1536, 1024, 16), (2, 768, 4096, 16), (1, 1536, 16384, 16)]
     selective_scan_fn = mamba_selective_scan_fn()
-    for batch, dim, length, n_state in shapes:
+    for (batch, dim, length, n_state), reverse in [(s, False) for s in shapes] + [(shapes[0], True)]:
         for dtype in (torch.float32, torch.bfloat16):
             t, mt = scan_inputs(batch, dim, length, n_state, dtype)
-            call = lambda fn, t=t: fn(**t, delta_softplus=True)  # noqa: E731
+            call = lambda fn, t=t: fn(**t, delta_softplus=True, reverse=reverse)  # noqa: E731
             baselines = {"reference (PyTorch)": fwd_bwd(lambda: call(selective_scan), t.values())}
             if selective_scan_fn is not None:
-                baselines["mamba_ssm selective_scan_fn"] = fwd_bwd(lambda mt=mt: selective_scan_fn(
-                    **mt, delta_softplus=True), mt.values())
-            yield ("selective_scan", f"b{batch} d{dim} L{length} N{n_state} {str(dtype)[6:]}", baselines,
-                   fwd_bwd(lambda: call(selective_scan), t.values()))
+                mamba = (lambda mt=mt: _flipped_in_time(selective_scan_fn, mt)) if reverse else \
+                    (lambda mt=mt: selective_scan_fn(**mt, delta_softplus=True))
+                baselines["mamba_ssm selective_scan_fn" + (" on flipped copies" if reverse else "")] = \
+                    fwd_bwd(mamba, mt.values())
+            yield ("selective_scan", f"b{batch} d{dim} L{length} N{n_state} {str(dtype)[6:]}"
+                   + (" reverse" if reverse else ""), baselines, fwd_bwd(lambda: call(selective_scan), t.values()))
 
 
 def qs_mix_cases(quick: bool):

@@ -535,9 +535,9 @@ void selective_scan_fwd_launch(int dtype, bool bc_input_dtype, int64_t batch, in
 
 namespace {
 template <typename T, typename BC>
-void launch_bwd(const Args<T, BC>& p, bool reverse, const void* grad_out, const void* grad_last, void* du, void* ddelta, void* dz,
-                void* dA, void* dB, void* dC, void* dD, void* dbias, const void* chunk_states, void* scratch,
-                cudaStream_t stream) {
+void launch_bwd(const Args<T, BC>& p, bool reverse, const void* grad_out, const void* grad_last, void* du,
+                void* ddelta, void* dz, void* dA, void* dB, void* dC, void* dD, void* dbias, const void* chunk_states,
+                void* scratch, cudaStream_t stream) {
   using acc_t = typename Acc<T>::type;
   if (p.L > kStateEvery && selective_scan_chunk(p.L, true) != kStateEvery) {
     throw std::logic_error("ssm_plugins: selective_scan_bwd: a long row's chunks must be the saved states' spacing");

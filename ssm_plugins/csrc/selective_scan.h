@@ -112,8 +112,9 @@ inline void check_bwd(const ScanShape& s, const at::Tensor& u, const at::Tensor&
   }
   if (chunk_states.has_value()) {
     SSM_CHECK(chunk_states->sizes() == at::IntArrayRef({s.batch, s.dim, saved_states(s.L), s.N}) &&
-                  chunk_states->scalar_type() == A.scalar_type(),
-              "selective_scan_bwd: chunk_states must be the forward's: (batch, dim, (L - 1) / 1024, N) in A's dtype");
+                  chunk_states->scalar_type() == A.scalar_type() && chunk_states->device() == u.device(),
+              "selective_scan_bwd: chunk_states must be the forward's: (batch, dim, (L - 1) / 1024, N) in A's "
+              "dtype, on u's device");
   }
 }
 

@@ -649,9 +649,10 @@ def test_bad_input_names_the_argument(change, name):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
-def test_cuda_matches_cpu(dtype):
+@pytest.mark.parametrize("length", [150, 2100])  # one chunk; three backward chunks from the saved states
+def test_cuda_matches_cpu(dtype, length):
     assert _backend.has_kernel("selective_scan_bwd", "cuda")
-    kw = make(2, 6, 150, 16, 2, dtype)  # L > one backward chunk
+    kw = make(2, 6, length, 16, 2, dtype)
     cpu_out, cpu_last, cpu_grads = grads(selective_scan, kw, True)
     cuda_kw = {k: None if v is None else v.cuda() for k, v in kw.items()}
     out, last, got = grads(selective_scan, cuda_kw, True)
@@ -664,9 +665,10 @@ def test_cuda_matches_cpu(dtype):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_cuda_low_rank_reverse_matches_cpu(dtype):
-    """delta_proj (the CUDA forward forms Δ per chunk) and reverse (the CUDA glue flips around the kernels)."""
-    kw = make_low_rank(2, 6, 150, 16, dtype=dtype)
+@pytest.mark.parametrize("length", [150, 2100])
+def test_cuda_low_rank_reverse_matches_cpu(dtype, length):
+    """delta_proj (the CUDA forward forms Δ per chunk) and reverse (the kernels scan from the end)."""
+    kw = make_low_rank(2, 6, length, 16, dtype=dtype)
     fn = lambda **a: selective_scan(**a, reverse=True)
     cpu_out, cpu_last, cpu_grads = grads(fn, kw, True)
     out, last, got = grads(fn, {k: None if v is None else v.cuda() for k, v in kw.items()}, True)
@@ -674,3 +676,14 @@ def test_cuda_low_rank_reverse_matches_cpu(dtype):
     assert rel_err(out.cpu(), cpu_out) < tol and rel_err(last.cpu(), cpu_last) < max(tol, 1e-5)
     for name in cpu_grads:
         assert rel_err(got[name].cpu(), cpu_grads[name]) < max(tol, 5e-5), name
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_backward_rejects_saved_states_on_another_device():
+    kw = make(1, 2, 1500, 2, None, torch.float32, D=False, z=False, bias=False)
+    args = tuple(t.cuda() for t in (kw["u"], kw["delta"], kw["A"], kw["B"][:, None], kw["C"][:, None]))
+    out, _, states = torch.ops.ssm_plugins.selective_scan_fwd(*args, None, None, None, False)
+    with pytest.raises(RuntimeError, match="on u's device"):
+        torch.ops.ssm_plugins.selective_scan_bwd(*args, None, None, None, False, torch.ones_like(out), None, False,
+                                                 states.cpu())

@@ -7,12 +7,14 @@
 // each thread's items, a warp scan of the thread aggregates with shuffles, a scan of the warp aggregates in
 // shared memory, and the state carried from the previous chunk. The output accumulates C_t h_t in
 // registers over n and is stored coalesced through shared memory.
-// The backward walks the chunks from last to first; per chunk and state it recomputes the forward scan from
-// the chunk's starting state, then runs the adjoint recurrence as a reverse block scan of the same shape. A row
-// of up to kStateEvery steps is one backward chunk, which starts from zero; longer rows have chunks of
-// kStateEvery steps, whose starting states the forward saves (the threads whose first step is a multiple of
-// kStateEvery write their entering state) or, where the caller has none, a forward pre-pass of the same kernel
-// writes (every chunk but the last, without C or outputs). Gradients shared by the row's steps (A, D,
+// The backward walks the chunks against the scan's order; per chunk and state it recomputes the scan from the
+// chunk's starting state, then runs the adjoint recurrence as a block scan of the same shape the other way. A
+// row of up to kStateEvery steps is one backward chunk, which starts from zero; longer rows have chunks of
+// kStateEvery steps, whose starting states the forward saves (the threads whose steps begin, in scan order, at a
+// multiple of kStateEvery write the state entering them) or, where the caller has none, a forward pre-pass of
+// the same kernel writes (every chunk but the last scanned, without C or outputs). A reverse scan (kReverse)
+// takes the chunks and each thread's steps from the last and runs its block scans the other way; its loads,
+// stores and chunk boundaries keep the row's time order. Gradients shared by the row's steps (A, D,
 // delta_bias) are reduced within the block (warp shuffles, then shared memory) before one atomicAdd per
 // block; dB and dC get one atomicAdd per (row, step, state), as in mamba_ssm (a block holds one channel),
 // issued coalesced through the shared-memory stage.

@@ -26,7 +26,7 @@ import torch
 from .ops import reference
 from .ops.myo import static_solve
 from .ops.reference.selective_scan import low_rank_delta
-from .ops.selective_scan import STATE_EVERY
+from .ops.selective_scan import STATE_EVERY, saved_states
 
 __all__ = ["decompositions", "export_program", "export_onnx", "fold_weight_only"]
 
@@ -61,7 +61,8 @@ def _selective_scan_fwd(u, delta, A, B, C, D=None, z=None, delta_bias=None, delt
         flip = (lambda t: None if t is None else t.flip(-1))
         out, h = _scan_states(flip(u), flip(delta), A, flip(B), flip(C), D, flip(z), delta_bias, delta_softplus,
                               delta_proj)
-        ends = torch.arange(u.shape[-1] - 1 - STATE_EVERY, -1, -STATE_EVERY, device=u.device)  # s = 1, 2, ...
+        length = u.shape[-1]  # boundary s = 1, 2, ... is after flipped step length - 1 - every s
+        ends = length - 1 - STATE_EVERY * torch.arange(1, saved_states(length) + 1, device=u.device)
         return out.flip(-1), h[:, :, -1], h[:, :, ends]
     out, h = _scan_states(u, delta, A, B, C, D, z, delta_bias, delta_softplus, delta_proj)
     every, length = STATE_EVERY, u.shape[-1]  # the states entering steps every, 2 every, ... below length

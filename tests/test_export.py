@@ -63,6 +63,7 @@ def _op_cases():
     nodes = tree.parent.numel()
     return [
         ("selective_scan_fwd", scan(b, d, L)),
+        ("selective_scan_fwd", (*scan(b, d, L), None, True)),  # reverse, no saved state
         ("selective_scan_fwd", (*scan(1, 2, 2100), None, False)),  # two saved states
         ("selective_scan_fwd", (*scan(1, 2, 2100), None, True)),  # reverse: those holding the steps after them
         ("qs_mix_fwd", qs(-torch.rand(H, n, generator=g), False)),

@@ -8,8 +8,9 @@ from . import _backend, _validate, reference
 
 _OP = "selective_scan_fwd"
 _BWD = "selective_scan_bwd"
-# The forward op's third output holds the state entering every STATE_EVERY-th step (kStateEvery in
-# csrc/cuda/selective_scan.h): the CUDA backward starts its chunks of a long row there.
+# The forward op's third output holds the scan's state at the boundary before every STATE_EVERY-th step
+# (kStateEvery in csrc/cuda/selective_scan.h; a reverse scan's holds the steps after the boundary): the CUDA
+# backward starts its chunks of a long row there.
 STATE_EVERY = 1024
 # Both compiled ops (a stale build may lack the backward): the kernels run only as a pair.
 _COMPILED = hasattr(torch.ops.ssm_plugins, _OP) and hasattr(torch.ops.ssm_plugins, _BWD)
@@ -96,13 +97,14 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
 
 # ---- autograd, fake (meta) kernels and FLOP counts for the compiled ops ----------------------------
 def saved_states(length):
-    """How many states the forward op saves per row: one entering each step STATE_EVERY * s < length, s >= 1."""
+    """How many states the forward op saves per row: one at the boundary before each step STATE_EVERY * s < length,
+    s >= 1."""
     return max(length - 1, 0) // STATE_EVERY
 
 
 # Registered only when the ops exist (the extension may be missing). The backward is the fused
 # selective_scan_bwd kernel: it recomputes the forward states per row, so the inputs are saved and, of the
-# outputs, the states entering every STATE_EVERY-th step (a few per row).
+# outputs, the states at every STATE_EVERY-th step (a few per row).
 if _COMPILED:
 
     @torch.library.register_fake(f"ssm_plugins::{_OP}")

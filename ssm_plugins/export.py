@@ -57,16 +57,15 @@ def linear_recurrence(log_a: torch.Tensor, b: torch.Tensor, chunk: int = 32) -> 
 def _selective_scan_fwd(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, delta_proj=None,
                         reverse=False):
     """The S6 scan via linear_recurrence: the op's out, last state and saved states (ops.selective_scan)."""
-    if reverse:  # the scan of the flipped inputs; the saved states hold steps 1024 s .. L - 1
+    length = u.shape[-1]
+    boundaries = STATE_EVERY * torch.arange(1, saved_states(length) + 1, device=u.device)  # before step 1024 s
+    if reverse:  # the scan of the flipped inputs: boundary s comes after flipped step length - 1 - 1024 s
         flip = (lambda t: None if t is None else t.flip(-1))
         out, h = _scan_states(flip(u), flip(delta), A, flip(B), flip(C), D, flip(z), delta_bias, delta_softplus,
                               delta_proj)
-        length = u.shape[-1]  # boundary s = 1, 2, ... is after flipped step length - 1 - every s
-        ends = length - 1 - STATE_EVERY * torch.arange(1, saved_states(length) + 1, device=u.device)
-        return out.flip(-1), h[:, :, -1], h[:, :, ends]
+        return out.flip(-1), h[:, :, -1], h[:, :, length - 1 - boundaries]
     out, h = _scan_states(u, delta, A, B, C, D, z, delta_bias, delta_softplus, delta_proj)
-    every, length = STATE_EVERY, u.shape[-1]  # the states entering steps every, 2 every, ... below length
-    return out, h[:, :, -1], h[:, :, every - 1:length - 1:every].contiguous()
+    return out, h[:, :, -1], h[:, :, boundaries - 1]
 
 
 def _scan_states(u, delta, A, B, C, D, z, delta_bias, delta_softplus, delta_proj):

@@ -28,7 +28,7 @@ FwdResult selective_scan_fwd_cuda(const at::Tensor& u_, const at::Tensor& delta_
   auto proj = opt_contiguous(delta_proj_);
   auto out = at::empty_like(u, at::MemoryFormat::Contiguous);
   auto last_state = at::zeros({s.batch, s.dim, s.N}, A.options());
-  auto chunk_states = empty_chunk_states(s, A);
+  auto chunk_states = at::empty(chunk_states_shape(s), A.options());
   auto ptr = [](const c10::optional<at::Tensor>& t) -> const void* { return t ? t->data_ptr() : nullptr; };
   const bool bc_input_dtype = B.scalar_type() != A.scalar_type();  // B, C in u's dtype (check_fwd)
   cuda::selective_scan_fwd_launch(static_cast<int>(dtype_code(u)), bc_input_dtype, s.batch, s.dim, s.L, s.N, s.groups,

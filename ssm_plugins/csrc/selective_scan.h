@@ -34,6 +34,7 @@
 #include "cuda/selective_scan.h"  // kStateEvery, saved_states (plain C++)
 
 #include <tuple>
+#include <vector>
 
 namespace ssm_plugins {
 namespace {  // the op's private helpers keep internal linkage, as when the op was one file
@@ -101,6 +102,11 @@ inline c10::optional<at::Tensor> opt_contiguous(const c10::optional<at::Tensor>&
 using BwdResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::optional<at::Tensor>,
                              c10::optional<at::Tensor>, c10::optional<at::Tensor>>;
 
+// The forward's third output: (batch, dim, saved_states(L), N).
+inline std::vector<int64_t> chunk_states_shape(const ScanShape& s) {
+  return {s.batch, s.dim, saved_states(s.L), s.N};
+}
+
 inline void check_bwd(const ScanShape& s, const at::Tensor& u, const at::Tensor& grad_out,
                       const c10::optional<at::Tensor>& grad_last_state,
                       const c10::optional<at::Tensor>& chunk_states, const at::Tensor& A) {
@@ -111,16 +117,11 @@ inline void check_bwd(const ScanShape& s, const at::Tensor& u, const at::Tensor&
               "selective_scan_bwd: grad_last_state must be (batch, dim, N)");
   }
   if (chunk_states.has_value()) {
-    SSM_CHECK(chunk_states->sizes() == at::IntArrayRef({s.batch, s.dim, saved_states(s.L), s.N}) &&
+    SSM_CHECK(chunk_states->sizes() == at::IntArrayRef(chunk_states_shape(s)) &&
                   chunk_states->scalar_type() == A.scalar_type() && chunk_states->device() == u.device(),
               "selective_scan_bwd: chunk_states must be the forward's: (batch, dim, (L - 1) / 1024, N) in A's "
               "dtype, on u's device");
   }
-}
-
-// The forward's third output, before its kernel fills it.
-inline at::Tensor empty_chunk_states(const ScanShape& s, const at::Tensor& A) {
-  return at::empty({s.batch, s.dim, saved_states(s.L), s.N}, A.options());
 }
 
 }  // namespace

@@ -328,7 +328,7 @@ FwdResult selective_scan_fwd_cpu(const at::Tensor& u_, const at::Tensor& delta_,
   const c10::optional<at::Tensor>& z = z_;
   auto D = opt_contiguous(D_), bias = opt_contiguous(delta_bias_), proj = opt_contiguous(delta_proj_);
   auto out = at::empty_like(u);
-  auto chunk_states = empty_chunk_states(s, A);
+  auto chunk_states = at::empty(chunk_states_shape(s), A.options());
   if (s.batch * s.dim == 0 || s.L == 0) return {out, at::zeros({s.batch, s.dim, s.N}, A.options()), chunk_states};
   auto last_state = at::empty({s.batch, s.dim, s.N}, A.options());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, u.scalar_type(), "selective_scan_fwd_cpu", [&] {

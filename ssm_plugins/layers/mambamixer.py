@@ -30,6 +30,7 @@ import torch.utils.checkpoint
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .. import ops
+from ..ops._backend import normal_tensors
 
 __all__ = ["SelectiveTokenMixer", "SelectiveChannelMixer", "ForwardBackwardChannelMixer", "MambaMixerBlock",
            "QSMixerBlock", "TimeVariateMixerBlock", "MixerStack", "SwitchOfScans", "scan_orders", "gather_tokens", "SCAN_NAMES", "SCAN_SETS", "resolve_scans",
@@ -680,10 +681,11 @@ def _cached_on(device, build, *args):
     an index built on the host and copied in every forward is a host-to-device copy that waits for the stream (three
     per vim2_t step on a GPU) and keeps the step out of a CUDA graph. The cache outlives any trace: it is filled with
     real tensors, never with the fake ones of a torch.export trace or a meta default device (they would poison every
-    later eager call). ``build`` is a module-level function and ``args`` constants, as torch.compile needs."""
+    later eager call), nor with inference tensors (they would break every later forward autograd records). ``build`` is
+    a module-level function and ``args`` constants, as torch.compile needs."""
     key, device = (build.__name__, args), torch.device(device)
     if (key, device) not in _INDEX_CACHE:
-        with unset_fake_temporarily():
+        with unset_fake_temporarily(), normal_tensors():
             on_cpu = (key, torch.device("cpu"))
             if on_cpu not in _INDEX_CACHE:
                 _INDEX_CACHE[on_cpu] = tuple(build(*args))

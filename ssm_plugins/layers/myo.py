@@ -10,7 +10,6 @@ SequenceLayer around it (§3); ``MyoMixer2d`` the gated 2-D token mixer of the b
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 from typing import Optional
@@ -20,7 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import ops
-from ..ops._backend import no_autocast
+from ..ops._backend import no_autocast, normal_tensors
 from ..ops import MyoTree
 
 __all__ = ["MyoSSM", "MyoBlock", "MyoMixer2d", "hippo_n_init"]
@@ -56,23 +55,15 @@ def hippo_n_init(block_size: int, blocks: int, conj_sym: bool = True):
     return lam, v_full, vinv
 
 
-def _normal_tensors():
-    """Eager calls to the trees' cache under ``torch.inference_mode`` build with it off: a cached tree made of
-    inference tensors would break every later forward that autograd records (they cannot be saved for backward)."""
-    if not torch.compiler.is_compiling() and torch.is_inference_mode_enabled():
-        return torch.inference_mode(False)
-    return contextlib.nullcontext()
-
-
 def quadtree(height: int, width: int, device=None) -> MyoTree:
     """``ops.myo_quadtree``: cached per size and device in eager code, traced (no graph break) under torch.compile."""
-    with _normal_tensors():
+    with normal_tensors():
         return ops.myo_quadtree(height, width, device=device)
 
 
 def kary_tree(num_leaves: int, arity: int, device=None) -> MyoTree:
     """``ops.myo_tree``: cached per size and device in eager code, traced (no graph break) under torch.compile."""
-    with _normal_tensors():
+    with normal_tensors():
         return ops.myo_tree(num_leaves, arity, device=device)
 
 

@@ -17,6 +17,7 @@ import torch
 import torch.nn as nn
 
 from .. import ops
+from ..ops._backend import normal_tensors
 from ..ops.ssm2d import DIRECTION_FLIPS
 
 __all__ = ["SSM2D"]
@@ -152,7 +153,7 @@ class SSM2D(nn.Module):
         stamp = (self.A_logit.device, self.A_logit.dtype) + tuple(p._version for p in params)
         cached = self._kernel_cache.get((height, width))
         if cached is None or cached[0] != stamp:
-            with torch.no_grad():
+            with torch.no_grad(), normal_tensors():  # an inference tensor would fail a later input-gradient call
                 cached = (stamp, self.compute_kernel(height, width))
             self._kernel_cache[(height, width)] = cached
         return cached[1]

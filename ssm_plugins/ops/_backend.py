@@ -129,3 +129,12 @@ def no_autocast(device_type: str):
     if device_type == "meta":  # a string test, not torch.amp.is_autocast_available: dynamo traces it
         return contextlib.nullcontext()
     return torch.autocast(device_type, enabled=False)
+
+
+def normal_tensors():
+    """A region whose tensors autograd may save: inference mode off for eager code. A cache filled under
+    ``torch.inference_mode`` with inference tensors would break every later forward that autograd records (they
+    cannot be saved for backward); under torch.compile a no-op (the trace keeps no tensor)."""
+    if not torch.compiler.is_compiling() and torch.is_inference_mode_enabled():
+        return torch.inference_mode(False)
+    return contextlib.nullcontext()

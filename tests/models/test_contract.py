@@ -258,16 +258,28 @@ def test_bad_input_raises_value_error(name):
 def test_training_after_an_inference_mode_forward(name):
     """Nothing an inference_mode forward caches (trees, scan orders, kernels) may hold inference tensors: a later
     forward at the same size under autograd would fail to save them for backward (timm's FX tests do this)."""
+    from ssm_plugins.layers import mambamixer
     from ssm_plugins.ops import myo as myo_ops
 
-    for cache in (myo_ops._kary_tree, myo_ops._quadtree):  # empty, so this test's inference_mode call fills them
+    # empty, so this test's inference_mode call fills them (an earlier test's normal tensors would hide the bug)
+    for cache in (myo_ops._kary_tree, myo_ops._quadtree):
         cache.cache_clear()
+    mambamixer._INDEX_CACHE.clear()
     model = _create(name)
     x = _input(model, family(name).sizes[0], batch=2)
     with torch.inference_mode():
         model.eval()(x)
     model.train()(x).square().mean().backward()
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+    if not x.is_floating_point():
+        return
+    # a frozen model in eval mode, asked for its input's gradient (saliency): served from the eval-mode caches
+    # (the 2-D SSM's kernels) that the inference_mode forward filled
+    with torch.inference_mode():
+        model.eval()(x)
+    x = x.clone().requires_grad_()
+    model.requires_grad_(False)(x).square().mean().backward()
+    assert x.grad is not None and x.grad.abs().sum() > 0
 
 
 @pytest.mark.parametrize('name', MODELS)

@@ -19,7 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import ops
-from ..ops._backend import no_autocast, normal_tensors
+from ..ops._backend import no_autocast
 from ..ops import MyoTree
 
 __all__ = ["MyoSSM", "MyoBlock", "MyoMixer2d", "hippo_n_init"]
@@ -57,14 +57,12 @@ def hippo_n_init(block_size: int, blocks: int, conj_sym: bool = True):
 
 def quadtree(height: int, width: int, device=None) -> MyoTree:
     """``ops.myo_quadtree``: cached per size and device in eager code, traced (no graph break) under torch.compile."""
-    with normal_tensors():
-        return ops.myo_quadtree(height, width, device=device)
+    return ops.myo_quadtree(height, width, device=device)
 
 
 def kary_tree(num_leaves: int, arity: int, device=None) -> MyoTree:
     """``ops.myo_tree``: cached per size and device in eager code, traced (no graph break) under torch.compile."""
-    with normal_tensors():
-        return ops.myo_tree(num_leaves, arity, device=device)
+    return ops.myo_tree(num_leaves, arity, device=device)
 
 
 def _lecun_normal(shape, fan_in: int, generator=None) -> torch.Tensor:

@@ -104,8 +104,11 @@ def myo_tree(num_leaves: int, arity: int, device=None) -> MyoTree:
         raise ValueError(f"num_leaves must be a positive int, got {num_leaves!r}")
     if not isinstance(arity, int) or isinstance(arity, bool) or arity < 2:
         raise ValueError(f"arity must be an int >= 2, got {arity!r}")
-    build = _build_kary_tree if torch.compiler.is_compiling() else _kary_tree  # traced, or cached in eager
-    return build(num_leaves, arity, torch.device(device if device is not None else "cpu"))
+    device = torch.device(device if device is not None else "cpu")
+    if torch.compiler.is_compiling():  # traced
+        return _build_kary_tree(num_leaves, arity, device)
+    with _backend.normal_tensors():  # cached in eager code, never as inference tensors: later calls may record
+        return _kary_tree(num_leaves, arity, device)
 
 
 def myo_quadtree(height: int, width: int, device=None) -> MyoTree:
@@ -115,8 +118,11 @@ def myo_quadtree(height: int, width: int, device=None) -> MyoTree:
     for name, value in (("height", height), ("width", width)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
-    build = _build_quadtree if torch.compiler.is_compiling() else _quadtree  # traced, or cached in eager
-    return build(height, width, torch.device(device if device is not None else "cpu"))
+    device = torch.device(device if device is not None else "cpu")
+    if torch.compiler.is_compiling():  # traced
+        return _build_quadtree(height, width, device)
+    with _backend.normal_tensors():  # cached in eager code, never as inference tensors: later calls may record
+        return _quadtree(height, width, device)
 
 
 def myo_tree_from_parent(parent: torch.Tensor) -> MyoTree:

@@ -118,6 +118,23 @@ def test_quadtree_equals_dense_solve(backend, height, width):
     torch.testing.assert_close(myo_solve(u, b_level, tree), want, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("make_tree", [lambda: myo_tree(11, 3), lambda: myo_quadtree(5, 6)], ids=["kary", "quad"])
+def test_trees_made_under_inference_mode_serve_autograd(make_tree):
+    """The trees are cached per size: one first made under torch.inference_mode must still serve a later solve that
+    autograd records (inference tensors cannot be saved for backward)."""
+    from ssm_plugins.ops import myo as myo_ops
+
+    for cache in (myo_ops._kary_tree, myo_ops._quadtree):  # empty, so the inference_mode call below fills them
+        cache.cache_clear()
+    with torch.inference_mode():
+        assert not make_tree().parent.is_inference()
+    tree = make_tree()  # from the cache
+    u = torch.randn(2, tree.parent.numel(), 3, dtype=torch.complex128, requires_grad=True)
+    b = torch.full((1, tree.parent.numel(), 3), 0.3, dtype=torch.complex128, requires_grad=True)
+    myo_solve(u, b, tree).abs().sum().backward()
+    assert u.grad is not None and b.grad is not None
+
+
 def test_quadtree_equals_4ary_tree_on_morton_order():
     # T3: on a 2^m × 2^m grid the quadtree pyramid is the 1-D 4-ary tree over Morton-ordered pixels.
     side = 8

@@ -55,16 +55,6 @@ def hippo_n_init(block_size: int, blocks: int, conj_sym: bool = True):
     return lam, v_full, vinv
 
 
-def quadtree(height: int, width: int, device=None) -> MyoTree:
-    """``ops.myo_quadtree``: cached per size and device in eager code, traced (no graph break) under torch.compile."""
-    return ops.myo_quadtree(height, width, device=device)
-
-
-def kary_tree(num_leaves: int, arity: int, device=None) -> MyoTree:
-    """``ops.myo_tree``: cached per size and device in eager code, traced (no graph break) under torch.compile."""
-    return ops.myo_tree(num_leaves, arity, device=device)
-
-
 def _lecun_normal(shape, fan_in: int, generator=None) -> torch.Tensor:
     """Flax's lecun_normal: truncated normal (±2σ) with variance 1/fan_in."""
     std = 1.0 / math.sqrt(fan_in) / 0.87962566103423978  # flax rescales the truncated normal
@@ -318,7 +308,7 @@ class MyoMixer2d(nn.Module):
         batch, height, width, dim = x.shape
         gate = F.silu(self.in_gate(x))
         x = self.dwconv(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
-        tree = quadtree(height, width, device=x.device)  # leaves: pixels in raster order
+        tree = ops.myo_quadtree(height, width, device=x.device)  # leaves: pixels in raster order
         roll = 2 ** max(len(tree.level_sizes) - 3, 0) if self.shift else 0
         if roll:
             x = torch.roll(x, (roll, roll), dims=(1, 2))

@@ -42,7 +42,7 @@ from .. import ops
 from ..ops import myo as myo_ops
 from ..ops.reference import myo as myo_reference
 from ._common import local_weights_cfg, param_groups, stage_intermediates
-from ..layers.myo import MyoBlock, MyoMixer2d, MyoSSM, kary_tree, quadtree
+from ..layers.myo import MyoBlock, MyoMixer2d, MyoSSM
 
 __all__ = ['MyoSequence', 'MyoPix', 'MyoNet', 'MyoNetBlock', 'MyoNetStage', 'PAPER_RECIPES', 'myo_param_groups']
 
@@ -189,7 +189,7 @@ def _sequence_leaves(x: torch.Tensor, padding_mask: Optional[torch.Tensor], spec
         if valid is None:
             valid = torch.ones(batch, length, dtype=torch.bool, device=x.device)
         valid = F.pad(valid, (0, leaves - length), value=False)
-    return x, kary_tree(leaves, spec.arity, device=x.device), valid, length, None, (0, 0)
+    return x, ops.myo_tree(leaves, spec.arity, device=x.device), valid, length, None, (0, 0)
 
 
 def _image_leaves(x: torch.Tensor, spec: MyoInputSpec):
@@ -208,7 +208,7 @@ def _image_leaves(x: torch.Tensor, spec: MyoInputSpec):
         valid = F.pad(torch.ones(rows, cols, dtype=torch.bool, device=x.device),
                       (left, side_c - cols - left, top, side_r - rows - top), value=False)
         valid = valid.flatten().expand(batch, -1)
-    tree = quadtree(side_r, side_c, device=x.device)  # pixels in raster order = Morton leaves (§2.3)
+    tree = ops.myo_quadtree(side_r, side_c, device=x.device)  # pixels in raster order = Morton leaves (§2.3)
     return x.flatten(2).transpose(1, 2), tree, valid, rows * cols, (rows, cols), (top, left)
 
 

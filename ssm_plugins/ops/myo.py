@@ -96,6 +96,16 @@ _kary_tree = functools.lru_cache(maxsize=64)(_build_kary_tree)
 _quadtree = functools.lru_cache(maxsize=64)(_build_quadtree)
 
 
+def _tree(build, cached, *sizes, device):
+    """``build(*sizes, device)``: traced under torch.compile; in eager code from its cache, filled with normal
+    tensors even under inference_mode (later calls may be recorded by autograd)."""
+    device = torch.device(device if device is not None else "cpu")
+    if torch.compiler.is_compiling():
+        return build(*sizes, device)
+    with _backend.normal_tensors():
+        return cached(*sizes, device)
+
+
 def myo_tree(num_leaves: int, arity: int, device=None) -> MyoTree:
     """Ceil k-ary 1-D tree over ``num_leaves`` consecutive leaves (spec §2.3, §2.4): n_{ℓ+1} = ⌈n_ℓ/k⌉,
     node j of level ℓ has parent ⌊j/k⌋ of level ℓ+1. Any L >= 1 (the last node of a level may have
@@ -104,11 +114,7 @@ def myo_tree(num_leaves: int, arity: int, device=None) -> MyoTree:
         raise ValueError(f"num_leaves must be a positive int, got {num_leaves!r}")
     if not isinstance(arity, int) or isinstance(arity, bool) or arity < 2:
         raise ValueError(f"arity must be an int >= 2, got {arity!r}")
-    device = torch.device(device if device is not None else "cpu")
-    if torch.compiler.is_compiling():  # traced
-        return _build_kary_tree(num_leaves, arity, device)
-    with _backend.normal_tensors():  # cached in eager code, never as inference tensors: later calls may record
-        return _kary_tree(num_leaves, arity, device)
+    return _tree(_build_kary_tree, _kary_tree, num_leaves, arity, device=device)
 
 
 def myo_quadtree(height: int, width: int, device=None) -> MyoTree:
@@ -118,11 +124,7 @@ def myo_quadtree(height: int, width: int, device=None) -> MyoTree:
     for name, value in (("height", height), ("width", width)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
-    device = torch.device(device if device is not None else "cpu")
-    if torch.compiler.is_compiling():  # traced
-        return _build_quadtree(height, width, device)
-    with _backend.normal_tensors():  # cached in eager code, never as inference tensors: later calls may record
-        return _quadtree(height, width, device)
+    return _tree(_build_quadtree, _quadtree, height, width, device=device)
 
 
 def myo_tree_from_parent(parent: torch.Tensor) -> MyoTree:

@@ -4,7 +4,7 @@
 # (no CUDA libraries: .venv's nvidia wheels serve the build), then in .gpu_carry/
 #   _C<suffix>.so + _C.key     this checkout's extension for ARCH, with the source key gpu_check.sh compares
 #   site/                      mamba_ssm's selective scan (scripts/build_mamba_scan.sh), unless MAMBA=0
-# and in .whl/ the timm and einops wheels of requirements/stack.txt. Carry .gpu_carry and .whl with the call.
+# and in .whl/ the timm and einops wheels of requirements/lock.txt. Carry .gpu_carry and .whl with the call.
 # Measured 2026-11-27 on the project's 2 cores: about 3 min for _C, 3 min for mamba_ssm, plus the downloads.
 #
 #   PYTHON=python3.12 ARCH=9.0 bash scripts/build_for_device.sh
@@ -14,7 +14,7 @@ PYTHON=${PYTHON:-$(command -v python3.12 || echo "$HOME/.pyenv/versions/3.12.1/b
 ARCH=${ARCH:-9.0}
 SIDE=${SIDE:-/tmp/ssm_plugins_device_venv}
 nvidia=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nvidia
-pin() { grep -E "^$1==" requirements/stack.txt | head -1; }
+pin() { grep -E "^$1==" requirements/lock.txt | head -1 | cut -d' ' -f1; }
 
 if [ ! -x "$SIDE/bin/python" ]; then
   "$PYTHON" -m venv "$SIDE"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Create or refresh .venv from requirements/stack.txt, then build ssm_plugins (with its _C extension).
+# Create or refresh .venv from the hash-locked requirements, then build ssm_plugins (with its _C extension).
 # Idempotent: each phase is keyed by the content it depends on, so a warm re-run costs seconds.
-#   - the stack is keyed by requirements/stack.txt, the Python version and STACK_RECIPE below;
+#   - the stack is keyed by requirements/lock.txt and mmcv.txt (`make lock` writes them from requirements/*.in),
+#     the Python version and STACK_RECIPE below;
 #   - the mmcv wheel is cached outside the repo, keyed by mmcv/torch/Python versions and build flags
 #     (pip's own wheel cache is keyed by the download only, so it would reuse a wheel built against
 #     another torch);
@@ -10,50 +11,46 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 
-STACK_RECIPE=1   # bump when the install steps below change
+STACK_RECIPE=2   # bump when the install steps below change
 PYTHON=${PYTHON:-python3.11}
 venv="$root/.venv"
-stack="$root/requirements/stack.txt"
+lock="$root/requirements/lock.txt"
+mmcv_lock="$root/requirements/mmcv.txt"
 cache="${SSM_PLUGINS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ssm_plugins}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 
 log() { printf '[env] %s\n' "$*" >&2; }
-pin() { sed -n "s/^$1==\([^ ]*\).*/\1/p" "$stack"; }
+pin() { sed -n "s/^$1==\([^ ]*\).*/\1/p" "$2"; }
 hash_of() { cat "$@" | sha256sum | cut -c1-16; }
 
 pyver=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 [ "$pyver" = "3.11" ] || { log "need Python 3.11 (PYTHON=$PYTHON is $pyver)"; exit 1; }
 
-stack_key="$(printf '%s %s ' "$pyver" "$STACK_RECIPE"; hash_of "$stack")"
+stack_key="$(printf '%s %s ' "$pyver" "$STACK_RECIPE"; hash_of "$lock" "$mmcv_lock")"
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.stack-key" 2>/dev/null)" != "$stack_key" ]; then
   t0=$SECONDS
-  log "building the toolbox stack in .venv (key $stack_key)"
+  log "building the toolbox stack in .venv from requirements/lock.txt (key $stack_key)"
   rm -rf "$venv"
   "$PYTHON" -m venv "$venv"
-  pip=("$venv/bin/python" -m pip install -c "$stack")
-  "${pip[@]}" setuptools wheel ninja packaging numpy
-  "${pip[@]}" torch torchvision torchaudio
+  # The lock holds every package of the environment, so nothing is resolved here: --no-deps, and every file is
+  # checked against its hash.
+  "$venv/bin/python" -m pip install --require-hashes --no-deps -r "$lock"
 
-  # mmcv: from source with its CPU ops, against the torch just installed; reuse our keyed wheel.
-  mmcv_v=$(pin mmcv); torch_v=$(pin torch)
+  # mmcv: compiled from the locked source distribution with its CPU ops, against the torch just installed (its
+  # build imports torch, so no build isolation); reuse our keyed wheel. The one package not checked by hash at
+  # install time: the wheel is ours, built from the hash-checked source.
+  mmcv_v=$(pin mmcv "$mmcv_lock"); torch_v=$(pin torch "$lock")
   flags="MMCV_WITH_OPS=1 CFLAGS=-g0 CXXFLAGS=-g0"
   wheel_dir="$cache/wheels/mmcv-$mmcv_v-torch$torch_v-py$pyver-$(printf '%s' "$flags" | sha256sum | cut -c1-8)"
   if ! ls "$wheel_dir"/mmcv-*.whl >/dev/null 2>&1; then
-    log "compiling mmcv $mmcv_v with CPU ops (about 12 min on 2 cores)"
+    log "compiling mmcv $mmcv_v with CPU ops (about 10 min on 2 cores)"
     tmp="$wheel_dir.tmp.$$"; rm -rf "$tmp"; mkdir -p "$tmp"
-    "$venv/bin/python" -m pip install -c "$stack" addict yapf pyyaml pillow opencv-python mmengine
     env MMCV_WITH_OPS=1 MAX_JOBS=2 CFLAGS=-g0 CXXFLAGS=-g0 FORCE_CUDA=0 \
-      "$venv/bin/python" -m pip wheel --no-build-isolation --no-deps --no-cache-dir \
-      -w "$tmp" "mmcv==$mmcv_v"
+      "$venv/bin/python" -m pip wheel --no-build-isolation --no-deps --no-cache-dir --require-hashes \
+      --no-binary mmcv -w "$tmp" -r "$mmcv_lock"
     rm -rf "$wheel_dir"; mv "$tmp" "$wheel_dir"
   fi
   "$venv/bin/python" -m pip install --no-deps "$wheel_dir"/mmcv-*.whl
-
-  "${pip[@]}" mmengine mmcv mmdet mmsegmentation mmpretrain einops mat4py modelindex importlib_metadata ftfy regex timm speechbrain soundfile \
-    scipy scikit-learn pandas opencv-python pytest pytest-xdist fast_bss_eval onnx onnxscript onnxruntime \
-    click colorama model-index requests rich tabulate
-  # openmim's declared dependencies downgrade half the stack; its real imports are installed above
-  "$venv/bin/python" -m pip install --no-deps -c "$stack" openmim
   printf '%s' "$stack_key" > "$venv/.stack-key"
   rm -f "$venv/.package-key"
   log "stack ready in $((SECONDS - t0)) s"

@@ -5,7 +5,7 @@
     python scripts/timm_test_suite.py run [pytest args] # adapt the model selection, run pytest on it
     python scripts/timm_test_suite.py run --exclude 'REGEX' [pytest args]  # leave out the models it matches
 
-``fetch`` runs ``pip download --no-deps --no-binary :all: timm==<pin>`` (the pin from requirements/stack.txt) and
+``fetch`` runs ``pip download --no-deps --no-binary :all: timm==<pin>`` (the pin from requirements/lock.txt) and
 keeps the sdist's ``tests/`` under ``$SSM_PLUGINS_CACHE`` (default ``~/.cache/ssm_plugins``), keyed by the version
 like the mmcv wheel; once cached nothing touches the network. ``run`` writes an adapted copy of
 ``test_models.py`` whose only changes are the model selection (checked by ``tests/timm_suite``: every function and
@@ -63,11 +63,11 @@ FILTERS = [
 
 
 def pinned_version(package: str = "timm") -> str:
-    for line in (ROOT / "requirements" / "stack.txt").read_text().splitlines():
+    for line in (ROOT / "requirements" / "lock.txt").read_text().splitlines():
         match = re.match(rf"^{re.escape(package)}==(\S+)", line)
         if match:
             return match.group(1)
-    raise SystemExit(f"{package} is not pinned in requirements/stack.txt")
+    raise SystemExit(f"{package} is not pinned in requirements/lock.txt")
 
 
 def cache_dir() -> Path:

@@ -14,22 +14,50 @@ ROOT = Path(__file__).resolve().parents[1]
 TOOLBOXES = ("mmdet", "mmseg", "mmpretrain", "mmcv", "mmengine", "speechbrain")
 
 
-def _pins():
+def _normal(name):
+    return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503
+
+
+def _locked(filename):
+    """{normalised name: version} of a lock file written by `make lock` (scripts/lock.sh)."""
     pins = {}
-    for line in (ROOT / "requirements" / "stack.txt").read_text().splitlines():
-        m = re.match(r"^([A-Za-z0-9_.\-]+)==(\S+)", line.strip())
+    for line in (ROOT / "requirements" / filename).read_text().splitlines():
+        m = re.match(r"^([A-Za-z0-9_.\-]+)==(\S+)", line)
         if m:
-            pins[m.group(1)] = m.group(2)
+            pins[_normal(m.group(1))] = m.group(2)
     return pins
 
 
-def test_installed_versions_are_the_pinned_stack():
-    wrong = {}
-    for name, version in _pins().items():
-        got = importlib.metadata.version(name)
-        if got.split("+")[0] != version:
-            wrong[name] = (version, got)
-    assert not wrong, f"installed versions differ from requirements/stack.txt: {wrong}"
+def _drift(installed, locked):
+    """Every package whose installed version differs from the lock, or that only one side has, by name."""
+    return {name: (locked.get(name, "not in the lock"), installed.get(name, "not installed"))
+            for name in sorted(set(installed) | set(locked)) if installed.get(name) != locked.get(name)}
+
+
+def test_installed_environment_is_the_lock():
+    # the whole environment, every distribution importlib.metadata sees, against requirements/lock.txt plus the
+    # two exceptions the lock names: mmcv (built from the source in mmcv.txt) and this project
+    installed = {_normal(d.metadata["Name"]): d.version for d in importlib.metadata.distributions()}
+    locked = {**_locked("lock.txt"), **_locked("mmcv.txt"), "ssm-plugins": importlib.metadata.version("ssm-plugins")}
+    drift = _drift(installed, locked)
+    assert not drift, ("the installed environment differs from requirements/lock.txt (lock, installed); "
+                       f"rebuild it with `bash scripts/env.sh`, or run `make lock` after editing requirements/*.in: {drift}")
+
+
+def test_drift_names_each_difference():
+    assert _drift({"torch": "2.11.0", "tqdm": "4.70.1", "extra": "1.0"},
+                  {"torch": "2.11.0", "tqdm": "4.67.0", "numpy": "1.26.4"}) == {
+        "extra": ("not in the lock", "1.0"), "numpy": ("1.26.4", "not installed"), "tqdm": ("4.67.0", "4.70.1")}
+
+
+def test_lock_holds_every_pin_of_the_input():
+    # an edit of requirements/stack.in without `make lock` leaves the lock behind
+    locked = _locked("lock.txt")
+    for source in ("stack.in", "nodeps.in"):
+        pins = _locked(source)
+        assert pins and not {n: v for n, v in pins.items() if locked.get(n) != v}, (
+            f"requirements/{source} pins versions requirements/lock.txt lacks: run `make lock`")
+    assert _locked("mmcv.txt") == _locked("mmcv.in")
 
 
 def test_stack_imports_together():

@@ -40,7 +40,7 @@ def sdr_best_permutation(reference, estimate):
     each reference scored against the estimate the best permutation (largest SDR sum) assigns to it.
 
     reference, estimate: (num_sources, T) arrays."""
-    import fast_bss_eval  # the maintained BSS Eval implementation (pinned in requirements/stack.txt)
+    import fast_bss_eval  # the maintained BSS Eval implementation (pinned in requirements/stack.in)
 
     reference, estimate = np.asarray(reference, dtype=np.float64), np.asarray(estimate, dtype=np.float64)
     if reference.ndim != 2 or reference.shape != estimate.shape:

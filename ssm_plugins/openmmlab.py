@@ -521,7 +521,10 @@ class _TimmBackbone(BaseModule):
         if pad_h or pad_w:
             x = F.pad(x, (0, pad_w, 0, pad_h))
         outs = self._features(x)
-        return tuple(out[..., :math.ceil(height / stride), :math.ceil(width / stride)]
+        # contiguous NCHW: the models' maps come out channels-last (LayerNorm2d, channels-last convs) and the crop
+        # makes views, and mmcv's RoIAlign indexes its input's memory as NCHW without looking at the strides (an
+        # FPN passes the layout on to it), so a detector's box and mask heads read scrambled RoI features
+        return tuple(out[..., :math.ceil(height / stride), :math.ceil(width / stride)].contiguous()
                      for out, stride in zip(outs, self.strides))
 
     def no_weight_decay(self) -> set:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -29,12 +28,12 @@ from pathlib import Path
 from ssm_plugins.data.ade_digits import ade_digits
 from ssm_plugins.data.coco_digits import coco_digits
 from ssm_plugins.data.imagenet_digits import imagenet_digits
-from ssm_plugins.data.openmmlab_tiny import (logged_runs, mim, mmdet_tiny_options, mmpretrain_tiny_options,
-                                             mmseg_tiny_options)
+from ssm_plugins.data.openmmlab_tiny import (CPU_PLAIN_MIXER, mask_rcnn_width_options, mim, mmdet_tiny_options,
+                                             mmpretrain_tiny_options, mmseg_tiny_options, summarise)
 
 REPO = Path(__file__).resolve().parents[1]
 # the backbone of all three stages: ViM2's classes at a CPU size (the classifier's timm kwargs = the backbone's)
-BACKBONE = dict(embed_dim=64, depth=4, n_interactions=2, spm_inplanes=32, mrfp_ratio=0.5)
+BACKBONE = CPU_PLAIN_MIXER
 WIDTH = BACKBONE["embed_dim"]
 
 
@@ -42,13 +41,8 @@ def _kwargs(prefix: str) -> list:
     return [f"{prefix}.{key}={value}" for key, value in BACKBONE.items()]
 
 
-# Mask R-CNN's neck and heads at 64 channels instead of 256 (and a 256-wide box head instead of 1024): at 256 their
-# convolutions and RoIAlign take 85 % of a CPU step beside this backbone (measured: 8.5 s -> 1.5 s per step)
-MASK_RCNN_WIDTH = [f"model.neck.out_channels={WIDTH}", f"model.rpn_head.in_channels={WIDTH}",
-                   f"model.rpn_head.feat_channels={WIDTH}", f"model.roi_head.bbox_roi_extractor.out_channels={WIDTH}",
-                   f"model.roi_head.bbox_head.in_channels={WIDTH}", "model.roi_head.bbox_head.fc_out_channels=256",
-                   f"model.roi_head.mask_roi_extractor.out_channels={WIDTH}",
-                   f"model.roi_head.mask_head.in_channels={WIDTH}", f"model.roi_head.mask_head.conv_out_channels={WIDTH}"]
+# Mask R-CNN's neck and heads at 64 channels (ssm_plugins.data.openmmlab_tiny.mask_rcnn_width_options)
+MASK_RCNN_WIDTH = mask_rcnn_width_options(WIDTH)
 
 
 RUNS = {
@@ -85,17 +79,12 @@ def run(toolbox: str, work_dir: Path, scale: float = 1.0, pretrained: Path | Non
     done = mim("train", toolbox, spec["config"], work_dir, spec["options"](root, scale, pretrained))
     if done.returncode != 0:
         raise RuntimeError(f"mim train {toolbox} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    (records,) = logged_runs(work_dir)[-1:]
-    losses = [r["loss"] for r in records if "loss" in r]
-    (val,) = [r for r in records if spec["metrics"][0] in r][-1:]
-    window = max(1, len(losses) // 4)  # single-batch losses are noisy: report the first / last quarter's mean
+    summary = summarise(work_dir, list(spec["metrics"]))
+    epochs = summary.pop("epochs")
     result = {"toolbox": toolbox, "config": str(spec["config"].relative_to(REPO)),
-              "pretrained": None if pretrained is None else pretrained.name, "iters": len(losses),
-              "loss_start": round(statistics.fmean(losses[:window]), 3),
-              "loss_end": round(statistics.fmean(losses[-window:]), 3),
-              **{key: val[key] for key in spec["metrics"]}, "seconds": round(time.perf_counter() - start, 1)}
+              "pretrained": None if pretrained is None else pretrained.name, **summary,
+              "seconds": round(time.perf_counter() - start, 1)}
     if spec["checkpoint"]:
-        epochs = max(r.get("epoch", 0) for r in records)
         result["checkpoint"] = work_dir / spec["checkpoint"].format(epochs)
     return result
 

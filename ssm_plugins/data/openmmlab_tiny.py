@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -153,6 +154,36 @@ def mmseg_tiny_options(data_root: os.PathLike, iters: int = 4, val_images: int =
         # constant lr: the warm-up (now from factor 1) lasts 1500 iterations, the poly decay starts after it
         "param_scheduler.0.start_factor=1.0",
     ] + _run(seed, lr) + _backbone_init(pretrained)
+
+
+# ViM2 / ViQS at a CPU size (the main job's backbone, scripts/main_openmmlab.py, and benchmarks.dense_control's):
+# 64 wide, 4 blocks, 2 interactions; the same code paths as ViM2-T (timm kwargs of the classifier and the backbone)
+CPU_PLAIN_MIXER = dict(embed_dim=64, depth=4, n_interactions=2, spm_inplanes=32, mrfp_ratio=0.5)
+
+
+def mask_rcnn_width_options(width: int, in_channels: Optional[List[int]] = None, fc: int = 256) -> List[str]:
+    """Mask R-CNN's neck and heads at ``width`` channels (a box head of ``fc`` instead of 1024): at mmdet's 256 their
+    convolutions and RoIAlign take 85 % of a CPU step beside a small backbone (measured: 8.5 s -> 1.5 s per step).
+    ``in_channels``: the backbone's four levels (the neck's input), if the config's do not fit."""
+    neck = [] if in_channels is None else [f"model.neck.in_channels=[{','.join(map(str, in_channels))}]"]
+    return neck + [f"model.neck.out_channels={width}", f"model.rpn_head.in_channels={width}",
+                   f"model.rpn_head.feat_channels={width}", f"model.roi_head.bbox_roi_extractor.out_channels={width}",
+                   f"model.roi_head.bbox_head.in_channels={width}", f"model.roi_head.bbox_head.fc_out_channels={fc}",
+                   f"model.roi_head.mask_roi_extractor.out_channels={width}",
+                   f"model.roi_head.mask_head.in_channels={width}",
+                   f"model.roi_head.mask_head.conv_out_channels={width}"]
+
+
+def summarise(work_dir: os.PathLike, metrics: List[str]) -> Dict:
+    """The last run logged in ``work_dir``: its number of iterations, the training loss over its first and last
+    quarter (single-batch losses are noisy) and ``metrics`` from its last validation."""
+    (records,) = logged_runs(work_dir)[-1:]
+    losses = [r["loss"] for r in records if "loss" in r]
+    (val,) = [r for r in records if metrics[0] in r][-1:]
+    window = max(1, len(losses) // 4)
+    return {"iters": len(losses), "loss_start": round(statistics.fmean(losses[:window]), 3),
+            "loss_end": round(statistics.fmean(losses[-window:]), 3), **{key: val[key] for key in metrics},
+            "epochs": max(r.get("epoch", 0) for r in records)}
 
 
 # what a run of several CPU processes adds (``--launcher pytorch --gpus N`` on a machine without a GPU): the runner

@@ -20,7 +20,7 @@ from ssm_plugins.ops import myo as myo_ops
 from ssm_plugins.ops import myo_quadtree, myo_solve, myo_tree
 
 sys.path.insert(0, str(Path(__file__).parent / "models"))
-from test_contract import IMAGE_MODELS, _input, family, sweep_params  # noqa: E402
+from test_contract import IMAGE_MODELS, _input, family, sweep  # noqa: E402
 
 ABS_TOL, REL_TOL = 1e-4, 1e-4  # ONNX vs PyTorch, float32 (measured: <= 1e-5 relative for every exported model)
 
@@ -207,7 +207,7 @@ def test_onnx_matches_pytorch(name, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sweep_params(IMAGE_MODELS))
+@pytest.mark.parametrize("name", sweep(IMAGE_MODELS))
 def test_every_model_exports(name, tmp_path):
     _check_export(name)
     _check_onnx(name, tmp_path)

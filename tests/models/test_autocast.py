@@ -15,7 +15,7 @@ import re
 import pytest
 import torch
 
-from test_contract import IMAGE_MODELS, _input, family
+from test_contract import IMAGE_MODELS, _input, family, sweep
 
 OUT_BOUND = 0.10
 GRAD_BOUND = 0.20
@@ -64,7 +64,7 @@ def relative_errors(name):
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
-@pytest.mark.parametrize('name', IMAGE_MODELS)
+@pytest.mark.parametrize('name', sweep(IMAGE_MODELS))
 def test_bf16_autocast_forward_backward(name):
     for pattern, reason in _PENDING.items():
         if re.search(pattern, name):

@@ -94,15 +94,23 @@ def has_family(name: str) -> bool:
 IMAGE_MODELS = [n for n in MODELS if has_family(n)]
 
 
-# The ViM2/ViQS ablation and size variants: they run the same layers and ops as vim2_t / viqs_t.
-VIM2_VARIANTS = r"^(vim2|viqs)_(t_.+|[sbl])$"
+# One model per FAMILIES row (a row's models share their classes and code paths, at the row's reduced sizes), and a
+# second where a row holds two code paths: ViM2's row has the S6 and the QS mixer (vim2_t, viqs_t), eSSM's the
+# two-document retrieval model. The per-model sweeps (this file, export, compile, autocast, meta-device builds,
+# timm's own suite) run on these in `make test`; on the other models they are marked ``exhaustive``, which
+# `make test-all` runs (tests/README.md).
+REPRESENTATIVES = ('vim2_t', 'viqs_t', 'svim2_b16', 'sviqs_scifar',
+                   'deit_tiny_patch16_224_ssm2d', 'vit_cifar_patch4_32_ssm2d',
+                   'swin_tiny_patch4_window7_224_ssm2d', 'swin_cifar_patch2_window4_32_ssm2d',
+                   'mega_cifar_patch4_32_ssm2d', 'mega_iso_lra_cifar10_ssm2d',
+                   'essm_2d_tiny', 'essm_scifar', 'essm_retrieval',
+                   'myopix_zcifar', 'myo_zcifar', 'myonet_tiny')
 
 
-def sweep_params(names):
-    """``names`` as parameters of a slow per-model sweep (export, compile): the VIM2_VARIANTS marked ``exhaustive``
-    (make test runs them; .ci/run leaves them out for time: 15 of the export sweep's 25 minutes on 2 cores,
-    2026-11-26)."""
-    return [pytest.param(n, marks=pytest.mark.exhaustive) if re.match(VIM2_VARIANTS, n) else n for n in names]
+def sweep(names):
+    """``names`` as the parameters of a per-model sweep: the REPRESENTATIVES as they are, the others ``exhaustive``
+    (`make test-all` runs them, `make test` leaves them out)."""
+    return [n if n in REPRESENTATIVES else pytest.param(n, marks=pytest.mark.exhaustive) for n in names]
 
 
 def _create(name, **kwargs):
@@ -141,10 +149,16 @@ def test_every_model_has_a_family(name):
     family(name)
 
 
+def test_every_family_has_a_representative():
+    assert set(REPRESENTATIVES) <= set(IMAGE_MODELS)
+    rows = {family(n).pattern for n in IMAGE_MODELS}
+    assert rows == {family(n).pattern for n in REPRESENTATIVES}, 'a FAMILIES row without a model in REPRESENTATIVES'
+
+
 # ---- at the registered size: meta device only ------------------------------------------------------------
 
 
-@pytest.mark.parametrize('name', MODELS)
+@pytest.mark.parametrize('name', sweep(MODELS))
 def test_full_size_builds_and_pretrained_cfg_never_downloads(name, monkeypatch):
     cfg = timm.models.get_pretrained_cfg(name)
     assert not cfg.url and cfg.hf_hub_id is None, f'{name} must not point at a download'
@@ -168,7 +182,7 @@ def test_full_size_builds_and_pretrained_cfg_never_downloads(name, monkeypatch):
 # ---- reduced models -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize('name', MODELS)
+@pytest.mark.parametrize('name', sweep(MODELS))
 def test_forward_backward_two_sizes(name):
     model = _built(name).train()
     for size in family(name).sizes:
@@ -180,7 +194,7 @@ def test_forward_backward_two_sizes(name):
             assert p.grad is not None and torch.isfinite(p.grad).all(), (name, size, n)
 
 
-@pytest.mark.parametrize('name', MODELS)
+@pytest.mark.parametrize('name', sweep(MODELS))
 def test_features_only_shapes_and_strides(name):
     if family(name).no_feature_maps:
         with pytest.raises(ValueError, match=family(name).no_feature_maps):
@@ -202,7 +216,7 @@ def test_features_only_shapes_and_strides(name):
             assert [n for n, p in features.named_parameters() if p.grad is None] == []
 
 
-@pytest.mark.parametrize('name', MODELS)
+@pytest.mark.parametrize('name', sweep(MODELS))
 def test_forward_intermediates_match_forward_features_and_head(name):
     extra = family(name).intermediates
     if family(name).no_feature_maps:
@@ -226,13 +240,13 @@ def test_forward_intermediates_match_forward_features_and_head(name):
     assert len(intermediates) == 2 and len(only) == 1
 
 
-@pytest.mark.parametrize('name', MODELS)
+@pytest.mark.parametrize('name', sweep(MODELS))
 def test_checkpoint_round_trip(name, tmp_path):
     model = _built(name)
     assert_checkpoint_round_trip(name, family(name).small, (1, model.in_chans, *family(name).sizes[0]), tmp_path)
 
 
-@pytest.mark.parametrize('name', MODELS)
+@pytest.mark.parametrize('name', sweep(MODELS))
 def test_eval_is_deterministic_without_batch_coupling(name):
     model = _built(name).eval()
     x = _input(model, family(name).sizes[1], batch=2)
@@ -242,7 +256,7 @@ def test_eval_is_deterministic_without_batch_coupling(name):
     torch.testing.assert_close(single, first[1:], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize('name', MODELS)
+@pytest.mark.parametrize('name', sweep(MODELS))
 def test_bad_input_raises_value_error(name):
     model = _built(name)
     size, message = _bad_size(name, model)
@@ -254,7 +268,7 @@ def test_bad_input_raises_value_error(name):
         model(torch.randn(model.in_chans, *family(name).sizes[0]))
 
 
-@pytest.mark.parametrize('name', MODELS)
+@pytest.mark.parametrize('name', sweep(MODELS))
 def test_training_after_an_inference_mode_forward(name):
     """Nothing an inference_mode forward caches (trees, scan orders, kernels) may hold inference tensors: a later
     forward at the same size under autograd would fail to save them for backward (timm's FX tests do this)."""
@@ -282,7 +296,7 @@ def test_training_after_an_inference_mode_forward(name):
     assert x.grad is not None and x.grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize('name', MODELS)
+@pytest.mark.parametrize('name', sweep(MODELS))
 def test_reset_classifier(name):
     model = _create(name).eval()
     x = _input(model, family(name).sizes[0], batch=2)
@@ -300,13 +314,13 @@ def test_reset_classifier(name):
     assert model.get_classifier().training
 
 
-@pytest.mark.parametrize('name', MODELS)
+@pytest.mark.parametrize('name', sweep(MODELS))
 def test_grad_checkpointing_is_exact_and_recomputes(name):
     model = _create(name).train()
     assert_grad_checkpointing_is_exact(model, _input(model, family(name).sizes[1], batch=2))
 
 
-@pytest.mark.parametrize('name', MODELS)
+@pytest.mark.parametrize('name', sweep(MODELS))
 def test_no_weight_decay_covers_ssm_parameters(name):
     model = _built(name)
     params = dict(model.named_parameters())
@@ -333,7 +347,7 @@ def _fx_traced(model):
     return lambda *args, **kwargs: next(iter(traced(*args, **kwargs).values()))
 
 
-@pytest.mark.parametrize('name', MODELS)
+@pytest.mark.parametrize('name', sweep(MODELS))
 def test_fx_trace_equals_eager_and_keeps_input_checks(name):
     model = _built(name).eval()
     traced = _fx_traced(model)
@@ -368,7 +382,7 @@ FX_FEATURE_MODELS = [n for n in IMAGE_MODELS if re.search(r'^(essm|myo|mega)', n
 FX_TOKEN_FEATURE_MODELS = [n for n in IMAGE_MODELS if re.search(r'^(svim2|sviqs|vit_|deit_)', n)]
 
 
-@pytest.mark.parametrize('name', FX_TOKEN_FEATURE_MODELS)
+@pytest.mark.parametrize('name', sweep(FX_TOKEN_FEATURE_MODELS))
 def test_fx_features_only_give_every_feature_level(name):
     fx, getter, traced, maps, x = _fx_and_getter_features(name)
     assert len(traced) == len(maps) == len(fx.feature_info) >= 1
@@ -378,7 +392,7 @@ def test_fx_features_only_give_every_feature_level(name):
         torch.testing.assert_close(out[:, -grid:].transpose(1, 2).reshape(expected.shape), expected)
 
 
-@pytest.mark.parametrize('name', FX_FEATURE_MODELS)
+@pytest.mark.parametrize('name', sweep(FX_FEATURE_MODELS))
 def test_fx_features_only_equal_the_getters(name):
     fx, getter, traced, maps, x = _fx_and_getter_features(name)
     assert [t.shape[-1] for t in traced] == fx.feature_info.channels() == getter.feature_info.channels()

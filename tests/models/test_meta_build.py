@@ -16,7 +16,7 @@ import torch
 import ssm_plugins  # noqa: F401  (registers the models)
 from ssm_plugins.ops import myo as myo_ops
 from ssm_plugins.ops import myo_quadtree, myo_tree
-from test_contract import MODELS, family
+from test_contract import MODELS, family, sweep
 
 
 def _layout(model):
@@ -30,7 +30,7 @@ def test_registry_is_covered():
         "ssm_plugins.models.mega", "ssm_plugins.models.ssm2d"}
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", sweep(MODELS))
 def test_meta_build_matches_cpu_build(name):
     small = family(name).small
     with torch.device("meta"):
@@ -46,7 +46,7 @@ def test_meta_build_matches_cpu_build(name):
     assert sum(p.numel() for p in meta.parameters()) == sum(p.numel() for p in cpu.parameters())
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("name", sweep(MODELS))
 def test_full_size_meta_build(name):
     with torch.device("meta"):
         model = timm.create_model(name)

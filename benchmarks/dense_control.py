@@ -127,7 +127,8 @@ def rows(toolbox: str, names: List[str], base: Path, scale: float) -> List[list]
     key = METRICS[toolbox][0]
     out = []
     for name, r in results.items():
-        gap = "–" if control is None or name == CONTROL else f"{r[key] - control[key]:+.3f}"
+        digits = 3 if toolbox == "mmdet" else 1
+        gap = "–" if control is None or name == CONTROL else f"{r[key] - control[key]:+.{digits}f}"
         out.append([name + (" (control)" if name == CONTROL else ""), r["iters"],
                     f"{r['loss_start']:.2f} -> {r['loss_end']:.2f}",
                     *(f"{r[m]:.3f}" if toolbox == "mmdet" else f"{r[m]:.1f}" for m in METRICS[toolbox]), gap,

@@ -33,8 +33,12 @@ def extension():
         # denormals flush to zero, so a decay's exp2 is one MUFU.EX2 instead of four instructions with the fix-up
         # for results below 2^-126 (scripts/sass_loops.py mirrors these flags)
         nvcc = ["-O3", "-lineinfo", "--expt-relaxed-constexpr", "-std=c++17", "-ftz=true"]
+        # Not code generation: nvcc compiles the -gencode targets (TORCH_CUDA_ARCH_LIST, two by default) of one
+        # file in parallel threads. selective_scan.cu alone was the build's critical path (its two architectures
+        # one after the other, while the second ninja job had run out of files).
+        threads = [f"--threads={os.environ.get('SSM_PLUGINS_NVCC_THREADS', '2')}"]
         return CUDAExtension(sources=cpp + cu, define_macros=[("WITH_CUDA", None)],
-                             extra_compile_args={"cxx": cxx, "nvcc": nvcc}, **kwargs)
+                             extra_compile_args={"cxx": cxx, "nvcc": nvcc + threads}, **kwargs)
     return CppExtension(sources=cpp, extra_compile_args={"cxx": cxx}, **kwargs)
 
 

@@ -37,7 +37,11 @@ def _drift(installed, locked):
 def test_installed_environment_is_the_lock():
     # the whole environment, every distribution importlib.metadata sees, against requirements/lock.txt plus the
     # two exceptions the lock names: mmcv (built from the source in mmcv.txt) and this project
-    installed = {_normal(d.metadata["Name"]): d.version for d in importlib.metadata.distributions()}
+    # the environment's own site-packages only: once pkg_resources is imported (mim, mmcv), setuptools' vendored
+    # packages (setuptools/_vendor/*.dist-info) are on sys.path too, and they are setuptools' files, not installs
+    import sysconfig
+    site = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    installed = {_normal(d.metadata["Name"]): d.version for d in importlib.metadata.distributions(path=site)}
     locked = {**_locked("lock.txt"), **_locked("mmcv.txt"), "ssm-plugins": importlib.metadata.version("ssm-plugins")}
     drift = _drift(installed, locked)
     assert not drift, ("the installed environment differs from requirements/lock.txt (lock, installed); "

@@ -1,3 +1,7 @@
+import json
+import time
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -29,24 +33,18 @@ def one_thread():
 # `make test-durations` (scripts/test_durations.py) reads against the 20-minute budget. A record of time only: no
 # test reads it.
 DURATIONS = ".pytest_cache/ssm_plugins/durations.json"
-_run = {"tests": {}, "outcomes": {}}
+_run = {"tests": {}}
 
 
 def pytest_sessionstart(session):
-    import time
     _run["start"] = time.time()
 
 
 def pytest_runtest_logreport(report):
     _run["tests"][report.nodeid] = _run["tests"].get(report.nodeid, 0.0) + report.duration
-    if report.when == "call" or report.outcome != "passed":
-        _run["outcomes"][report.nodeid] = report.outcome
 
 
 def pytest_sessionfinish(session, exitstatus):
-    import json
-    import time
-    from pathlib import Path
     config = session.config
     whole = not config.option.keyword and all(Path(a).resolve() == Path(config.rootpath, "tests").resolve()
                                               for a in config.args)
@@ -57,5 +55,5 @@ def pytest_sessionfinish(session, exitstatus):
     path.write_text(json.dumps({
         "when": time.strftime("%Y-%m-%d %H:%M"), "wall_s": round(time.time() - _run["start"], 1),
         "markers": config.option.markexpr, "workers": getattr(config.option, "numprocesses", None),
-        "exit": int(exitstatus), "tests": {k: round(v, 3) for k, v in _run["tests"].items()},
-        "outcomes": _run["outcomes"]}, indent=0))
+        "exit": int(exitstatus), "tests": {k: round(v, 3) for k, v in _run["tests"].items()}},
+        indent=0))

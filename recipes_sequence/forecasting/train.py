@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Recipe: multivariate long-term forecasting with TSM2 / TSQS (MambaMixer / QSMixer blocks).
+"""Recipe: multivariate long-term forecasting with TSM2 / TSQS (MambaMixer / QSMixer blocks), and the DLinear control.
 
 Paper: A. Behrouz, M. Santacatterina, R. Zabih, "MambaMixer: Efficient Selective State Space Models with Dual Token
 and Channel Selection" (arXiv 2403.19888 v2), App. H.3-H.4, Table 10; ssm_plugins' spec mambamixer.md §4.2, §5.5.
@@ -9,7 +9,9 @@ To run this recipe (one hparams file per model and dataset, the horizon an overr
     python train.py hparams/tsqs_traffic.yaml --data_folder=/path/to/traffic --horizon=96
 
 ``data_folder`` holds the official CSV (``ETTh1.csv`` ... of ETT-small, ``weather.csv``, ``electricity.csv``,
-``traffic.csv``, ``exchange_rate.csv`` of the Autoformer release); ``python -m ssm_plugins.data.timeseries --out DIR
+``traffic.csv``, ``exchange_rate.csv`` of the Autoformer release), or LSTNet's raw ``exchange_rate.txt`` (no header,
+no dates), either also gzipped as released; ``hparams/dlinear_<dataset>.yaml`` trains the DLinear control on the
+same windows; ``--plot`` writes ``forecast_<dataset>.png`` (one test window); ``python -m ssm_plugins.data.timeseries --out DIR
 --dataset ETTh1`` writes a small generated file in the same format. The standard splits and the train-split
 StandardScaler are those of the Informer / Autoformer / PatchTST code (``ssm_plugins.data.timeseries``); windows of
 ``seq_len`` = 512 steps and stride 1 (App. H.4). Training minimises the MSE with Adam, anneals the learning rate
@@ -25,7 +27,7 @@ import speechbrain as sb
 import torch
 import torch.nn.functional as F
 
-from ssm_plugins.data.timeseries import ForecastWindows, load_forecasting_splits
+from ssm_plugins.data.timeseries import ForecastWindows, load_forecasting_splits, resolve_forecasting_file
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from sequence_brain import experiment  # noqa: E402  (recipes_sequence/sequence_brain.py: the shared start)
@@ -95,20 +97,59 @@ def repeat_last_errors(dataset, batch_size=256):
 
 
 def dataio_prep(hparams):
-    """The train / valid / test windows of the standard split of ``csv_file``."""
-    splits = load_forecasting_splits(hparams["csv_file"], hparams["seq_len"], hparams["horizon"])
+    """The train / valid / test windows of the standard split of ``csv_file`` (or the same dataset's file under
+    another release name: ``.gz``, LSTNet's ``.txt``)."""
+    path = resolve_forecasting_file(hparams["csv_file"])
+    splits = load_forecasting_splits(path, hparams["seq_len"], hparams["horizon"])
+    print(f"data: {path}, {len(splits['columns'])} variates, split rows (with look-back) "
+          f"{'/'.join(str(len(splits[k])) for k in ('train', 'valid', 'test'))}")
     if len(splits["columns"]) != hparams["n_vars"]:
-        raise ValueError(f"{hparams['csv_file']} has {len(splits['columns'])} variates but n_vars is "
+        raise ValueError(f"{path} has {len(splits['columns'])} variates but n_vars is "
                          f"{hparams['n_vars']}; set --n_vars={len(splits['columns'])} or use the hparams file of "
                          f"that dataset")
     strides = {"train": hparams["train_stride"], "valid": 1, "test": 1}
-    return {split: ForecastWindows(splits[split], hparams["seq_len"], hparams["horizon"], stride=strides[split])
-            for split in ("train", "valid", "test")}
+    datasets = {split: ForecastWindows(splits[split], hparams["seq_len"], hparams["horizon"], stride=strides[split])
+                for split in ("train", "valid", "test")}
+    datasets["columns"] = splits["columns"]
+    return datasets
+
+
+def plot_forecast(model, dataset, columns, path, title, window=0, n_vars=3):
+    """A PNG of one test window: the look-back, the truth and the forecast of its first ``n_vars`` variates
+    (normalised scale), one panel each."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    inputs, targets = dataset[window]
+    model.eval()
+    with torch.no_grad():
+        forecast = model(inputs[None].to(next(model.parameters()).device))[0].cpu()
+    n_vars = min(n_vars, inputs.shape[1])
+    seq_len, horizon = len(inputs), len(targets)
+    fig, axes = plt.subplots(n_vars, 1, figsize=(10, 2.4 * n_vars), sharex=True, squeeze=False)
+    for v, ax in enumerate(axes[:, 0]):
+        ax.plot(range(seq_len), inputs[:, v], color="0.5", lw=0.8, label="look-back")
+        ax.plot(range(seq_len, seq_len + horizon), targets[:, v], color="k", lw=1.0, label="truth")
+        ax.plot(range(seq_len, seq_len + horizon), forecast[:, v], color="C3", lw=1.0, label="forecast")
+        ax.axvline(seq_len, color="0.8", lw=0.8)
+        ax.set_ylabel(str(columns[v]))
+    axes[0, 0].legend(loc="upper left", fontsize=8, ncol=3)
+    axes[0, 0].set_title(title, fontsize=9)
+    axes[-1, 0].set_xlabel("step (normalised values)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = ["--plot=True" if a == "--plot" else a for a in argv]  # a bare flag for the hparams key
     hparams, run_opts = experiment(argv)
     datasets = dataio_prep(hparams)
+    columns = datasets.pop("columns")
 
     brain = ForecastBrain(modules=hparams["modules"], opt_class=hparams["opt_class"], hparams=hparams,
                           run_opts=run_opts, checkpointer=hparams["checkpointer"])
@@ -130,6 +171,12 @@ def main(argv=None):
               f"{result['repeat_last']['mse']:.4f}, MAE {result['repeat_last']['mae']:.4f}; normalised scale)")
         with open(os.path.join(hparams["output_folder"], "test_stats.json"), "w") as f:
             json.dump(result, f, indent=1)
+        if hparams.get("plot", False):
+            title = (f"{hparams['model_name']} on {hparams['dataset']}, first test window, L {hparams['seq_len']}, "
+                     f"H {hparams['horizon']}: test MSE {result['test']['mse']:.3f} (all windows)")
+            png = plot_forecast(hparams["model"], datasets["test"], columns,
+                                os.path.join(hparams["output_folder"], f"forecast_{hparams['dataset']}.png"), title)
+            print(f"plot: {png}")
     return result
 
 

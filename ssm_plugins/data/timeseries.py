@@ -1,8 +1,17 @@
 """Long-term forecasting data: the official CSVs of the ETT / Autoformer release, their standard splits, and a
 generator of small CSVs in exactly those formats.
 
-Reading (``load_forecasting_splits``) follows the Informer / Autoformer / PatchTST data loaders
-(``Dataset_ETT_hour``, ``Dataset_ETT_minute``, ``Dataset_Custom``), multivariate ('M') setting:
+Reading (``load_forecasting_splits``) takes the files as released, with no conversion by the user:
+
+  * the Autoformer / ETT CSVs (``date`` column first, then the variates; ``ETTh1.csv``, ``weather.csv``, ...);
+  * LSTNet's raw tables (laiguokun/multivariate-time-series-data: ``exchange_rate.txt``, ``electricity.txt``,
+    ``traffic.txt``: comma-separated numbers, no header, no dates), whose variates are named as in the Autoformer
+    CSV made from them (``0`` ... ``M-2``, ``OT``: that CSV is the same table with a ``date`` column);
+  * either one gzip-compressed (``.gz``, as the LSTNet release ships them). ``resolve_forecasting_file`` finds
+    the file of a dataset in a folder under any of these names (``exchange_rate.csv`` -> ``exchange_rate.txt.gz``).
+
+and follows the Informer / Autoformer / PatchTST data loaders (``Dataset_ETT_hour``, ``Dataset_ETT_minute``,
+``Dataset_Custom``), multivariate ('M') setting:
 
   * ETTh1 / ETTh2: 12 / 4 / 4 months of hourly rows, borders [0, 8640, 11520, 14400];
     ETTm1 / ETTm2: the same months in 15-minute rows (x 4); the rest of the file is unused.
@@ -31,8 +40,8 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 import torch
 
-__all__ = ["DATASETS", "ForecastDataset", "ForecastWindows", "load_forecasting_splits", "split_kind",
-           "write_forecasting_csv"]
+__all__ = ["DATASETS", "ForecastDataset", "ForecastWindows", "load_forecasting_splits", "resolve_forecasting_file",
+           "split_kind", "write_forecasting_csv"]
 
 _ETT_COLUMNS = ("HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT")
 _WEATHER_COLUMNS = ("p (mbar)", "T (degC)", "Tpot (K)", "Tdew (degC)", "rh (%)", "VPmax (mbar)", "VPact (mbar)",
@@ -74,6 +83,44 @@ DATASETS: Dict[str, ForecastDataset] = {
 }
 
 _ETT_MONTH = 30 * 24  # rows per "month" of hourly data in the Informer code
+
+
+def _release_names(file_name):
+    """The names a dataset's file has in the releases: ``exchange_rate.csv`` (Autoformer) and
+    ``exchange_rate.txt`` (LSTNet), each possibly ``.gz``."""
+    stem = file_name[:-len(".gz")] if file_name.endswith(".gz") else file_name
+    base, _ = os.path.splitext(stem)
+    names = [stem, stem + ".gz"]
+    for ext in (".csv", ".txt"):
+        names += [n for n in (base + ext, base + ext + ".gz") if n not in names]
+    return names
+
+
+def resolve_forecasting_file(path: str) -> str:
+    """``path`` if it exists, else the same dataset's file in the same folder under another release name
+    (``X.csv`` / ``X.txt``, each also ``.gz``); FileNotFoundError naming every name tried."""
+    if os.path.isfile(path):
+        return path
+    folder, name = os.path.split(path)
+    tried = [os.path.join(folder, n) for n in _release_names(name)]
+    for candidate in tried:
+        if os.path.isfile(candidate):
+            return candidate
+    raise FileNotFoundError(f"forecasting file {path} does not exist (tried {', '.join(tried)}): download the "
+                            f"ETT / Autoformer / LSTNet release file, or write a small one with "
+                            f"python -m ssm_plugins.data.timeseries")
+
+
+def _has_header(path):
+    """False for LSTNet's raw tables (the first line is all numbers)."""
+    import pandas as pd
+
+    first = pd.read_csv(path, header=None, nrows=1, dtype=str).iloc[0].tolist()
+    try:
+        [float(v) for v in first]
+    except (TypeError, ValueError):
+        return True
+    return False
 
 
 def split_kind(csv_path: str) -> str:
@@ -121,7 +168,12 @@ def load_forecasting_splits(csv_path: str, seq_len: int, pred_len: int, kind: Op
     if not os.path.isfile(csv_path):
         raise FileNotFoundError(f"forecasting CSV {csv_path} does not exist (download the ETT / Autoformer release "
                                 f"files, or write a small one with python -m ssm_plugins.data.timeseries)")
-    frame = pd.read_csv(csv_path)
+    if _has_header(csv_path):
+        frame = pd.read_csv(csv_path)  # .gz decompressed by pandas (compression inferred from the name)
+    else:  # LSTNet's raw table: the Autoformer CSV's variate names, no dates
+        frame = pd.read_csv(csv_path, header=None)
+        frame.columns = list(_numbered(frame.shape[1]))
+        frame.insert(0, "date", np.arange(len(frame)))
     if "date" not in frame.columns:
         raise ValueError(f"{csv_path} has no 'date' column (columns: {list(frame.columns)[:5]}...): not a file of "
                          f"the ETT / Autoformer release")
@@ -205,10 +257,14 @@ def _default_rows(name):
     return 20 * _ETT_MONTH * (4 if kind == "ETTm" else 1)
 
 
-def write_forecasting_csv(out_dir: str, dataset: str, rows: Optional[int] = None, seed: int = 0) -> str:
+def write_forecasting_csv(out_dir: str, dataset: str, rows: Optional[int] = None, seed: int = 0,
+                          release: str = "autoformer", compress: bool = False) -> str:
     """Write ``<out_dir>/<official file name>`` for ``dataset`` (a key of DATASETS) with ``rows`` rows; returns
     the path. Same header (``date`` first, then the release's variate names), date format and step as the
-    official file; deterministic in ``seed``."""
+    official file; deterministic in ``seed``. ``release='lstnet'``: LSTNet's raw table instead
+    (``<name>.txt``, numbers only: no header, no dates); ``compress``: gzip it (``.gz`` appended)."""
+    if release not in ("autoformer", "lstnet"):
+        raise ValueError(f"release must be 'autoformer' or 'lstnet', got {release!r}")
     import pandas as pd
 
     if dataset not in DATASETS:
@@ -226,8 +282,12 @@ def write_forecasting_csv(out_dir: str, dataset: str, rows: Optional[int] = None
     frame = pd.DataFrame(values, columns=list(spec.columns))
     frame.insert(0, "date", dates.strftime(spec.date_format))
     os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, spec.file)
-    frame.to_csv(path, index=False, float_format="%.3f")
+    name = spec.file if release == "autoformer" else os.path.splitext(spec.file)[0] + ".txt"
+    path = os.path.join(out_dir, name + (".gz" if compress else ""))
+    if release == "lstnet":
+        frame.drop(columns="date").to_csv(path, index=False, header=False, float_format="%.6f")
+    else:
+        frame.to_csv(path, index=False, float_format="%.3f")
     return path
 
 
@@ -237,9 +297,13 @@ def main(argv=None) -> None:
     parser.add_argument("--dataset", choices=sorted(DATASETS), nargs="+", default=["ETTh1"])
     parser.add_argument("--rows", type=int, default=None, help="rows per file (default: the fewest the split needs)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--release", choices=("autoformer", "lstnet"), default="autoformer",
+                        help="lstnet: the raw table (name.txt, no header, no dates)")
+    parser.add_argument("--gzip", action="store_true", help="write name.gz")
     args = parser.parse_args(argv)
     for name in args.dataset:
-        print(write_forecasting_csv(args.out, name, rows=args.rows, seed=args.seed))
+        print(write_forecasting_csv(args.out, name, rows=args.rows, seed=args.seed, release=args.release,
+                                    compress=args.gzip))
 
 
 if __name__ == "__main__":

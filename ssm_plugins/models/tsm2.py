@@ -39,7 +39,7 @@ from timm.models import build_model_with_cfg, generate_default_cfgs, register_mo
 from ..layers.mambamixer import MixerStack, TimeVariateMixerBlock, _make_norm
 from ._common import local_weights_cfg
 
-__all__ = ["TimeSeriesMixer", "RevIN"]
+__all__ = ["TimeSeriesMixer", "RevIN", "DLinear", "SeriesDecomposition"]
 
 
 class RevIN(nn.Module):
@@ -200,6 +200,56 @@ class TimeSeriesMixer(nn.Module):
     def forward(self, x):
         x, stats = self.normalize(x)
         return self.denormalize(self.forward_head(self.forward_features(x)), stats)
+
+
+class SeriesDecomposition(nn.Module):
+    """DLinear's ``series_decomp`` (Zeng et al., AAAI 2023): trend = moving average of ``kernel_size`` steps with
+    stride 1 over time, the series padded by repeating its first and last value (kernel_size - 1) // 2 times;
+    seasonal = x - trend. x (batch, L, M) -> (seasonal, trend), both (batch, L, M)."""
+
+    def __init__(self, kernel_size: int = 25):
+        super().__init__()
+        if isinstance(kernel_size, bool) or not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
+            raise ValueError(f"kernel_size must be a positive odd int, got {kernel_size!r}")
+        self.kernel_size = kernel_size
+
+    def forward(self, x):
+        pad = (self.kernel_size - 1) // 2
+        padded = F.pad(x.transpose(1, 2), (pad, pad), mode="replicate")  # (batch, M, L + 2 pad)
+        trend = F.avg_pool1d(padded, self.kernel_size, stride=1).transpose(1, 2)
+        return x - trend, trend
+
+
+class DLinear(nn.Module):
+    """DLinear (Zeng et al., "Are Transformers Effective for Time Series Forecasting?", AAAI 2023), the linear
+    control of the forecasting recipe: x (batch, L, M) -> SeriesDecomposition (moving average, kernel 25) ->
+    Linear(L -> H) on the seasonal part + Linear(L -> H) on the trend, summed; both maps shared by the variates
+    (the authors' default ``individual=False``); no normalisation (the authors' DLinear has none), PyTorch's
+    default Linear initialisation (as their code). ``individual=True``: one pair of maps per variate."""
+
+    def __init__(self, seq_len: int = 512, pred_len: int = 96, n_vars: int = 7, kernel_size: int = 25,
+                 individual: bool = False):
+        super().__init__()
+        for name, value in (("seq_len", seq_len), ("pred_len", pred_len), ("n_vars", n_vars)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        self.seq_len, self.pred_len, self.n_vars, self.individual = seq_len, pred_len, n_vars, bool(individual)
+        self.decomposition = SeriesDecomposition(kernel_size)
+        copies = n_vars if individual else 1
+        self.linear_seasonal = nn.ModuleList(nn.Linear(seq_len, pred_len) for _ in range(copies))
+        self.linear_trend = nn.ModuleList(nn.Linear(seq_len, pred_len) for _ in range(copies))
+
+    def forward(self, x):
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or tuple(x.shape[1:]) != (self.seq_len, self.n_vars):
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x must have shape (batch, seq_len={self.seq_len}, n_vars={self.n_vars}), got {shape}")
+        seasonal, trend = (part.transpose(1, 2) for part in self.decomposition(x))  # (batch, M, L)
+        if self.individual:
+            out = torch.stack([s(seasonal[:, i]) + t(trend[:, i]) for i, (s, t) in
+                               enumerate(zip(self.linear_seasonal, self.linear_trend))], dim=1)
+        else:
+            out = self.linear_seasonal[0](seasonal) + self.linear_trend[0](trend)
+        return out.transpose(1, 2)  # (batch, H, M)
 
 
 def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: TimeSeriesMixer) -> Dict[str, torch.Tensor]:

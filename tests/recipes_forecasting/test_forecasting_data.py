@@ -1,13 +1,21 @@
 """Forecasting CSVs (ssm_plugins.data.timeseries): the generator writes the official formats, the reader cuts the
-Informer / Autoformer standard splits with the train-split StandardScaler, the windows are the right slices."""
+Informer / Autoformer standard splits with the train-split StandardScaler, the windows are the right slices; the
+reader takes LSTNet's raw tables and gzipped files as released; one test reads the real files when
+``../shared/data/forecasting`` exists (skipped, naming the path, when it does not)."""
+import gzip
+import os
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 from sklearn.preprocessing import StandardScaler
 
-from ssm_plugins.data.timeseries import (DATASETS, ForecastWindows, load_forecasting_splits, split_kind,
-                                         write_forecasting_csv)
+from ssm_plugins.data.timeseries import (DATASETS, ForecastWindows, load_forecasting_splits,
+                                         resolve_forecasting_file, split_kind, write_forecasting_csv)
+
+REAL_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "forecasting"  # ../shared/data
 
 OFFICIAL_HEADS = {  # first line and first date of each release file
     "ETTh1": ("date,HUFL,HULL,MUFL,MULL,LUFL,LULL,OT", "2016-07-01 00:00:00", "2016-07-01 01:00:00"),
@@ -117,3 +125,54 @@ def test_bad_files_raise_errors_naming_the_file(tmp_path):
         load_forecasting_splits(str(tmp_path / "gap.csv"), 24, 24)
     with pytest.raises(ValueError, match="seq_len must be a positive int"):
         load_forecasting_splits(small, 0, 24)
+
+
+def test_lstnet_raw_table_and_gzip_read_as_the_autoformer_csv(tmp_path):
+    csv = write_forecasting_csv(str(tmp_path / "csv"), "exchange_rate", rows=1000)
+    raw = write_forecasting_csv(str(tmp_path / "raw"), "exchange_rate", rows=1000, release="lstnet", compress=True)
+    assert raw.endswith("/exchange_rate.txt.gz")
+    first = gzip.open(raw, "rt").readline().strip().split(",")
+    assert len(first) == 8 and all(float(v) == float(v) for v in first)  # numbers only: no header, no dates
+    a, b = load_forecasting_splits(csv, 96, 24), load_forecasting_splits(raw, 96, 24)
+    assert a["columns"] == b["columns"] == ["0", "1", "2", "3", "4", "5", "6", "OT"] and b["kind"] == "custom"
+    for split in ("train", "valid", "test"):  # the CSV rounds to 3 decimals, the raw table to 6
+        np.testing.assert_allclose(a[split], b[split], atol=2e-3)
+    gz = write_forecasting_csv(str(tmp_path / "gz"), "ETTh1", compress=True)
+    assert gz.endswith("/ETTh1.csv.gz")
+    assert [len(load_forecasting_splits(gz, 96, 24)[s]) for s in ("train", "valid", "test")] == [8640, 2976, 2976]
+
+
+def test_a_dataset_file_is_found_under_its_release_names(tmp_path):
+    raw = write_forecasting_csv(str(tmp_path), "exchange_rate", rows=300, release="lstnet", compress=True)
+    assert resolve_forecasting_file(str(tmp_path / "exchange_rate.csv")) == raw
+    assert resolve_forecasting_file(raw) == raw
+    plain = write_forecasting_csv(str(tmp_path), "exchange_rate", rows=300)  # the CSV itself wins when present
+    assert resolve_forecasting_file(str(tmp_path / "exchange_rate.csv")) == plain
+    with pytest.raises(FileNotFoundError, match=r"ETTh1.csv does not exist \(tried .*ETTh1.csv.gz.*ETTh1.txt"):
+        resolve_forecasting_file(str(tmp_path / "ETTh1.csv"))
+
+
+def test_the_real_files_as_released():
+    """ETTh1.csv.gz (zhouhaoyi/ETDataset) and LSTNet's exchange_rate.txt.gz, read as released: header / columns,
+    split sizes at look-back 512 and horizon 96, and the first training window."""
+    if not REAL_DATA.is_dir():
+        pytest.skip(f"no real forecasting data at {REAL_DATA} (../shared/data/forecasting from the repository)")
+    expected = {  # file asked for, columns, rows with look-back per split, windows per split, first raw value
+        "ETTh1": ("ETTh1.csv", list(DATASETS["ETTh1"].columns), [8640, 2880 + 512, 2880 + 512],
+                  [8033, 2785, 2785], 5.827),
+        "exchange_rate": ("exchange_rate.csv", ["0", "1", "2", "3", "4", "5", "6", "OT"],
+                          [5311, 760 + 512, 1517 + 512], [4704, 665, 1422], 0.7855),
+    }
+    for name, (file, columns, rows, windows, first) in expected.items():
+        path = resolve_forecasting_file(str(REAL_DATA / file))  # ETTh1.csv.gz, exchange_rate.txt.gz
+        assert os.path.basename(path) == {"ETTh1": "ETTh1.csv.gz", "exchange_rate": "exchange_rate.txt.gz"}[name]
+        splits = load_forecasting_splits(path, 512, 96)
+        assert splits["columns"] == columns, name
+        assert [len(splits[s]) for s in ("train", "valid", "test")] == rows, name
+        assert [len(ForecastWindows(splits[s], 512, 96)) for s in ("train", "valid", "test")] == windows, name
+        raw = load_forecasting_splits(path, 512, 96, scale=False)["train"]
+        assert raw[0, 0] == pytest.approx(first, abs=1e-4), name
+        np.testing.assert_allclose(splits["train"].mean(0), 0, atol=1e-4)  # the scaler saw the training rows only
+        x, y = ForecastWindows(splits["train"], 512, 96)[0]
+        np.testing.assert_allclose(x.numpy(), splits["scaler"].transform(raw[:512]), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(y.numpy(), splits["scaler"].transform(raw[512:608]), rtol=1e-4, atol=1e-4)

@@ -1,6 +1,8 @@
 """The forecasting recipe (recipes_sequence/forecasting) on generated CSVs in the official formats: a short run
-beats the naive repeat-last-value forecast, every hparams file builds its model and runs one batch of its dataset,
-a second run resumes the epoch counter, and a CSV with another variate count is refused."""
+beats the naive repeat-last-value forecast, every hparams file (TSM2, TSQS, the DLinear control) builds its model and
+runs one batch of its dataset, the defaults are the same for every dataset, a second run resumes the epoch counter,
+``--plot`` writes the PNG, LSTNet's raw gzipped table is read as released, and a CSV with another variate count is
+refused."""
 import importlib.util
 import json
 from pathlib import Path
@@ -45,7 +47,38 @@ def _run(recipe, hparams, data, out, *overrides):
 
 
 def test_every_dataset_and_model_has_an_hparams_file():
-    assert HPARAMS == sorted(f"{model}_{name}.yaml" for model in ("tsm2", "tsqs") for name in DATASETS)
+    assert HPARAMS == sorted(f"{model}_{name}.yaml" for model in ("dlinear", "tsm2", "tsqs") for name in DATASETS)
+
+
+def _training_keys(name):
+    """The keys that are not the model's, as (key, value) lines of an hparams file."""
+    lines = (RECIPE / "hparams" / name).read_text().splitlines()
+    keys = ("number_of_epochs", "patience", "batch_size", "lr", "train_stride", "seq_len", "seed", "dropout",
+            "embed_dim", "depth", "d_state", "headdim", "patch_len", "stride")
+    return {line.split(":")[0]: line.split("#")[0].strip() for line in lines if line.split(":")[0] in keys}
+
+
+def test_defaults_are_the_same_for_every_dataset():
+    # a default changed for one data set is changed for all (only batch_size differs: 16 for 321 / 862 variates)
+    reference = {model: _training_keys(f"{model}_ETTh1.yaml") for model in ("dlinear", "tsm2", "tsqs")}
+    for name in HPARAMS:
+        keys = _training_keys(name)
+        model = name.split("_", 1)[0]
+        if "electricity" in name or "traffic" in name:
+            assert keys.pop("batch_size") == "batch_size: 16", name
+            keys["batch_size"] = reference[model]["batch_size"]
+        assert keys == reference[model], name
+    assert _training_keys("dlinear_ETTh1.yaml")["lr"] == _training_keys("tsm2_ETTh1.yaml")["lr"]
+
+
+def test_dlinear_control_short_run_beats_repeat_last_and_plots(recipe, data, tmp_path):
+    out = tmp_path / "dlinear"
+    result = _run(recipe, "dlinear_ETTh1.yaml", data, out, "--seq_len=96", "--horizon=48", "--train_stride=8",
+                  "--number_of_epochs=2", "--lr=0.005", "--plot")
+    assert result["model"] == "DLinear" and result["parameters"] == 2 * (96 * 48 + 48)
+    assert result["test"]["mse"] < 0.5 * result["repeat_last"]["mse"], result
+    png = out / "forecast_ETTh1.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
 def test_short_run_beats_repeat_last_value_then_resumes(recipe, data, tmp_path):
@@ -72,10 +105,19 @@ def test_hparams_file_builds_and_runs_one_batch(recipe, data, tmp_path, hparams)
                   "--batch_size=2")
     name = hparams.split("_", 1)[1][:-5]
     assert result["dataset"] == name and result["seq_len"] == 512 and result["horizon"] == 96
-    assert result["model"] == hparams[:4].upper()
+    assert result["model"] == {"tsm2": "TSM2", "tsqs": "TSQS", "dlinear": "DLinear"}[hparams.split("_")[0]]
     assert result["test"]["mse"] > 0 and result["parameters"] > 0
 
 
 def test_wrong_variate_count_is_refused(recipe, data, tmp_path):
     with pytest.raises(ValueError, match=r"weather.csv has 21 variates but n_vars is 7; set --n_vars=21"):
         _run(recipe, "tsm2_ETTh1.yaml", data, tmp_path / "run", "--csv_file=" + str(data / "weather.csv"))
+
+
+def test_lstnet_raw_gzipped_exchange_rate_is_read_as_released(recipe, tmp_path):
+    # the folder holds only LSTNet's exchange_rate.txt.gz; the hparams file's exchange_rate.csv finds it
+    folder = tmp_path / "lstnet"
+    write_forecasting_csv(str(folder), "exchange_rate", rows=1000, release="lstnet", compress=True)
+    result = _run(recipe, "dlinear_exchange_rate.yaml", folder, tmp_path / "run", "--seq_len=96", "--horizon=24",
+                  "--number_of_epochs=1", "--train_stride=8")
+    assert result["dataset"] == "exchange_rate" and result["test"]["mse"] > 0

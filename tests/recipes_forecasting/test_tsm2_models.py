@@ -133,3 +133,40 @@ def test_bad_input_raises_value_errors_naming_the_argument():
         timm.create_model("tsm2", features_only=True)
     with pytest.raises(ValueError, match="token_mixer"):
         TimeSeriesMixer(**dict(SMALL, token_mixer="attention"))
+
+
+def test_dlinear_decomposition_sums_back_to_the_input_and_its_trend_is_the_moving_average():
+    from ssm_plugins.models.tsm2 import SeriesDecomposition
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 60, 3)
+    seasonal, trend = SeriesDecomposition(25)(x)
+    torch.testing.assert_close(seasonal + trend, x, rtol=0, atol=1e-6)
+    # the authors' moving_avg: the first / last value repeated 12 times at each end, mean of 25 steps
+    padded = torch.cat([x[:, :1].expand(-1, 12, -1), x, x[:, -1:].expand(-1, 12, -1)], dim=1)
+    torch.testing.assert_close(trend, padded.unfold(1, 25, 1).mean(-1), rtol=1e-5, atol=1e-6)
+    ramp = torch.arange(60.0)[None, :, None]
+    torch.testing.assert_close(SeriesDecomposition(25)(ramp)[1][:, 12:-12], ramp[:, 12:-12])  # a line is all trend
+    with pytest.raises(ValueError, match="kernel_size must be a positive odd int"):
+        SeriesDecomposition(24)
+
+
+def test_dlinear_is_two_linear_maps_shared_by_the_variates():
+    from ssm_plugins.models.tsm2 import DLinear
+
+    torch.manual_seed(0)
+    model = DLinear(seq_len=48, pred_len=12, n_vars=3)
+    assert sum(p.numel() for p in model.parameters()) == 2 * (48 * 12 + 12)  # individual=False
+    x = torch.randn(2, 48, 3)
+    y = model(x)
+    assert y.shape == (2, 12, 3)
+    seasonal, trend = model.decomposition(x)
+    expected = model.linear_seasonal[0](seasonal[:, :, 1]) + model.linear_trend[0](trend[:, :, 1])
+    torch.testing.assert_close(y[:, :, 1], expected)  # variate 1 alone, the shared maps
+    y.square().mean().backward()
+    assert all(p.grad is not None for p in model.parameters())
+    individual = DLinear(seq_len=48, pred_len=12, n_vars=3, individual=True)
+    assert sum(p.numel() for p in individual.parameters()) == 3 * 2 * (48 * 12 + 12)
+    assert individual(x).shape == (2, 12, 3)
+    with pytest.raises(ValueError, match=r"x must have shape \(batch, seq_len=48, n_vars=3\)"):
+        model(torch.randn(2, 48, 4))

@@ -4,8 +4,9 @@ installed), and model training / inference throughput next to timm's DeiT-S and 
     .venv/bin/python -m benchmarks.gpu [--quick] [--batch 128] [--only ops|models] [--models NAME ...]
                                        [--compile MODE] [--write-readme]
 
-``--device cpu`` runs the same cases on the CPU (wall-clock timing): a check that the script's calls are
-right on a machine without a GPU (tests/ops/test_cuda_benchmark.py), not a benchmark.
+``--device cpu`` runs the same cases on the CPU (wall-clock timing, the models in float32: bf16 autocast on a CPU
+without native bf16 is ~10x slower than float32): a check that the script's calls are right on a machine without a
+GPU (tests/ops/test_cuda_benchmark.py), not a benchmark.
 
 Timing: CUDA events around each call after warm-up, torch.cuda.synchronize() before and after, median of the
 repeats. Settings pinned and printed: TF32 matmul and cuDNN on, cudnn.benchmark on, AMP bf16 autocast for the
@@ -246,7 +247,8 @@ def op_rows(quick: bool) -> list[tuple]:
 # ---- model throughput -------------------------------------------------------------------------------------
 
 def train_step(model, batch: int, size=(224, 224)):
-    """One training step of ``model`` on a random batch of images of ``size`` (AMP bf16, SGD); returns (step, x)."""
+    """One training step of ``model`` on a random batch of images of ``size`` (AMP bf16 on the GPU, float32 on the
+    CPU; SGD); returns (step, x)."""
     x = torch.randn(batch, 3, *size, device=DEVICE)
     y = torch.randint(0, model.num_classes, (batch,), device=DEVICE)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
@@ -254,7 +256,7 @@ def train_step(model, batch: int, size=(224, 224)):
     def step():
         torch.compiler.cudagraph_mark_step_begin()  # a compiled CUDA-graph model: a new step (else nothing)
         opt.zero_grad(set_to_none=True)
-        with torch.autocast(DEVICE, dtype=torch.bfloat16):
+        with torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=DEVICE == "cuda"):
             loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
@@ -268,7 +270,7 @@ def throughput(model, batch: int) -> tuple[float, float, float | None]:
 
     def infer_step():
         torch.compiler.cudagraph_mark_step_begin()
-        with torch.no_grad(), torch.autocast(DEVICE, dtype=torch.bfloat16):
+        with torch.no_grad(), torch.autocast(DEVICE, dtype=torch.bfloat16, enabled=DEVICE == "cuda"):
             model(x)
 
     model.train()

@@ -1,9 +1,9 @@
 """Export (issue 13): ``torch.export`` with a dynamic batch and ONNX through ``ssm_plugins.export``.
 
-Default suite: every forward custom op's export decomposition equals the compiled kernel; torch.export of one small
-model per family runs at other batch sizes and equals eager; two small models through ONNX into onnxruntime.
-Slow: every registered image model (test_contract's reduced sizes), torch.export and ONNX + onnxruntime, with the
-measured max abs / rel error (``python tests/test_export.py`` prints the table).
+make test: every forward custom op's export decomposition equals the compiled kernel; torch.export of one small
+model per family runs at other batch sizes and equals eager; one small model per op family through ONNX into
+onnxruntime. make test-all (exhaustive): every registered image model (test_contract's reduced sizes), torch.export
+and ONNX + onnxruntime, with the measured max abs / rel error (``python tests/test_export.py`` prints the table).
 """
 import re
 import sys
@@ -20,7 +20,7 @@ from ssm_plugins.ops import myo as myo_ops
 from ssm_plugins.ops import myo_quadtree, myo_solve, myo_tree
 
 sys.path.insert(0, str(Path(__file__).parent / "models"))
-from test_contract import IMAGE_MODELS, _input, family, sweep  # noqa: E402
+from test_contract import IMAGE_MODELS, _input, family  # noqa: E402
 
 ABS_TOL, REL_TOL = 1e-4, 1e-4  # ONNX vs PyTorch, float32 (measured: <= 1e-5 relative for every exported model)
 
@@ -201,13 +201,21 @@ def _check_onnx(name, tmp_path):
     assert abs_err <= ABS_TOL or rel_err <= REL_TOL, (name, abs_err, rel_err)
 
 
-@pytest.mark.parametrize("name", ["deit_tiny_patch16_224_ssm2d", "svim2_scifar"])
+# one model per op family, the fastest to export of each (6-19 s; ViM2-T / ViQS-T take 85-130 s and add no op):
+# ssm2d_kernel + fft_conv2d, selective_scan + qs_mix, eSSM's and Myo's decompositions
+ONNX_MODELS = ["deit_tiny_patch16_224_ssm2d", "svim2_scifar", "essm_scifar_tiny", "myopix_zcifar"]
+
+
+@pytest.mark.parametrize("name", ONNX_MODELS)
 def test_onnx_matches_pytorch(name, tmp_path):
     _check_onnx(name, tmp_path)
 
 
+# every registered image model: make test-all (13 min of make test for the representatives alone, each a repeat of
+# test_export_program_dynamic_batch and test_onnx_matches_pytorch's ops)
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sweep(IMAGE_MODELS))
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("name", IMAGE_MODELS)
 def test_every_model_exports(name, tmp_path):
     _check_export(name)
     _check_onnx(name, tmp_path)

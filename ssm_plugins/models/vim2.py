@@ -727,7 +727,7 @@ def _register_ablations():
             variant = f"{base}_{suffix}"
 
             def entry(pretrained: bool = False, _variant=variant, _mixer=token_mixer, _flags=flags, _base=base,
-                      **kwargs):
+                      **kwargs) -> VisionMambaMixer:
                 return _model(_variant, _mixer, _base, pretrained, dict(_flags, **kwargs))
 
             entry.__name__ = entry.__qualname__ = variant

@@ -1,9 +1,19 @@
 import json
+import os
 import time
 from pathlib import Path
 
 import pytest
 import torch
+
+
+def pytest_configure(config):
+    # `pytest -n N` (make test: one worker per core): each worker's torch (and the commands it starts) on one thread
+    # unless the caller chose; N workers of N threads each on N cores wait on one another's OpenMP regions. Set in
+    # the controller before the workers start, so no worker lowers a thread count it then raises (see one_thread).
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(name, "1")
 
 
 def pytest_collection_modifyitems(config, items):

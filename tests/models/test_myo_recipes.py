@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 RECIPES = {"sequential_images": ("myo_smnist", "myo_zmnist", "myo_scifar", "myo_zcifar"),
            "LRA": ("myo_listops", "myo_pathfinder", "myo_pathx")}
 FILES = [(folder, name) for folder, names in RECIPES.items() for name in names]
-DEFAULT_RUNS = {"myo_zmnist", "myo_listops"}  # one per recipe; the rest slow (Path-X: 45 s on a loaded core)
+# make test: one hparams file per recipe through train.py; the others (same recipe, other data and sizes; 20-45 s
+# each) in make test-all, their settings checked in make test by test_hparams_file_holds_the_s5_settings
+DEFAULT_RUNS = {"myo_zmnist", "myo_listops"}
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -77,7 +79,8 @@ def _data_folder(data, folder, name):
     return data[folder] / ("mnist" if "mnist" in name else "cifar10")
 
 
-@pytest.mark.parametrize("folder,name", [(f, n) if n in DEFAULT_RUNS else pytest.param(f, n, marks=pytest.mark.slow)
+@pytest.mark.parametrize("folder,name", [(f, n) if n in DEFAULT_RUNS else
+                                         pytest.param(f, n, marks=[pytest.mark.slow, pytest.mark.exhaustive])
                                          for f, n in FILES], ids=[name for _, name in FILES])
 def test_hparams_file_runs_one_batch_through_train_py(folder, name, data, tmp_path):
     out = tmp_path / "run"

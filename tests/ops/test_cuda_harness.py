@@ -33,17 +33,21 @@ HALF = [torch.float16, torch.bfloat16]
 FLOATS = [torch.float64, torch.float32, *HALF]
 
 
-def matrix(dtypes, n_cases, extra=(None,)):
-    """(dtype, case[, extra]) parameters: every dtype on case 0 and every case in float64 by default, the rest of
-    the product marked slow (the harness runs a block's threads as OS threads: seconds per call)."""
+def matrix(dtypes, n_cases, extra=(None,), long_case=None):
+    """(dtype, case[, extra]) parameters. make test: every dtype on case 0, every case in float64, and ``long_case``
+    (several chunks carried) with every ``extra`` in float64 and in float32 and bfloat16, the dtypes models train
+    in; the rest of the product (the same code in other dtype x case pairs; the harness runs a block's threads as
+    OS threads: seconds per call) slow and exhaustive, for make test-all."""
     params = []
     for dtype in dtypes:
         for case in range(n_cases):
             for x in extra:
                 core = (case == 0 or dtype == torch.float64) and (x is None or x == extra[0] or case == 0)
+                core |= case == long_case and dtype in (torch.float64, torch.float32, torch.bfloat16)
                 values = (dtype, case) if extra == (None,) else (dtype, case, x)
                 name = f"{str(dtype)[6:]}-case{case}" + ("" if x is None else f"-{x}")
-                params.append(pytest.param(*values, marks=() if core else pytest.mark.slow, id=name))
+                marks = () if core else (pytest.mark.slow, pytest.mark.exhaustive)
+                params.append(pytest.param(*values, marks=marks, id=name))
     return params
 
 
@@ -103,7 +107,7 @@ SCAN_CASES = [  # (batch, dim, length, n_state, groups, options)
 ]
 
 
-@pytest.mark.parametrize("dtype, case", matrix(FLOATS, len(SCAN_CASES)))
+@pytest.mark.parametrize("dtype, case", matrix(FLOATS, len(SCAN_CASES), long_case=3))
 def test_selective_scan(cuda, dtype, case):
     args, gen = scan_args(dtype, *SCAN_CASES[case])
     got = cuda.selective_scan_fwd(*args)
@@ -208,7 +212,7 @@ QS_CASES = [  # (batch, length, heads, feat, n_state, groups, scalar_a, strided_
 ]
 
 
-@pytest.mark.parametrize("dtype, case, hydra_shift", matrix(FLOATS, len(QS_CASES), extra=(False, True)))
+@pytest.mark.parametrize("dtype, case, hydra_shift", matrix(FLOATS, len(QS_CASES), extra=(False, True), long_case=4))
 def test_qs_mix(cuda, dtype, case, hydra_shift):
     args, gen = qs_args(dtype, *QS_CASES[case])
     flags = (case != 1, hydra_shift)  # dt_softplus on in cases 0 and 2

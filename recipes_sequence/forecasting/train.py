@@ -115,8 +115,8 @@ def dataio_prep(hparams):
 
 
 def plot_forecast(model, dataset, columns, path, title, window=0, n_vars=3):
-    """A PNG of one test window: the look-back, the truth and the forecast of its first ``n_vars`` variates
-    (normalised scale), one panel each."""
+    """A PNG of one test window: the look-back, the truth and the forecast of ``n_vars`` variates (the first ones
+    and the last, the target ``OT`` of the Autoformer files), normalised scale, one panel each."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -126,10 +126,11 @@ def plot_forecast(model, dataset, columns, path, title, window=0, n_vars=3):
     model.eval()
     with torch.no_grad():
         forecast = model(inputs[None].to(next(model.parameters()).device))[0].cpu()
-    n_vars = min(n_vars, inputs.shape[1])
+    total = inputs.shape[1]
+    shown = list(range(min(n_vars, total) - 1)) + [total - 1]
     seq_len, horizon = len(inputs), len(targets)
-    fig, axes = plt.subplots(n_vars, 1, figsize=(10, 2.4 * n_vars), sharex=True, squeeze=False)
-    for v, ax in enumerate(axes[:, 0]):
+    fig, axes = plt.subplots(len(shown), 1, figsize=(10, 2.4 * len(shown)), sharex=True, squeeze=False)
+    for v, ax in zip(shown, axes[:, 0]):
         ax.plot(range(seq_len), inputs[:, v], color="0.5", lw=0.8, label="look-back")
         ax.plot(range(seq_len, seq_len + horizon), targets[:, v], color="k", lw=1.0, label="truth")
         ax.plot(range(seq_len, seq_len + horizon), forecast[:, v], color="C3", lw=1.0, label="forecast")
@@ -158,13 +159,23 @@ def main(argv=None):
           f"horizon {hparams['horizon']}, windows train/valid/test "
           f"{len(datasets['train'])}/{len(datasets['valid'])}/{len(datasets['test'])}")
 
+    train_kwargs = dict(hparams["dataloader_options"])
+    fraction = hparams.get("train_fraction", 1.0)
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"train_fraction must be in (0, 1], got {fraction}")
+    if fraction < 1.0:  # each epoch a fresh random subset of the windows (all of them over the epochs)
+        train_kwargs.pop("shuffle", None)
+        train_kwargs["sampler"] = torch.utils.data.RandomSampler(
+            datasets["train"], num_samples=max(1, int(fraction * len(datasets["train"]))))
     brain.fit(brain.hparams.epoch_counter, datasets["train"], datasets["valid"],
-              train_loader_kwargs=hparams["dataloader_options"],
+              train_loader_kwargs=train_kwargs,
               valid_loader_kwargs=hparams["test_dataloader_options"])
+    trained = brain.hparams.epoch_counter.current  # the test below loads the best epoch's checkpoint
     brain.evaluate(datasets["test"], min_key="mse", test_loader_kwargs=hparams["test_dataloader_options"])
 
     result = {"model": hparams["model_name"], "dataset": hparams["dataset"], "seq_len": hparams["seq_len"],
-              "horizon": hparams["horizon"], "parameters": n_params, "epochs": brain.hparams.epoch_counter.current,
+              "horizon": hparams["horizon"], "parameters": n_params, "epochs": trained,
+              "best_epoch": brain.hparams.epoch_counter.current,
               "test": brain.test_stats, "repeat_last": repeat_last_errors(datasets["test"])}
     if sb.utils.distributed.if_main_process():
         print(f"Test MSE {result['test']['mse']:.4f}, MAE {result['test']['mae']:.4f} (repeat-last MSE "

@@ -18,6 +18,7 @@ RECIPE = ROOT / "recipes_sequence" / "forecasting"
 HPARAMS = sorted(p.name for p in (RECIPE / "hparams").glob("*.yaml"))
 # a CPU-size model and run for the end-to-end tests (same classes and code paths as the hparams defaults)
 SHORT = ["--seq_len=96", "--horizon=48", "--embed_dim=16", "--depth=1", "--headdim=16", "--train_stride=8",
+         "--train_fraction=1.0",
          "--lr=0.001", "--batch_size=64"]
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -53,7 +54,8 @@ def test_every_dataset_and_model_has_an_hparams_file():
 def _training_keys(name):
     """The keys that are not the model's, as (key, value) lines of an hparams file."""
     lines = (RECIPE / "hparams" / name).read_text().splitlines()
-    keys = ("number_of_epochs", "patience", "batch_size", "lr", "train_stride", "seq_len", "seed", "dropout",
+    keys = ("number_of_epochs", "patience", "batch_size", "lr", "train_stride", "train_fraction", "seq_len", "seed",
+            "dropout",
             "embed_dim", "depth", "d_state", "headdim", "patch_len", "stride")
     return {line.split(":")[0]: line.split("#")[0].strip() for line in lines if line.split(":")[0] in keys}
 
@@ -74,7 +76,7 @@ def test_defaults_are_the_same_for_every_dataset():
 def test_dlinear_control_short_run_beats_repeat_last_and_plots(recipe, data, tmp_path):
     out = tmp_path / "dlinear"
     result = _run(recipe, "dlinear_ETTh1.yaml", data, out, "--seq_len=96", "--horizon=48", "--train_stride=8",
-                  "--number_of_epochs=2", "--lr=0.005", "--plot")
+                  "--train_fraction=1.0", "--number_of_epochs=2", "--lr=0.005", "--plot")
     assert result["model"] == "DLinear" and result["parameters"] == 2 * (96 * 48 + 48)
     assert result["test"]["mse"] < 0.5 * result["repeat_last"]["mse"], result
     png = out / "forecast_ETTh1.png"

@@ -626,7 +626,8 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: VisionMamba
     # A classifier's checkpoint lacks the dense-only weights (c1 projection, last tokens->conv update, pyramid):
     # keep the model's fresh ones, so a detection/segmentation backbone loads it.
     for key, value in model.state_dict().items():
-        if key not in out and (key.startswith(_DENSE_ONLY) or key.split(".")[-2] in ("norm_c", "proj_c")):
+        module = key.rpartition(".")[0].rpartition(".")[2]  # '' for a top-level tensor (pos_embed, cls_token)
+        if key not in out and (key.startswith(_DENSE_ONLY) or module in ("norm_c", "proj_c")):
             out[key] = value
     return out
 

@@ -259,3 +259,16 @@ def test_model_built_at_train_size_tests_at_a_larger_one_as_a_resampled_model(na
         on_the_fly, loaded = trained(x), resized(x)
     assert trained.pos_embed.shape[1] == 1 + 16 and resized.pos_embed.shape[1] == 1 + 64
     torch.testing.assert_close(on_the_fly, loaded, rtol=1e-4, atol=1e-5)
+
+
+def test_partial_checkpoint_keeps_the_models_own_values_for_what_it_lacks():
+    """A checkpoint of part of the model (here the convolutional stem only, no pos_embed or cls_token): the filter
+    passes what it has and fills the dense-only weights, and never indexes a top-level name as a module path
+    (it raised IndexError on 'pos_embed' when a detector loaded such a checkpoint)."""
+    model = _tiny("vim2_t")
+    stem = {k: v + 1.0 for k, v in model.state_dict().items() if k.startswith("spm.") and v.is_floating_point()}
+    out = checkpoint_filter_fn(stem, model)
+    assert all(torch.equal(out[k], v) for k, v in stem.items())
+    assert "pos_embed" not in out and "cls_token" not in out
+    missing = model.load_state_dict(out, strict=False).missing_keys
+    assert "pos_embed" in missing and not any(k.startswith("spm.") for k in missing)

@@ -7,8 +7,8 @@ control (recipes_sequence/forecasting).
 Per model: the median wall time of one training step (forward, MSE loss, backward, Adam step) on a random batch
 (batch, seq_len, n_vars) after a warm-up step, the forward alone under no_grad, and torch.profiler's top
 operators by self CPU time for one step (their share of the step). The models are the ones the hparams files
-build (``recipes_sequence/forecasting/hparams/{tsm2,tsqs,dlinear}_ETTh1.yaml``: ``--model-kwargs`` adds
-overrides such as ``embed_dim=32``).
+build (``recipes_sequence/forecasting/hparams/{tsm2,tsqs,dlinear}_ETTh1.yaml``); ``--model-kwargs`` overrides
+them, e.g. the former defaults: ``--model-kwargs "{'embed_dim': 64, 'headdim': 32, 'drop_rate': 0.1}"``.
 """
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ def build(name: str, seq_len: int, horizon: int, n_vars: int, **kwargs):
     if name == "dlinear":
         return DLinear(seq_len, horizon, n_vars, **kwargs)
     # the hparams files' TSM2 / TSQS: recipes_sequence/forecasting/hparams/<model>_<dataset>.yaml
-    defaults = dict(patch_len=16, stride=8, embed_dim=64, depth=2, d_state=16, expand=2, headdim=32,
-                    dense_wavg=True, variate_mixer=True, drop_rate=0.1)
+    defaults = dict(patch_len=16, stride=8, embed_dim=16, depth=2, d_state=16, expand=2, headdim=16,
+                    dense_wavg=True, variate_mixer=True, drop_rate=0.3)
     defaults.update(kwargs)
     return TimeSeriesMixer(seq_len, horizon, n_vars, token_mixer={"tsm2": "s6", "tsqs": "qs"}[name], **defaults)
 

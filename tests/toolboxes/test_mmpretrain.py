@@ -185,3 +185,25 @@ def test_classification_checkpoint_initialises_detector_and_segmentor(toolbox, c
             assert torch.equal(ours, value), key
             same += 1
     assert same > 50 and resampled >= 1, (same, resampled)
+
+
+@pytest.mark.parametrize("epochs", [6, 1])
+def test_warmup_cosine_options_fit_the_run(epochs):
+    """mmpretrain_tiny_options(warmup_cosine=True): as --cfg-options parses them, one warm-up epoch from lr/10 and
+    the config's cosine decay to 0 over the other epochs; a one-epoch run keeps the constant lr."""
+    import argparse
+
+    from mmengine.config import DictAction
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cfg-options", nargs="+", action=DictAction)
+    options = mmpretrain_tiny_options("/data", epochs=epochs, lr=3e-3, warmup_cosine=True)
+    cfg = load(REPO / "configs_mmpretrain" / "vim2" / "vim2-t_8xb128_in1k.py")
+    cfg.merge_from_dict(parser.parse_args(["--cfg-options", *options]).cfg_options)
+    warmup, cosine = cfg.param_scheduler
+    assert cfg.optim_wrapper.optimizer.lr == 3e-3 and cfg.train_cfg.max_epochs == epochs
+    if epochs == 1:
+        assert warmup.start_factor == 1.0
+    else:
+        assert (warmup.type, warmup.start_factor, warmup.end) == ("LinearLR", 0.1, 1)
+        assert (cosine.type, cosine.begin, cosine.end, cosine.eta_min) == ("CosineAnnealingLR", 1, epochs, 0.0)

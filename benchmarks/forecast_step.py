@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import argparse
 import ast
-import time
 
 import torch
 import torch.nn.functional as F
 
-from benchmarks._common import machine, table
+from benchmarks._common import machine, seconds, table
 
 
 def build(name: str, seq_len: int, horizon: int, n_vars: int, **kwargs):
@@ -43,16 +42,6 @@ def step_fn(model, x, y):
         loss.backward()
         optimizer.step()
     return step
-
-
-def median_seconds(fn, repeat):
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
 
 
 def top_ops(step, rows):
@@ -91,10 +80,10 @@ def main(argv=None):
         model = build(name, args.seq_len, args.horizon, args.n_vars, **({} if name == "dlinear" else kwargs))
         model.train()
         step = step_fn(model, x, y)
-        train_s = median_seconds(step, args.repeat)
+        train_s = seconds(step, repeat=args.repeat)
         with torch.no_grad():
             model.eval()
-            fwd_s = median_seconds(lambda: model(x), args.repeat)
+            fwd_s = seconds(lambda: model(x), repeat=args.repeat)
             model.train()
         params = sum(p.numel() for p in model.parameters())
         summary.append((name, f"{params:,}", round(1e3 * train_s, 1), round(1e3 * fwd_s, 1)))

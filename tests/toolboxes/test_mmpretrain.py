@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from _openmmlab import MMPRETRAIN_CONFIGS, REPO, config_id, config_strings, load, succeeded
+from _openmmlab import MMPRETRAIN_CONFIGS, MMPRETRAIN_VIM2, REPO, config_id, config_strings, load, succeeded
 from ssm_plugins.data.openmmlab_tiny import (logged_runs, mim, mmdet_tiny_options, mmpretrain_tiny_options,
                                              mmseg_tiny_options)
 
@@ -198,7 +198,7 @@ def test_warmup_cosine_options_fit_the_run(epochs):
     parser = argparse.ArgumentParser()
     parser.add_argument("--cfg-options", nargs="+", action=DictAction)
     options = mmpretrain_tiny_options("/data", epochs=epochs, lr=3e-3, warmup_cosine=True)
-    cfg = load(REPO / "configs_mmpretrain" / "vim2" / "vim2-t_8xb128_in1k.py")
+    cfg = load(MMPRETRAIN_VIM2)
     cfg.merge_from_dict(parser.parse_args(["--cfg-options", *options]).cfg_options)
     warmup, cosine = cfg.param_scheduler
     assert cfg.optim_wrapper.optimizer.lr == 3e-3 and cfg.train_cfg.max_epochs == epochs

@@ -1,21 +1,22 @@
-"""Deploying the models outside PyTorch eager: ``torch.export`` and ONNX (``torch.onnx.export(..., dynamo=True)``).
+"""Deploying the models outside PyTorch eager: ``torch.export`` and ONNX, through torch's own calls.
 
-    from ssm_plugins.export import export_program, export_onnx
-    program = export_program(model.eval(), torch.randn(1, 3, 224, 224))        # batch size dynamic
-    onnx_program = export_onnx(model.eval(), torch.randn(1, 3, 224, 224), "model.onnx")
-    # onnxruntime.InferenceSession("model.onnx").run(None, {"x": image.numpy()})
+    import ssm_plugins  # registers what torch.onnx needs (ssm_plugins._onnx), on the first ONNX export
+    program = torch.export.export(model.eval(), (torch.randn(2, 3, 224, 224),))
+    onnx_program = torch.onnx.export(model.eval(), (torch.randn(2, 3, 224, 224),), "model.onnx", dynamo=True)
+    # or torch.onnx.export(program, f="model.onnx", dynamo=True); export_onnx below: the same, batch dynamic
 
 ``torch.export`` keeps our custom ops (``torch.ops.ssm_plugins.*``, with their fake kernels) in the graph, so an
-ExportedProgram runs our C++/CUDA kernels wherever ``ssm_plugins`` is imported (AOTInductor included). ONNX has no
-such ops: ``export_onnx`` first rewrites each forward op into standard aten ops with ``decompositions()`` (the
-package's pure-PyTorch oracles where they are graph-friendly: FFT convolutions as rfft/irfft, the 2-D SSM kernel;
-the eSSM kernel in real arithmetic; the S6 / QS scans as a chunked closed form, ``linear_recurrence``, L/32 steps
-instead of L). The Myo solve is traced as aten ops from the start (``ops.myo.static_solve``: its op sees the tree
-only as ``parent``'s values, the trace sees its level sizes as Python ints). Then ``fold_weight_only`` folds what
-depends on the weights only (e.g. the eSSM discretisation, the S4ND kernel and the Myo edge weights, complex
-arithmetic which ONNX cannot hold), and torch's ONNX exporter translates the rest. The decompositions are used only
-during export; the exported graph runs in onnxruntime and matches PyTorch within the tolerances
-``tests/test_export.py`` states.
+ExportedProgram runs our C++/CUDA kernels wherever ``ssm_plugins`` is imported (AOTInductor included); the Myo
+solve is the exception, traced as aten ops (``ops.myo.static_solve``: its op sees the tree only as ``parent``'s
+values, the trace sees its level sizes as Python ints). ONNX has no such ops: torch's exporter rewrites each
+forward op into standard aten ops with ``decompositions()`` (the package's pure-PyTorch oracles where they are
+graph-friendly: FFT convolutions as rfft/irfft, the 2-D SSM kernel; the eSSM kernel in real arithmetic; the S6 /
+QS scans as a chunked closed form, ``linear_recurrence``, L/32 steps instead of L), which ``ssm_plugins._onnx``
+puts in its decomposition table. What depends on the weights only (the eSSM discretisation, the S4ND kernel, the
+Myo edge weights: complex arithmetic) is translated as real pairs (``ssm_plugins._onnx_complex`` adds the complex
+ops torchlib lacks) and folded by the exporter's optimizer. The decompositions are used only during export; the
+exported graph runs in onnxruntime and matches PyTorch within the tolerances ``tests/test_export.py`` states.
+``fold_weight_only`` folds such values in an FX graph for backends without an optimizer of their own.
 """
 from __future__ import annotations
 
@@ -24,7 +25,6 @@ from typing import Callable, Dict, Optional
 import torch
 
 from .ops import reference
-from .ops.myo import static_solve
 from .ops.reference.selective_scan import low_rank_delta
 from .ops.selective_scan import STATE_EVERY, saved_states
 
@@ -195,23 +195,23 @@ def _dynamic_batch(example: torch.Tensor, dynamic_batch: bool):
     return ({0: torch.export.Dim("batch", min=1, max=1024)},)
 
 
-def export_program(model: torch.nn.Module, example: torch.Tensor, dynamic_batch: bool = True,
-                   decompose: bool = False) -> torch.export.ExportedProgram:
-    """``torch.export.export`` of an image model (call ``model.eval()`` first) on ``example`` (B, C, H, W), the
-    batch dimension dynamic. ``decompose``: replace our custom ops by standard aten ops (``decompositions()``)."""
+def _batch_of_two(model: torch.nn.Module, example: torch.Tensor) -> torch.Tensor:
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(example, torch.Tensor) or example.dim() != 4:
         got = tuple(example.shape) if isinstance(example, torch.Tensor) else type(example).__name__
         raise ValueError(f"example must be a (batch, channels, H, W) tensor, got {got}")
     # a batch of 1 would be specialised by torch.export (0/1 specialisation): trace at batch 2
-    example = example[:1].expand(2, *example.shape[1:]).contiguous() if example.shape[0] == 1 else example
-    if not decompose:
-        return torch.export.export(model, (example,), dynamic_shapes=_dynamic_batch(example, dynamic_batch))
-    # The Myo solve is traced as aten ops from the start (its op sees the tree only as parent's values)
-    with static_solve():
-        program = torch.export.export(model, (example,), dynamic_shapes=_dynamic_batch(example, dynamic_batch))
-    return program.run_decompositions(decompositions())
+    return example[:1].expand(2, *example.shape[1:]).contiguous() if example.shape[0] == 1 else example
+
+
+def export_program(model: torch.nn.Module, example: torch.Tensor, dynamic_batch: bool = True,
+                   decompose: bool = False) -> torch.export.ExportedProgram:
+    """``torch.export.export`` of an image model (call ``model.eval()`` first) on ``example`` (B, C, H, W), the
+    batch dimension dynamic. ``decompose``: replace our custom ops by standard aten ops (``decompositions()``)."""
+    example = _batch_of_two(model, example)
+    program = torch.export.export(model, (example,), dynamic_shapes=_dynamic_batch(example, dynamic_batch))
+    return program.run_decompositions(decompositions()) if decompose else program
 
 
 def fold_weight_only(module: torch.fx.GraphModule) -> None:
@@ -247,16 +247,9 @@ def fold_weight_only(module: torch.fx.GraphModule) -> None:
 
 def export_onnx(model: torch.nn.Module, example: torch.Tensor, path: Optional[str] = None,
                 dynamic_batch: bool = True, opset_version: int = 18, optimize: bool = True):
-    """ONNX export through torch's dynamo exporter, our custom ops decomposed first (``decompositions()``).
-    Returns the ``torch.onnx.ONNXProgram``; saved to ``path`` when given. Input name 'x', output 'logits'."""
-    program = export_program(model, example, dynamic_batch, decompose=True)
-    # Fold what depends on the weights only, then export the folded graph again.
-    module = program.module()
-    fold_weight_only(module)
-    example = program.example_inputs[0][0]
-    program = torch.export.export(module, (example,), dynamic_shapes=_dynamic_batch(example, dynamic_batch))
-    onnx_program = torch.onnx.export(program, input_names=["x"], output_names=["logits"], dynamo=True,
-                                     opset_version=opset_version, optimize=optimize, verbose=False)
-    if path is not None:
-        onnx_program.save(str(path))
-    return onnx_program
+    """``torch.onnx.export(model, (example,), path, dynamo=True)`` of an image model with the batch dynamic, input
+    name 'x', output 'logits'. Returns the ``torch.onnx.ONNXProgram`` (saved to ``path`` when given)."""
+    example = _batch_of_two(model, example)
+    return torch.onnx.export(model, (example,), None if path is None else str(path), input_names=["x"],
+                             output_names=["logits"], dynamic_shapes=_dynamic_batch(example, dynamic_batch),
+                             dynamo=True, opset_version=opset_version, optimize=optimize, verbose=False)

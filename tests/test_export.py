@@ -2,8 +2,10 @@
 
 make test: every forward custom op's export decomposition equals the compiled kernel; torch.export of one small
 model per family runs at other batch sizes and equals eager; one small model per op family through ONNX into
-onnxruntime. make test-all (exhaustive): every registered image model (test_contract's reduced sizes), torch.export
-and ONNX + onnxruntime, with the measured max abs / rel error (``python tests/test_export.py`` prints the table).
+onnxruntime, by export_onnx and by the standard calls (issue 32: ``torch.onnx.export(model, ..., dynamo=True)``,
+``torch.onnx.export(torch.export.export(model, ...))``). make test-all (exhaustive): every registered image model
+(test_contract's reduced sizes), torch.export and ONNX + onnxruntime by all three, with the measured max abs / rel
+error (``python tests/test_export.py`` prints the table).
 """
 import re
 import sys
@@ -175,40 +177,63 @@ def test_export_program_dynamic_batch(name):
 
 # ---- ONNX ---------------------------------------------------------------------------------------------------------
 
-def onnx_errors(name, tmp_path):
-    """(max abs error, max abs error / max |logit|) of onnxruntime vs PyTorch at batch 3."""
+def _export_call(call, model, x, path):
+    """The ONNX file of ``model`` at ``path`` through one entry point: ours, or a standard call as a user writes it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if call == "export_onnx":  # batch dynamic
+            ex.export_onnx(model, x, path)
+        elif call == "torch.onnx.export":
+            torch.onnx.export(model, (x,), str(path), dynamo=True)
+        elif call == "torch.export+onnx":
+            torch.onnx.export(torch.export.export(model, (x,)), f=str(path), dynamo=True)
+        else:
+            raise ValueError(call)
+
+
+def onnx_errors(name, tmp_path, call="export_onnx"):
+    """(max abs error, max abs error / max |logit|) of onnxruntime vs PyTorch, at batch 3 for our dynamic-batch
+    export_onnx, on a new input of the traced batch (2) for the standard calls."""
     import numpy as np
     import onnxruntime
 
     model, x = _model(name)
     path = tmp_path / f"{name}.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ex.export_onnx(model, x, path)
+    _export_call(call, model, x, path)
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    xb = _input(model, family(name).sizes[0], batch=3)
+    xb = _input(model, family(name).sizes[0], batch=3 if call == "export_onnx" else 2)
     with torch.no_grad():
         expected = model(xb).numpy()
-    got = session.run(None, {"x": xb.numpy()})[0]
+    got = session.run(None, {session.get_inputs()[0].name: xb.numpy()})[0]
     assert got.shape == expected.shape
     err = float(np.abs(got - expected).max())
     return err, err / float(np.abs(expected).max())
 
 
-def _check_onnx(name, tmp_path):
+def _check_onnx(name, tmp_path, call="export_onnx"):
     _pending(name, _ONNX_PENDING)
-    abs_err, rel_err = onnx_errors(name, tmp_path)
-    assert abs_err <= ABS_TOL or rel_err <= REL_TOL, (name, abs_err, rel_err)
+    abs_err, rel_err = onnx_errors(name, tmp_path, call)
+    assert abs_err <= ABS_TOL or rel_err <= REL_TOL, (name, call, abs_err, rel_err)
 
 
-# one model per op family, the fastest to export of each (6-19 s; ViM2-T / ViQS-T take 85-130 s and add no op):
+# one model per op family, the fastest to export of each (3-9 s; ViM2-T / ViQS-T take 30-40 s and add no op):
 # ssm2d_kernel + fft_conv2d, selective_scan + qs_mix, eSSM's and Myo's decompositions
 ONNX_MODELS = ["deit_tiny_patch16_224_ssm2d", "svim2_scifar", "essm_scifar_tiny", "myopix_zcifar"]
+STANDARD_CALLS = ["torch.onnx.export", "torch.export+onnx"]
 
 
 @pytest.mark.parametrize("name", ONNX_MODELS)
 def test_onnx_matches_pytorch(name, tmp_path):
     _check_onnx(name, tmp_path)
+
+
+@pytest.mark.parametrize("call", STANDARD_CALLS)
+@pytest.mark.parametrize("name", ONNX_MODELS)
+def test_standard_onnx_export_matches_pytorch(name, call, tmp_path):
+    """Issue 32: after ``import ssm_plugins`` and no flag, ``torch.onnx.export(model, (x,), f, dynamo=True)`` and
+    ``torch.onnx.export(torch.export.export(model, (x,)), f=f, dynamo=True)`` (our ops decomposed by torch's exporter
+    with ssm_plugins._onnx's table, the weight-only complex arithmetic translated as real pairs)."""
+    _check_onnx(name, tmp_path, call)
 
 
 # every registered image model: make test-all (13 min of make test for the representatives alone, each a repeat of
@@ -221,16 +246,26 @@ def test_every_model_exports(name, tmp_path):
     _check_onnx(name, tmp_path)
 
 
+@pytest.mark.slow
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("call", STANDARD_CALLS)
+@pytest.mark.parametrize("name", IMAGE_MODELS)
+def test_every_model_standard_onnx_export(name, call, tmp_path):
+    _check_onnx(name, tmp_path, call)
+
+
 if __name__ == "__main__":  # the measured table
     import tempfile
     import time
 
     torch.set_num_threads(1)
-    print("| model | ONNX max abs error | max rel error | export + ONNX s |\n|---|---|---|---|")
+    print("| model | call | ONNX max abs error | max rel error | export + ONNX s |\n|---|---|---|---|---|")
     for model_name in sys.argv[1:] or IMAGE_MODELS:
-        start = time.perf_counter()
-        try:
-            a, rel = onnx_errors(model_name, Path(tempfile.mkdtemp()))
-            print(f"| {model_name} | {a:.1e} | {rel:.1e} | {time.perf_counter() - start:.0f} |", flush=True)
-        except Exception as exc:  # noqa: BLE001  (the table records failures too)
-            print(f"| {model_name} | FAIL {type(exc).__name__}: {str(exc)[:60]} | | |", flush=True)
+        for export_call in ["export_onnx", *STANDARD_CALLS]:
+            start = time.perf_counter()
+            try:
+                a, rel = onnx_errors(model_name, Path(tempfile.mkdtemp()), export_call)
+                print(f"| {model_name} | {export_call} | {a:.1e} | {rel:.1e} | {time.perf_counter() - start:.0f} |",
+                      flush=True)
+            except Exception as exc:  # noqa: BLE001  (the table records failures too)
+                print(f"| {model_name} | {export_call} | FAIL {type(exc).__name__}: {str(exc)[:60]} | | |", flush=True)

@@ -26,8 +26,8 @@ _static = threading.local()  # .depth > 0 inside static_solve()
 def static_solve():
     """Inside, ``myo_solve`` on a ceil k-ary tree or quadtree runs as standard aten ops scheduled by the tree's
     level sizes (``reference.myo_solve_levels``: Python ints at trace time, complex values as real pairs) instead
-    of the compiled op. ``export.export_program(decompose=True)`` and ``export_onnx`` trace models inside it: the
-    op's own arguments hold the tree only as ``parent``'s values, which a traced graph cannot read."""
+    of the compiled op. ``torch.export`` (hence ``torch.onnx.export``) traces it so without this context: the op's
+    own arguments hold the tree only as ``parent``'s values, which a traced graph cannot read."""
     _static.depth = getattr(_static, "depth", 0) + 1
     try:
         yield

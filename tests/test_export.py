@@ -236,6 +236,45 @@ def test_standard_onnx_export_matches_pytorch(name, call, tmp_path):
     _check_onnx(name, tmp_path, call)
 
 
+def test_onnx_registration_waits_for_the_exporter():
+    """``import ssm_plugins`` imports no onnx / onnxscript; loading torchlib (what torch.onnx.export does first)
+    registers the decompositions and complex functions."""
+    import subprocess
+
+    code = ("import sys, torch, ssm_plugins\n"
+            "from torch._decomp import decomposition_table\n"
+            "ours = lambda: sorted(str(op) for op in decomposition_table if str(op).startswith('ssm_plugins'))\n"
+            "assert not [m for m in ('onnx', 'onnxscript', 'ssm_plugins.export') if m in sys.modules]\n"
+            "assert not ours()\n"
+            "from onnxscript.function_libs.torch_lib import ops\n"
+            "from onnxscript.function_libs.torch_lib.registration import default_registry\n"
+            "assert default_registry['aten::exp'].complex\n"
+            "print(ours())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "ssm_plugins.fft_conv2d.default" in out.stdout and "ssm_plugins.selective_scan_fwd.default" in out.stdout
+
+
+def test_registered_decompositions_leave_fake_kernels_alone(monkeypatch):
+    """With our ops in torch._decomp's table, torch.export with a dynamic batch still runs their fake kernels (the
+    meta-table entries) and keeps the ops: the decompositions are for the ONNX exporter only."""
+    from ssm_plugins import _onnx
+    from torch._decomp import decomposition_table
+
+    _onnx.register()
+    op, calls = torch.ops.ssm_plugins.fft_conv2d.default, []
+    decomposition = decomposition_table[op]
+    monkeypatch.setitem(decomposition_table, op, lambda *args: calls.append(args) or decomposition(*args))
+
+    class Conv(torch.nn.Module):
+        def forward(self, x):
+            return torch.ops.ssm_plugins.fft_conv2d(x, torch.ones(3, 5, 7), 2, 3)
+
+    program = torch.export.export(Conv(), (torch.randn(2, 3, 5, 7),), dynamic_shapes=({0: torch.export.Dim("b")},))
+    assert not calls
+    assert [n for n in program.graph.nodes if n.target == op]
+
+
 # every registered image model: make test-all (13 min of make test for the representatives alone, each a repeat of
 # test_export_program_dynamic_batch and test_onnx_matches_pytorch's ops)
 @pytest.mark.slow

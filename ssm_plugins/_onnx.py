@@ -23,6 +23,8 @@ import importlib.util
 import sys
 import warnings
 
+from .timm import _RegisterAfterExec
+
 _TORCHLIB = "onnxscript.function_libs.torch_lib.ops"  # importing it fills onnxscript's ATen registry
 _registered = False
 
@@ -57,19 +59,12 @@ def _register_complex_functions() -> None:
         importlib.import_module("._onnx_complex", __package__)
 
 
-class _RegisterAfterTorchlib(importlib.abc.Loader):
-    def __init__(self, loader):
-        self._loader = loader
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
+class _RegisterAfterTorchlib(_RegisterAfterExec):
+    """Wraps torchlib's loader: runs it, then registers ours (the timm hook's loader, another callback)."""
 
     def exec_module(self, module):
         self._loader.exec_module(module)
         register()
-
-    def __getattr__(self, name):
-        return getattr(self._loader, name)
 
 
 class _TorchlibImportHook(importlib.abc.MetaPathFinder):

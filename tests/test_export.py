@@ -275,6 +275,33 @@ def test_registered_decompositions_leave_fake_kernels_alone(monkeypatch):
     assert [n for n in program.graph.nodes if n.target == op]
 
 
+class _ComplexWeights(torch.nn.Module):
+    """Weight-only complex arithmetic as our layers do it (eSSM / S4ND discretisation, Myo edge weights)."""
+
+    def __init__(self):
+        super().__init__()
+        self.re, self.im = torch.nn.Parameter(torch.randn(3, 4) * 0.3), torch.nn.Parameter(torch.randn(3, 4))
+
+    def forward(self, x):
+        z = torch.exp(torch.complex(self.re, self.im))[torch.arange(6) % 3]  # exp, index by a constructor
+        z = torch.cat([z, z.new_zeros(2, 4)]).unsqueeze(-1)  # new_zeros, unsqueeze(-1)
+        k = torch.einsum("gnm,gpm->np", z, z * 1j)  # complex einsum
+        return x @ k.real + x @ k.imag
+
+
+def test_complex_weight_arithmetic_exports(tmp_path):
+    """ssm_plugins._onnx_complex's complex overloads (exp, new_zeros, unsqueeze, index, einsum) in onnxruntime."""
+    import onnxruntime
+
+    torch.manual_seed(0)
+    model, x = _ComplexWeights(), torch.randn(2, 4)
+    _export_call("torch.onnx.export", model, x, tmp_path / "complex.onnx")
+    session = onnxruntime.InferenceSession(str(tmp_path / "complex.onnx"), providers=["CPUExecutionProvider"])
+    with torch.no_grad():
+        torch.testing.assert_close(torch.from_numpy(session.run(None, {"x": x.numpy()})[0]), model(x),
+                                   rtol=1e-5, atol=1e-5)
+
+
 # every registered image model: make test-all (13 min of make test for the representatives alone, each a repeat of
 # test_export_program_dynamic_batch and test_onnx_matches_pytorch's ops)
 @pytest.mark.slow

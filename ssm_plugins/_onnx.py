@@ -9,9 +9,9 @@ onnxscript's ATen library (torchlib). So the exporter needs two things from us:
    goes into ``torch._decomp.meta_table`` too: FakeTensor prefers a decomposition-table entry to the op's
    fake kernel on symbolic shapes unless the op has a meta entry, and our ops keep their fake kernels;
 2. ONNX functions for the complex-valued ATen ops torchlib has no complex overload of (``exp``, ``new_zeros``,
-   ``unsqueeze``): the eSSM discretisation and the Myo edge weights are complex arithmetic on the weights,
-   which the exporter holds as real pairs (a trailing dimension of 2, torchlib's convention) and its optimizer
-   folds into constants (``ssm_plugins._onnx_complex``).
+   ``unsqueeze``, ``index``, ``einsum``): the eSSM discretisation, the S4ND kernel and the Myo edge weights are
+   complex arithmetic on the weights, which the exporter holds as real pairs (a trailing dimension of 2,
+   torchlib's convention) and its optimizer folds into constants (``ssm_plugins._onnx_complex``).
 
 Both are registered when torchlib's op registry loads, i.e. on the first ONNX export, so ``import ssm_plugins``
 imports neither onnx nor onnxscript (``install``: at once if torchlib is already loaded, else on its import).

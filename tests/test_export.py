@@ -216,7 +216,7 @@ def _check_onnx(name, tmp_path, call="export_onnx"):
     assert abs_err <= ABS_TOL or rel_err <= REL_TOL, (name, call, abs_err, rel_err)
 
 
-# one model per op family, the fastest to export of each (3-9 s; ViM2-T / ViQS-T take 30-40 s and add no op):
+# one model per op family, the fastest to export of each (2-7 s; ViM2-T / ViQS-T take 15-35 s and add no op):
 # ssm2d_kernel + fft_conv2d, selective_scan + qs_mix, eSSM's and Myo's decompositions
 ONNX_MODELS = ["deit_tiny_patch16_224_ssm2d", "svim2_scifar", "essm_scifar_tiny", "myopix_zcifar"]
 STANDARD_CALLS = ["torch.onnx.export", "torch.export+onnx"]

@@ -59,3 +59,26 @@ def test_vim2_detects_within_0_1_map50_of_the_resnet18_control(tmp_path):
     control, ours = (results[n]["coco/bbox_mAP_50"] for n in (dense_control.CONTROL, "ViM2"))
     assert control >= 0.3, results
     assert ours >= control - 0.1, results
+
+
+def test_chain_transfer_groups_name_the_grid_dependent_weights(tmp_path):
+    # benchmarks.chain_transfer (issue 30's bisection of the main job's checkpoint): each --drop group matches the
+    # weights it names in the main job's classifier, and the probe reads a checkpoint of it
+    import timm
+
+    from benchmarks import chain_transfer
+    from ssm_plugins.data.openmmlab_tiny import CPU_PLAIN_MIXER
+
+    state = timm.create_model("vim2_t", num_classes=10, img_size=64, **CPU_PLAIN_MIXER).state_dict()
+    matched = {g: sorted(k for k in state if match(k)) for g, match in chain_transfer.GROUPS.items()}
+    assert matched["pos_embed"] == ["pos_embed"]
+    assert matched["sos"] and all(k.startswith("sos.") for k in matched["sos"])
+    # the channel mixers' token-axis weights: (rows, 1 + 4 x 4 tokens) in every block, both directions
+    assert len(matched["channel_x_proj"]) == 2 * CPU_PLAIN_MIXER["depth"]
+    assert {state[k].shape[1] for k in matched["channel_x_proj"]} == {17}
+    assert matched["bn_stats"] and all(k.startswith(("spm.", "mrfp.")) for k in matched["bn_stats"])  # conv branch
+    torch.save({"state_dict": state}, tmp_path / "epoch_1.pth")
+    rows = chain_transfer.probe(tmp_path / "epoch_1.pth", [64, 96], ["channel_x_proj"])
+    assert [(r["canvas"], r["place"]) for r in rows] == [(64, "centre"), (96, "centre"), (96, "corner"),
+                                                         (96, "random")]
+    assert all(0 <= r["top1"] <= 100 for r in rows)

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from .. import ops
 from ..ops._backend import no_autocast
 from ..ops.reference.essm import DISCRETIZATIONS, essm_discretize
+from ._common import choice, drop_path, positive_int, probability, shape_or_type
 
 __all__ = ["ESSM", "ESSMBlock", "BatchNormNLC", "make_norm", "hippo_legs_normal", "hippo_diagonal_init",
            "essm_layer_param_count"]
@@ -67,8 +68,7 @@ def hippo_diagonal_init(n: int, conj_sym: bool = True, init: str = "paper") -> T
     """
     if n < 1:
         raise ValueError(f"n (modes per head) must be >= 1, got {n}")
-    if init not in INITS:
-        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+    choice("init", init, INITS)
     size = 2 * n if conj_sym else n
     normal = hippo_legs_normal(size)
     if init == "paper":
@@ -158,8 +158,7 @@ class ESSM(nn.Module):
         super().__init__()
         d_state = d_model if d_state is None else d_state
         for name, value in (("d_model", d_model), ("d_state", d_state), ("n_heads", n_heads)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            positive_int(name, value)
         if d_model % n_heads or d_state % n_heads:
             raise ValueError(f"n_heads={n_heads} must divide d_model={d_model} and d_state={d_state} (spec A1)")
         if not 0 < dt_min <= dt_max:
@@ -168,18 +167,12 @@ class ESSM(nn.Module):
             raise ValueError(f"dt_scale must be > 0, got {dt_scale}")
         if not real_clip > 0:
             raise ValueError(f"real_clip must be > 0, got {real_clip}")
-        if discretization not in DISCRETIZATIONS:
-            raise ValueError(f"discretization must be one of {DISCRETIZATIONS}, got {discretization!r}")
-        if C_init not in C_INITS:
-            raise ValueError(f"C_init must be one of {C_INITS}, got {C_init!r}")
-        if init not in INITS:
-            raise ValueError(f"init must be one of {INITS}, got {init!r}")
-        if glu not in GLUS:
-            raise ValueError(f"glu must be one of {GLUS}, got {glu!r}")
-        if pre_act not in PRE_ACTIVATIONS:
-            raise ValueError(f"pre_act must be one of {PRE_ACTIVATIONS}, got {pre_act!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        choice("discretization", discretization, DISCRETIZATIONS)
+        choice("C_init", C_init, C_INITS)
+        choice("init", init, INITS)
+        choice("glu", glu, GLUS)
+        choice("pre_act", pre_act, PRE_ACTIVATIONS)
+        probability("dropout", dropout)
         dd = {"device": device, "dtype": dtype}
         self.d_model = d_model
         self.d_state = d_state
@@ -295,7 +288,7 @@ class ESSM(nn.Module):
         if (not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[channel_dim] != self.d_model
                 or x.shape[3 - channel_dim] < 1):
             what = "(B, L, H)" if self.channels_last else "(B, H, L)"
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            got = shape_or_type(x)
             raise ValueError(f"x must have shape {what} with H={self.d_model} and L >= 1, got {got}")
         u = x.transpose(1, 2) if self.channels_last else x
         if padding_mask is not None:
@@ -351,18 +344,9 @@ class BatchNormNLC(nn.BatchNorm1d):
 
 def make_norm(kind: str, dim: int, device=None, dtype=None) -> nn.Module:
     """The block norm over channels of channels-last input: "batch" (:class:`BatchNormNLC`) or "layer"."""
-    if kind not in NORMS:
-        raise ValueError(f"norm must be one of {NORMS}, got {kind!r}")
+    choice("norm", kind, NORMS)
     cls = BatchNormNLC if kind == "batch" else nn.LayerNorm
     return cls(dim, device=device, dtype=dtype)
-
-
-def _drop_path(x: torch.Tensor, prob: float, training: bool) -> torch.Tensor:
-    if prob == 0.0 or not training:
-        return x
-    keep = 1.0 - prob
-    mask = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(keep)
-    return x * mask / keep
 
 
 class ESSMBlock(nn.Module):
@@ -394,8 +378,7 @@ class ESSMBlock(nn.Module):
             **ssm_kwargs,
     ):
         super().__init__()
-        if not 0.0 <= drop_path < 1.0:
-            raise ValueError(f"drop_path must be in [0, 1), got {drop_path}")
+        probability("drop_path", drop_path)
         dd = {"device": device, "dtype": dtype}
         self.dim = dim
         self.prenorm = bool(prenorm)
@@ -415,7 +398,7 @@ class ESSMBlock(nn.Module):
         z = self.norm(x) if self.prenorm else x
         z = self.ssm(z, dt_scale=dt_scale, padding_mask=padding_mask)
         z = self.drop(z.transpose(1, 2)).transpose(1, 2)  # drops whole channels across time
-        x = x + _drop_path(z, self.drop_path_prob, self.training)
+        x = x + drop_path(z, self.drop_path_prob, self.training)
         if not self.prenorm:
             x = self.norm(x)
         return x if self.channels_last else x.transpose(1, 2)

@@ -31,6 +31,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .. import ops
 from ..ops._backend import normal_tensors
+from ._common import choice, drop_path, is_positive_int, make_mixer_norm, positive_int, probability, shape_or_type
 
 __all__ = ["SelectiveTokenMixer", "SelectiveChannelMixer", "ForwardBackwardChannelMixer", "MambaMixerBlock",
            "QSMixerBlock", "TimeVariateMixerBlock", "MixerStack", "SwitchOfScans", "scan_orders", "gather_tokens", "SCAN_NAMES", "SCAN_SETS", "resolve_scans",
@@ -40,22 +41,11 @@ _TOKEN_MIXERS = ("s6", "s6_bi", "qs")
 _SELECTION_INPUTS = ("block_input", "conv_output")
 _CHANNEL_PARAMS = ("scalar", "diag")
 _QS_SHIFTS = ("exact", "hydra")
-_NORMS = ("layernorm", "rmsnorm")
-
-
-def _positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
-def _choice(name, value, allowed):
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
 
 
 def _check_input(name, x, dim, num_tokens=None, why=""):
     if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != dim or x.shape[1] < 1:
-        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        shape = shape_or_type(x)
         raise ValueError(f"{name} must have shape (batch, L, dim={dim}) with L >= 1, got {shape}")
     if num_tokens is not None and x.shape[1] != num_tokens:
         raise ValueError(f"{name} must have L = {num_tokens} tokens{why}, got shape {tuple(x.shape)}")
@@ -76,19 +66,6 @@ def _a_log_diag(channels, d_state):
 def _a_log_scalar(heads):
     """Mamba-2 init: A = -a with a ~ U[1, 16] per head, stored as log."""
     return torch.log(torch.empty(heads).uniform_(1.0, 16.0))
-
-
-def _drop_path(x, prob, training):
-    if prob == 0.0 or not training:
-        return x
-    keep = 1.0 - prob
-    mask = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(keep)
-    return x * mask / keep
-
-
-def _make_norm(norm, dim):
-    _choice("norm", norm, _NORMS)
-    return nn.LayerNorm(dim, eps=1e-6) if norm == "layernorm" else nn.RMSNorm(dim, eps=1e-6)
 
 
 class _DWConv1d(nn.Module):
@@ -174,16 +151,16 @@ class SelectiveTokenMixer(nn.Module):
         super().__init__()
         for name, value in (("dim", dim), ("d_state", d_state), ("expand", expand), ("d_conv", d_conv),
                             ("headdim", headdim)):
-            _positive_int(name, value)
-        _choice("token_mixer", token_mixer, _TOKEN_MIXERS)
-        _choice("selection_input", selection_input, _SELECTION_INPUTS)
-        _choice("qs_shift", qs_shift, _QS_SHIFTS)
+            positive_int(name, value)
+        choice("token_mixer", token_mixer, _TOKEN_MIXERS)
+        choice("selection_input", selection_input, _SELECTION_INPUTS)
+        choice("qs_shift", qs_shift, _QS_SHIFTS)
         gate_kernels = tuple(gate_kernels)
-        if not gate_kernels or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in gate_kernels):
+        if not gate_kernels or not all(is_positive_int(k) for k in gate_kernels):
             raise ValueError(f"gate_kernels must be a non-empty sequence of positive ints, got {gate_kernels!r}")
         if dt_rank == "auto":
             dt_rank = math.ceil(dim / 16)
-        _positive_int("dt_rank", dt_rank)
+        positive_int("dt_rank", dt_rank)
         inner = expand * dim
         if token_mixer == "qs" and inner % headdim != 0:
             raise ValueError(f"headdim ({headdim}) must divide the inner width expand*dim = {inner} for token_mixer='qs'")
@@ -306,9 +283,9 @@ class SelectiveChannelMixer(nn.Module):
                 raise ValueError("token_grid (weight resampling) needs channel_qs_param='scalar'")
         self.token_grid, self.num_prefix_tokens = token_grid, int(num_prefix_tokens)
         for name, value in (("dim", dim), ("num_tokens", num_tokens), ("d_state", d_state)):
-            _positive_int(name, value)
-        _choice("channel_qs_param", channel_qs_param, _CHANNEL_PARAMS)
-        _choice("qs_shift", qs_shift, _QS_SHIFTS)
+            positive_int(name, value)
+        choice("channel_qs_param", channel_qs_param, _CHANNEL_PARAMS)
+        choice("qs_shift", qs_shift, _QS_SHIFTS)
         self.dim, self.num_tokens, self.d_state = dim, num_tokens, d_state
         self.channel_qs_param, self.qs_shift = channel_qs_param, qs_shift
         if channel_qs_param == "scalar":
@@ -414,7 +391,7 @@ class ForwardBackwardChannelMixer(nn.Module):
                  num_prefix_tokens: int = 0):
         super().__init__()
         for name, value in (("dim", dim), ("num_tokens", num_tokens), ("d_state", d_state), ("d_conv", d_conv)):
-            _positive_int(name, value)
+            positive_int(name, value)
         self.token_grid = _check_token_grid(token_grid, num_prefix_tokens, num_tokens)
         self.num_prefix_tokens = int(num_prefix_tokens)
         self.dim, self.num_tokens, self.d_state = dim, num_tokens, d_state
@@ -465,14 +442,13 @@ class MambaMixerBlock(nn.Module):
                  d_state: int = 16, qs_shift: str = "exact", token_grid=None, num_prefix_tokens: int = 0,
                  **token_kwargs):
         super().__init__()
-        if not 0.0 <= drop_path < 1.0:
-            raise ValueError(f"drop_path must be in [0, 1), got {drop_path!r}")
+        probability("drop_path", drop_path)
         self.dim, self.drop_path_prob = dim, float(drop_path)
-        self.norm1 = _make_norm(norm, dim)
+        self.norm1 = make_mixer_norm(norm, dim)
         self.token_mixer = SelectiveTokenMixer(dim, d_state=d_state, token_mixer=token_mixer, qs_shift=qs_shift,
                                                **token_kwargs)
         if channel_mixer:
-            self.norm2 = _make_norm(norm, dim)
+            self.norm2 = make_mixer_norm(norm, dim)
             self.channel_mixer = SelectiveChannelMixer(dim, num_tokens, d_state=d_state,
                                                        channel_qs_param=channel_qs_param, qs_shift=qs_shift,
                                                        token_grid=token_grid, num_prefix_tokens=num_prefix_tokens)
@@ -492,13 +468,13 @@ class MambaMixerBlock(nn.Module):
     def token_branch(self, x, grid_size=None):
         """x + DropPath(SelectiveTokenMixer(Norm(x))): the residual output y_Tok of §2.6."""
         _check_input("x", x, self.dim)
-        return x + _drop_path(self.token_mixer(self.norm1(x)), self.drop_path_prob, self.training)
+        return x + drop_path(self.token_mixer(self.norm1(x)), self.drop_path_prob, self.training)
 
     def channel_branch(self, x, grid_size=None):
         """x + DropPath(SelectiveChannelMixer(Norm(x))) (x itself without a channel mixer): y_Ch of §2.6."""
         if self.channel_mixer is None:
             return x
-        return x + _drop_path(self.channel_mixer(self.norm2(x), grid_size), self.drop_path_prob, self.training)
+        return x + drop_path(self.channel_mixer(self.norm2(x), grid_size), self.drop_path_prob, self.training)
 
     def forward(self, x, grid_size=None):
         """x (batch, L, dim); grid_size (h, w) of the tokens for a block built with ``token_grid``."""
@@ -543,16 +519,15 @@ class TimeVariateMixerBlock(nn.Module):
                  qs_shift: str = "exact", channel_qs_param: str = "scalar", **token_kwargs):
         super().__init__()
         for name, value in (("n_vars", n_vars), ("num_patches", num_patches), ("dim", dim)):
-            _positive_int(name, value)
-        if not 0.0 <= drop_path < 1.0:
-            raise ValueError(f"drop_path must be in [0, 1), got {drop_path!r}")
+            positive_int(name, value)
+        probability("drop_path", drop_path)
         self.n_vars, self.num_patches, self.dim = n_vars, num_patches, dim
         self.drop_path_prob = float(drop_path)
-        self.norm1 = _make_norm(norm, dim)
+        self.norm1 = make_mixer_norm(norm, dim)
         self.token_mixer = SelectiveTokenMixer(dim, d_state=d_state, token_mixer=token_mixer, qs_shift=qs_shift,
                                                **token_kwargs)
         if variate_mixer:
-            self.norm2 = _make_norm(norm, dim)
+            self.norm2 = make_mixer_norm(norm, dim)
             self.channel_mixer = SelectiveChannelMixer(n_vars, num_patches * dim, d_state=d_state,
                                                        channel_qs_param=channel_qs_param, qs_shift=qs_shift)
         else:
@@ -566,7 +541,7 @@ class TimeVariateMixerBlock(nn.Module):
     def _check(self, x):
         expected = (self.n_vars, self.num_patches, self.dim)
         if not isinstance(x, torch.Tensor) or x.dim() != 4 or tuple(x.shape[1:]) != expected:
-            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            shape = shape_or_type(x)
             raise ValueError(f"x must have shape (batch, n_vars={self.n_vars}, num_patches={self.num_patches}, "
                              f"dim={self.dim}), got {shape}")
 
@@ -574,7 +549,7 @@ class TimeVariateMixerBlock(nn.Module):
         self._check(x)
         batch = x.shape[0]
         y = self.token_mixer(self.norm1(x).reshape(batch * self.n_vars, self.num_patches, self.dim))
-        return x + _drop_path(y.reshape(x.shape), self.drop_path_prob, self.training)
+        return x + drop_path(y.reshape(x.shape), self.drop_path_prob, self.training)
 
     def channel_branch(self, x):
         if self.channel_mixer is None:
@@ -583,7 +558,7 @@ class TimeVariateMixerBlock(nn.Module):
         batch = x.shape[0]
         z = self.norm2(x).reshape(batch, self.n_vars, -1).transpose(1, 2)  # (batch, P*dim, M): variates = channels
         y = self.channel_mixer(z).transpose(1, 2).reshape(x.shape)
-        return x + _drop_path(y, self.drop_path_prob, self.training)
+        return x + drop_path(y, self.drop_path_prob, self.training)
 
     def forward(self, x):
         return self.channel_branch(self.token_branch(x))
@@ -737,10 +712,10 @@ def scan_orders(height: int, width: int, local_windows: Sequence[int] = (2, 7), 
     {identity, horizontal flip, vertical flip, 180° rotation}; L1/L2 = local(w1) and its reverse, L3/L4 =
     local(w2) and its reverse. Cached per (height, width, local_windows) and ``device``.
     """
-    _positive_int("height", height)
-    _positive_int("width", width)
+    positive_int("height", height)
+    positive_int("width", width)
     local_windows = tuple(local_windows)
-    if len(local_windows) != 2 or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in local_windows):
+    if len(local_windows) != 2 or not all(is_positive_int(w) for w in local_windows):
         raise ValueError(f"local_windows must be two positive ints, got {local_windows!r}")
     return _cached_on(device, _build_scan_orders, height, width, local_windows)
 
@@ -834,17 +809,17 @@ class SwitchOfScans(nn.Module):
                  sos_gate: str = "st", cross_scan_attn: bool = True, local_windows: Sequence[int] = (2, 7),
                  fixed_scans: Optional[Sequence[int]] = None):
         super().__init__()
-        _positive_int("dim", dim)
+        positive_int("dim", dim)
         if num_windows not in (1, 4, 9, 16):
             raise ValueError(f"num_windows must be a square (1, 4, 9 or 16), got {num_windows!r}")
         if fixed_scans is not None:
             fixed_scans = resolve_scans(fixed_scans)
             top_n = len(fixed_scans)
         self.fixed_scans = fixed_scans
-        _positive_int("top_n", top_n)
+        positive_int("top_n", top_n)
         if top_n > len(SCAN_NAMES):
             raise ValueError(f"top_n must be <= {len(SCAN_NAMES)}, got {top_n}")
-        _choice("sos_gate", sos_gate, ("st", "vmoe"))
+        choice("sos_gate", sos_gate, ("st", "vmoe"))
         self.dim, self.num_windows, self.top_n = dim, num_windows, top_n
         self.side = int(round(math.sqrt(num_windows)))
         self.sos_gate, self.local_windows = sos_gate, tuple(local_windows)
@@ -942,12 +917,15 @@ class SpatialPriorModule(nn.Module):
 
     Args: dim; inplanes: stem width (1/4 level; then 2x, 4x, 4x) [D: 64]; in_chans [3]; with_c1: build the 1/4
     level's projection (only dense outputs use c1; without it c1 is None, so no parameter goes without a gradient).
+    The level embeddings are kept out of weight decay (``no_weight_decay_names``).
     """
+
+    no_weight_decay_names = ("level_embed",)
 
     def __init__(self, dim: int, inplanes: int = 64, in_chans: int = 3, with_c1: bool = True):
         super().__init__()
         for name, value in (("dim", dim), ("inplanes", inplanes), ("in_chans", in_chans)):
-            _positive_int(name, value)
+            positive_int(name, value)
         self.dim = dim
         self.stem = nn.Sequential(*_conv_bn_relu(in_chans, inplanes, 2), *_conv_bn_relu(inplanes, inplanes, 1),
                                   *_conv_bn_relu(inplanes, inplanes, 1), nn.MaxPool2d(3, 2, 1))
@@ -961,7 +939,7 @@ class SpatialPriorModule(nn.Module):
 
     def forward(self, img):
         if not isinstance(img, torch.Tensor) or img.dim() != 4 or img.shape[1] != self.stem[0].in_channels:
-            shape = tuple(img.shape) if isinstance(img, torch.Tensor) else type(img).__name__
+            shape = shape_or_type(img)
             raise ValueError(f"img must have shape (batch, {self.stem[0].in_channels}, H, W), got {shape}")
         # channels-last: oneDNN's full-resolution 3x3 convs and the max-pool run 3-10x faster on NHWC (one thread)
         c1 = self.stem(img.contiguous(memory_format=torch.channels_last))
@@ -984,9 +962,9 @@ class MultiResolutionConvGate(nn.Module):
 
     def __init__(self, dim: int, kernels: Sequence[int] = (3, 5), hidden_ratio: float = 0.5):
         super().__init__()
-        _positive_int("dim", dim)
+        positive_int("dim", dim)
         kernels = tuple(kernels)
-        if not kernels or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 or k % 2 == 0 for k in kernels):
+        if not kernels or not all(is_positive_int(k) and k % 2 == 1 for k in kernels):
             raise ValueError(f"kernels must be a non-empty sequence of odd positive ints, got {kernels!r}")
         hidden = int(round(dim * hidden_ratio))
         if hidden < len(kernels):
@@ -1020,11 +998,14 @@ class ConvTokenInteraction(nn.Module):
         the 1/16 grid (bilinear); returns x_grid + λ_v ⊙ (V1↓ + V2 + V3↑), λ_v = 0 at init.
     ``to_conv(F_conv, x_grid, sizes)``: Eq. 44, F̂ = [F1 ‖ F2 + x_S ‖ F3]; returns F̂ + Linear_c(LN(F̂)) [D residual].
     x_grid (batch, h2*w2, dim) are the patch tokens without the class token; the 1/16 level must match their grid.
+    λ_v is kept out of weight decay (``no_weight_decay_names``).
     """
+
+    no_weight_decay_names = ("lambda_v",)
 
     def __init__(self, dim: int, with_to_conv: bool = True):
         super().__init__()
-        _positive_int("dim", dim)
+        positive_int("dim", dim)
         self.dim = dim
         self.norm_v = nn.LayerNorm(dim, eps=1e-6)
         self.proj_v = nn.Linear(dim, dim)

@@ -27,8 +27,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import ops
+from ._common import DropPath, choice, positive_int, probability, shape_or_type
 from .essm import BatchNormNLC, hippo_diagonal_init
-from .mambamixer import _drop_path
 from .ssm2d import SSM2D, grid_to_nchw
 
 __all__ = ["MultiHeadEMA", "S4ND", "RelativePositionBias", "MovingAverageGatedAttention", "NormalizedFeedForward",
@@ -36,18 +36,6 @@ __all__ = ["MultiHeadEMA", "S4ND", "RelativePositionBias", "MovingAverageGatedAt
 
 SPATIAL_MIXERS = ("ssm2d", "s4nd", "ema", "none")
 _INPUT_FMTS = ("NLC", "NHWC")
-
-
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
-def _probability(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError(f"{name} must be a float in [0, 1), got {value!r}")
-    return float(value)
 
 
 def laplace_attention(scores: torch.Tensor, mu: float = math.sqrt(0.5), sigma: float = math.sqrt(0.25 / math.pi)):
@@ -78,10 +66,9 @@ class MultiHeadEMA(nn.Module):
     def __init__(self, dim: int, d_state: int = 16, bidirectional: bool = True, input_fmt: str = "NHWC",
                  device=None, dtype=None):
         super().__init__()
-        _positive_int("dim", dim)
-        _positive_int("d_state", d_state)
-        if input_fmt not in _INPUT_FMTS:
-            raise ValueError(f"input_fmt must be one of {_INPUT_FMTS}, got {input_fmt!r}")
+        positive_int("dim", dim)
+        positive_int("d_state", d_state)
+        choice("input_fmt", input_fmt, _INPUT_FMTS)
         dd = {"device": device, "dtype": dtype}
         self.dim = dim
         self.d_state = d_state
@@ -117,7 +104,7 @@ class MultiHeadEMA(nn.Module):
 
     def compute_kernel(self, length: int) -> torch.Tensor:
         """Per-direction causal kernels (K, length): k[l] = Σ_n p_n q_n^l η_n / sqrt(N), float32 (float64 params)."""
-        _positive_int("length", length)
+        positive_int("length", length)
         acc = torch.float64 if self.alpha.dtype == torch.float64 else torch.float32
         p, q = (t.to(acc) for t in self.coeffs())
         steps = torch.arange(length, device=q.device, dtype=acc)
@@ -137,7 +124,7 @@ class MultiHeadEMA(nn.Module):
         expected = 3 if self.input_fmt == "NLC" else 4
         if not isinstance(x, torch.Tensor) or x.dim() != expected or x.shape[-1] != self.dim:
             what = "(B, L, dim)" if self.input_fmt == "NLC" else "(B, H, W, dim)"
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            got = shape_or_type(x)
             raise ValueError(f"x must have shape {what} with dim={self.dim} ({self.input_fmt}), got {got}")
         shape = x.shape
         seq = x.reshape(shape[0], -1, self.dim)  # row-major token order
@@ -191,11 +178,10 @@ class S4ND(nn.Module):
                  dt_min: float = 0.001, dt_max: float = 0.1, input_fmt: str = "NHWC", device=None, dtype=None):
         super().__init__()
         for name, value in (("dim", dim), ("d_state", d_state), ("n_ssm", n_ssm)):
-            _positive_int(name, value)
+            positive_int(name, value)
         if d_state % 2:
             raise ValueError(f"d_state must be even (N/2 complex conjugate modes), got {d_state!r}")
-        if init not in self.INITS:
-            raise ValueError(f"init must be one of {self.INITS}, got {init!r}")
+        choice("init", init, self.INITS)
         if not 0 < dt_min <= dt_max:
             raise ValueError(f"dt_min and dt_max must satisfy 0 < dt_min <= dt_max, got {dt_min!r}, {dt_max!r}")
         if input_fmt not in ("NCHW", "NHWC"):
@@ -246,7 +232,7 @@ class S4ND(nn.Module):
 
     def axis_kernels(self, axis: int, length: int) -> torch.Tensor:
         """Per-channel, per-direction causal kernels of one axis: (dirs, dim, length), float32 (float64 params)."""
-        _positive_int("length", length)
+        positive_int("length", length)
         wide = self.A_im.dtype == torch.float64
         acc, cacc = (torch.float64, torch.complex128) if wide else (torch.float32, torch.complex64)
         group = torch.arange(self.dim, device=self.A_im.device) % self.n_ssm
@@ -302,8 +288,7 @@ def make_spatial_mixer(
     Mega's EMA dimension; as code-v1, one ``--ndim`` serves all three) or "none" (identity: the plain backbone /
     Mega-ablate). ``extra``: further keyword arguments for the chosen layer's constructor.
     """
-    if kind not in SPATIAL_MIXERS:
-        raise ValueError(f"spatial_mixer must be one of {SPATIAL_MIXERS}, got {kind!r}")
+    choice("spatial_mixer", kind, SPATIAL_MIXERS)
     dd = {"device": device, "dtype": dtype, **(extra or {})}
     if kind == "ssm2d":
         return SSM2D(dim, d_state=d_state, n_ssm=n_ssm, directions=directions, complex=complex,
@@ -325,20 +310,6 @@ class BatchNormNHWC(BatchNormNLC):
     token, as Mega's ``SequenceNorm('batchnorm')`` on (L, B, C) sequences (Mega's LRA models)."""
 
 
-class DropPath(nn.Module):
-    """Stochastic depth per sample (batch dim 0), scaled by 1/keep; identity in eval or at prob 0."""
-
-    def __init__(self, prob: float = 0.):
-        super().__init__()
-        self.prob = _probability("drop_path", prob)
-
-    def extra_repr(self) -> str:
-        return f"prob={self.prob}"
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _drop_path(x, self.prob, self.training)  # the one implementation of the layers package
-
-
 class RelativePositionBias(nn.Module):
     """Mega's 1-D relative position bias over the flattened tokens: bias[i, j] = b[j - i + M - 1], b of 2M - 1.
 
@@ -348,7 +319,7 @@ class RelativePositionBias(nn.Module):
 
     def __init__(self, max_positions: int, device=None, dtype=None):
         super().__init__()
-        self.max_positions = _positive_int("max_positions", max_positions)
+        self.max_positions = positive_int("max_positions", max_positions)
         self.rel_pos_bias = nn.Parameter(torch.empty(2 * max_positions - 1, device=device, dtype=dtype))
         self.reset_parameters()
 
@@ -406,12 +377,11 @@ class MovingAverageGatedAttention(nn.Module):
     ):
         super().__init__()
         for name, value in (("dim", dim), ("zdim", zdim), ("hdim", hdim)):
-            _positive_int(name, value)
-        if attn_activation not in self.ATTN_ACTIVATIONS:
-            raise ValueError(f"attn_activation must be one of {self.ATTN_ACTIVATIONS}, got {attn_activation!r}")
+            positive_int(name, value)
+        choice("attn_activation", attn_activation, self.ATTN_ACTIVATIONS)
         for name, value in (("drop", drop), ("attn_drop", attn_drop), ("hidden_drop", hidden_drop),
                             ("drop_path", drop_path)):
-            _probability(name, value)
+            probability(name, value)
         dd = {"device": device, "dtype": dtype}
         self.dim, self.zdim, self.hdim = dim, zdim, hdim
         self.spatial_mixer = spatial_mixer
@@ -455,7 +425,7 @@ class MovingAverageGatedAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[-1] != self.dim:
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            got = shape_or_type(x)
             raise ValueError(f"x must have shape (B, H, W, dim) with dim={self.dim}, got {got}")
         batch, height, width, _ = x.shape
         residual = x
@@ -480,15 +450,15 @@ class NormalizedFeedForward(nn.Module):
     def __init__(self, dim: int, hidden_dim: int, drop: float = 0., hidden_drop: float = 0., drop_path: float = 0.,
                  norm_layer=nn.LayerNorm, device=None, dtype=None):
         super().__init__()
-        _positive_int("dim", dim)
-        _positive_int("hidden_dim", hidden_dim)
+        positive_int("dim", dim)
+        positive_int("hidden_dim", hidden_dim)
         dd = {"device": device, "dtype": dtype}
         self.norm = norm_layer(dim, **dd)
         self.fc1 = nn.Linear(dim, hidden_dim, **dd)
         self.fc2 = nn.Linear(hidden_dim, dim, **dd)
-        self.drop = nn.Dropout(_probability("drop", drop))
-        self.hidden_drop = nn.Dropout(_probability("hidden_drop", hidden_drop))
-        self.drop_path = DropPath(_probability("drop_path", drop_path))
+        self.drop = nn.Dropout(probability("drop", drop))
+        self.hidden_drop = nn.Dropout(probability("hidden_drop", hidden_drop))
+        self.drop_path = DropPath(probability("drop_path", drop_path))
         for linear in (self.fc1, self.fc2):
             nn.init.normal_(linear.weight, mean=0.0, std=0.02)
             nn.init.zeros_(linear.bias)

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from .. import ops
 from ..ops._backend import no_autocast
 from ..ops import MyoTree
+from ._common import choice, positive_int, shape_or_type
 
 __all__ = ["MyoSSM", "MyoBlock", "MyoMixer2d", "hippo_n_init"]
 
@@ -101,18 +102,14 @@ class MyoSSM(nn.Module):
     ):
         super().__init__()
         for name, value in (("dim", dim), ("state_size", state_size), ("blocks", blocks)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            positive_int(name, value)
         per_block = 2 * blocks if conj_sym else blocks
         if state_size % per_block:
             raise ValueError(f"state_size must be a multiple of {per_block} (blocks={blocks}, conj_sym={conj_sym}),"
                              f" got {state_size}")
-        if C_init not in _C_INITS:
-            raise ValueError(f"C_init must be one of {_C_INITS}, got {C_init!r}")
-        if level_step not in _LEVEL_STEPS:
-            raise ValueError(f"level_step must be one of {_LEVEL_STEPS}, got {level_step!r}")
-        if coupling not in _COUPLINGS:
-            raise ValueError(f"coupling must be one of {_COUPLINGS}, got {coupling!r}")
+        choice("C_init", C_init, _C_INITS)
+        choice("level_step", level_step, _LEVEL_STEPS)
+        choice("coupling", coupling, _COUPLINGS)
         if not 0 < dt_min <= dt_max:
             raise ValueError(f"dt_min and dt_max must satisfy 0 < dt_min <= dt_max, got {dt_min}, {dt_max}")
         dd = {"device": device, "dtype": dtype}
@@ -188,7 +185,7 @@ class MyoSSM(nn.Module):
         node_mask: see ``ops.myo_solve``. Returns u's shape and dtype; the solve runs in complex64 / float32
         (complex128 / float64 for double input), also under autocast (§2.8)."""
         if not isinstance(u, torch.Tensor) or u.dim() != 3 or u.shape[-1] != self.dim:
-            got = tuple(u.shape) if isinstance(u, torch.Tensor) else type(u).__name__
+            got = shape_or_type(u)
             raise ValueError(f"u must have shape (B, N, dim) with dim={self.dim}, got {got}")
         if not isinstance(tree, MyoTree):
             raise ValueError(f"tree must be a MyoTree (ops.myo_quadtree / myo_tree), got {type(tree).__name__}")
@@ -236,10 +233,8 @@ class MyoBlock(nn.Module):
                  bn_momentum: float = 0.05, glu: str = "half_glu1", dropout: float = 0.0, device=None, dtype=None,
                  **ssm_kwargs):
         super().__init__()
-        if norm not in _NORMS:
-            raise ValueError(f"norm must be one of {_NORMS}, got {norm!r}")
-        if glu not in _GLUS:
-            raise ValueError(f"glu must be one of {_GLUS}, got {glu!r}")
+        choice("norm", norm, _NORMS)
+        choice("glu", glu, _GLUS)
         dd = {"device": device, "dtype": dtype}
         self.norm_kind = norm
         self.glu = glu
@@ -303,7 +298,7 @@ class MyoMixer2d(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[-1] != self.dim:
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            got = shape_or_type(x)
             raise ValueError(f"x must have shape (B, H, W, dim) with dim={self.dim}, got {got}")
         batch, height, width, dim = x.shape
         gate = F.silu(self.in_gate(x))

@@ -19,6 +19,7 @@ import torch.nn as nn
 from .. import ops
 from ..ops._backend import normal_tensors
 from ..ops.ssm2d import DIRECTION_FLIPS
+from ._common import choice, positive_int, shape_or_type
 
 __all__ = ["SSM2D"]
 
@@ -35,7 +36,7 @@ def grid_to_nchw(x: torch.Tensor, dim: int, input_fmt: str) -> torch.Tensor:
     if (not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[channel_dim] != dim
             or min(x.shape[d] for d in grid_dims) < 1):
         what = "(B, dim, H, W)" if input_fmt == "NCHW" else "(B, H, W, dim)"
-        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        got = shape_or_type(x)
         raise ValueError(f"x must have shape {what} with dim={dim} ({input_fmt}) and H, W >= 1, got {got}")
     return x.permute(0, 3, 1, 2) if input_fmt == "NHWC" else x
 
@@ -84,14 +85,12 @@ class SSM2D(nn.Module):
     ):
         super().__init__()
         for name, value in (("dim", dim), ("d_state", d_state), ("n_ssm", n_ssm)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            positive_int(name, value)
         if directions not in DIRECTION_FLIPS:
             raise ValueError(f"directions must be 2 or 4, got {directions!r}")
         if complex_param not in _COMPLEX_PARAMS:
             raise ValueError(f"complex_param must be one of {tuple(_COMPLEX_PARAMS)}, got {complex_param!r}")
-        if input_fmt not in _INPUT_FMTS:
-            raise ValueError(f"input_fmt must be one of {_INPUT_FMTS}, got {input_fmt!r}")
+        choice("input_fmt", input_fmt, _INPUT_FMTS)
         dd = {"device": device, "dtype": dtype}
         self.dim = dim
         self.d_state = d_state

@@ -1,13 +1,16 @@
 """What the model families share: the pretrained_cfg of a model with no published weights, the
-forward_intermediates of hierarchical NHWC backbones, and optimizer parameter groups."""
+forward_intermediates of hierarchical NHWC backbones, optimizer parameter groups, the no-weight-decay names, the
+input check of image classifiers and the classifier head of ``reset_classifier``."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import torch
 import torch.nn as nn
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from timm.models._features import feature_take_indices
+
+from ..layers._common import shape_or_type
 
 
 def local_weights_cfg(**kwargs) -> Dict[str, Any]:
@@ -71,13 +74,41 @@ def param_groups(model: torch.nn.Module, assign: Callable[[str, torch.nn.Paramet
 def check_image(x, in_chans: int, name: str = 'x') -> None:
     """ValueError naming ``name`` unless ``x`` is a (batch, in_chans, H, W) tensor."""
     if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[1] != in_chans:
-        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        got = shape_or_type(x)
         raise ValueError(f'{name} must have shape (batch, {in_chans}, H, W), got {got}')
 
 
-def new_head(like: torch.Tensor, in_features: int, num_classes: int) -> nn.Module:
-    """A classifier for ``reset_classifier``: Linear(in_features, num_classes) on ``like``'s device and dtype
-    (so a model moved to another device/dtype keeps one), or Identity for ``num_classes`` 0."""
+def new_head(like: Optional[torch.Tensor], in_features: int, num_classes: int, *, bias: bool = True,
+             init: Optional[Callable[[nn.Linear], Any]] = None, training: bool = True) -> nn.Module:
+    """A classifier head: Linear(in_features, num_classes, bias) on ``like``'s device and dtype (so a model moved to
+    another device/dtype keeps one; ``like=None``: the default device and dtype), initialised in place by
+    ``init(linear)`` when given (else PyTorch's default), or Identity for ``num_classes`` <= 0; in train or eval mode
+    per ``training`` (``reset_classifier`` passes the model's ``self.training``)."""
     if num_classes <= 0:
-        return nn.Identity()
-    return nn.Linear(in_features, num_classes, device=like.device, dtype=like.dtype)
+        head = nn.Identity()
+    else:
+        dd = {} if like is None else {'device': like.device, 'dtype': like.dtype}
+        head = nn.Linear(in_features, num_classes, bias=bias, **dd)
+        if init is not None:
+            init(head)
+    return head.train(training)
+
+
+def no_weight_decay_names(model: nn.Module, params: Tuple[str, ...] = (), norms: Tuple[type, ...] = ()) -> Set[str]:
+    """Full names of the parameters to keep out of weight decay, as ``model.no_weight_decay()`` returns them:
+    every module's ``no_weight_decay_names`` (names relative to that module; the model's own included), those of
+    ``params`` (full names, e.g. ``pos_embed``) that the model has as parameters (an optional one may be None), and
+    every parameter held directly by a module of the ``norms`` types."""
+    names = set()
+    for name in params:
+        try:
+            model.get_parameter(name)
+        except AttributeError:  # None or absent: this configuration has no such parameter
+            continue
+        names.add(name)
+    for module_name, module in model.named_modules():
+        prefix = f'{module_name}.' if module_name else ''
+        names.update(prefix + p for p in getattr(module, 'no_weight_decay_names', ()))
+        if norms and isinstance(module, norms):
+            names.update(prefix + p for p, _ in module.named_parameters(recurse=False))
+    return names

@@ -41,7 +41,8 @@ from timm.models._features import feature_take_indices
 from timm.models._manipulate import checkpoint
 from timm.models.swin_transformer import PatchMerging
 
-from ._common import local_weights_cfg, stage_intermediates
+from ._common import local_weights_cfg, new_head, no_weight_decay_names, stage_intermediates
+from ..layers._common import is_positive_int, shape_or_type
 from ..layers.essm import ESSM, SSM_PARAM_NAMES, BatchNormNLC, ESSMBlock, make_norm
 
 __all__ = ['ESSMSequence', 'ESSMRetrieval', 'ESSMBackbone2D', 'ESSMStage', 'PAPER_RECIPES', 'essm_param_groups']
@@ -87,7 +88,7 @@ def essm_embed(encoder: nn.Module, x: torch.Tensor, in_chans: int,
     elif isinstance(x, torch.Tensor) and x.dim() == 3 and x.shape[2] == in_chans:
         grid = None
     else:
-        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        got = shape_or_type(x)
         raise ValueError(f'x must have shape (B, {in_chans}, H, W) or (B, L, {in_chans}), got {got}')
     if x.shape[1] < 1:
         raise ValueError(f'x must have at least one step, got shape {tuple(x.shape)}')
@@ -103,7 +104,7 @@ def check_padding_mask(padding_mask: Optional[torch.Tensor], x: torch.Tensor) ->
     if padding_mask is None:
         return None
     if not isinstance(padding_mask, torch.Tensor) or tuple(padding_mask.shape) != tuple(x.shape[:2]):
-        got = tuple(padding_mask.shape) if isinstance(padding_mask, torch.Tensor) else type(padding_mask).__name__
+        got = shape_or_type(padding_mask)
         raise ValueError(f'padding_mask must have shape (B, L) = {tuple(x.shape[:2])}, got {got}')
     padding_mask = padding_mask.to(device=x.device, dtype=torch.bool)
     if bool(padding_mask.all(dim=1).any()):
@@ -141,7 +142,7 @@ def essm_split_pair(x: torch.Tensor, x2: Optional[torch.Tensor], vocab_size: int
         return x[:, :vocab_size], x[:, vocab_size:]
     if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dim() == 3 and x.shape[2] == 2 * vocab_size:
         return x[..., :vocab_size], x[..., vocab_size:]
-    got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+    got = shape_or_type(x)
     raise ValueError(f'x must have shape (B, 2, L) (token ids of the two documents), (B, {2 * vocab_size}, H, W) or '
                      f'(B, L, {2 * vocab_size}) when x2 is not given, got {got}')
 
@@ -151,7 +152,7 @@ def essm_split_pair(x: torch.Tensor, x2: Optional[torch.Tensor], vocab_size: int
 def check_essm_image(x: torch.Tensor, in_chans: int) -> torch.Tensor:
     """ESSMBackbone2D's input check: a floating-point (B, in_chans, H, W) batch with H, W >= 1."""
     if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[1] != in_chans or min(x.shape[2:]) < 1:
-        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        got = shape_or_type(x)
         raise ValueError(f'x must have shape (B, {in_chans}, H, W), got {got}')
     if not x.is_floating_point():
         raise ValueError(f'x must be a floating-point image batch (normalised by the data pipeline), got {x.dtype}')
@@ -160,11 +161,6 @@ def check_essm_image(x: torch.Tensor, in_chans: int) -> torch.Tensor:
 
 def _ssm_modules(model: nn.Module):
     return [(name, m) for name, m in model.named_modules() if isinstance(m, ESSM)]
-
-
-def _ssm_no_weight_decay(model: nn.Module) -> Set[str]:
-    """Full names of the SSM core parameters: weight decay 0 in the official code (§2.1)."""
-    return {f'{name}.{p}' for name, m in _ssm_modules(model) for p in m.no_weight_decay_names}
 
 
 def essm_param_groups(
@@ -198,14 +194,6 @@ def essm_param_groups(
     settings = {'ssm': (lr_ssm, 0.), 'ssm_other_lr': (lr, 0.), 'decay': (lr, weight_decay), 'no_decay': (lr, 0.)}
     return [dict(params=params, lr=settings[k][0], weight_decay=settings[k][1], name=k)
             for k, params in groups.items() if params]
-
-
-def _new_head(in_features: int, num_classes: int, like: torch.Tensor, training: bool) -> nn.Module:
-    """Linear(in_features, num_classes) (Identity for 0 classes) on ``like``'s device and dtype, in the given
-    train/eval mode: what ``reset_classifier`` puts on an already moved / switched model."""
-    head = nn.Linear(in_features, num_classes, device=like.device, dtype=like.dtype) if num_classes > 0 \
-        else nn.Identity()
-    return head.train(training)
 
 
 def _block_kwargs(kwargs: Dict[str, Any]) -> Dict[str, Any]:
@@ -268,8 +256,7 @@ class ESSMSequence(nn.Module):
             raise TypeError(f'ESSMSequence got unexpected keyword arguments {sorted(unknown)}')
         if global_pool not in ('avg', ''):
             raise ValueError(f"global_pool must be 'avg' or '', got {global_pool!r}")
-        if vocab_size is not None and (isinstance(vocab_size, bool) or not isinstance(vocab_size, int)
-                                       or vocab_size < 1):
+        if vocab_size is not None and not is_positive_int(vocab_size):
             raise ValueError(f'vocab_size must be a positive int or None, got {vocab_size!r}')
         dd = {'device': device, 'dtype': dtype}
         self.vocab_size = vocab_size
@@ -296,7 +283,8 @@ class ESSMSequence(nn.Module):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
-        return _ssm_no_weight_decay(self)
+        """The SSM core parameters: weight decay 0 in the official code (§2.1)."""
+        return no_weight_decay_names(self)
 
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
@@ -316,7 +304,7 @@ class ESSMSequence(nn.Module):
             if global_pool not in ('avg', ''):
                 raise ValueError(f"global_pool must be 'avg' or '', got {global_pool!r}")
             self.global_pool = global_pool
-        self.head = _new_head(self.num_features, num_classes, self.encoder.weight, self.training)
+        self.head = new_head(self.encoder.weight, self.num_features, num_classes, training=self.training)
 
     def _embed(self, x: torch.Tensor) -> Tuple[torch.Tensor, Optional[Tuple[int, int]]]:
         """Pixel sequence (row-major) or sequence -> encoded (B, L, H); also the image grid (or None)."""
@@ -430,7 +418,8 @@ class ESSMRetrieval(nn.Module):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
-        return _ssm_no_weight_decay(self)
+        """The SSM core parameters: weight decay 0 in the official code (§2.1)."""
+        return no_weight_decay_names(self)
 
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
@@ -449,7 +438,7 @@ class ESSMRetrieval(nn.Module):
         if global_pool not in (None, 'avg'):
             raise ValueError(f"global_pool must be 'avg', got {global_pool!r}")
         self.num_classes = num_classes
-        self.head = _new_head(self.num_features, num_classes, self.backbone.encoder.weight, self.training)
+        self.head = new_head(self.backbone.encoder.weight, self.num_features, num_classes, training=self.training)
 
     def _split(self, x: torch.Tensor, x2: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         """The two documents: (x, x2), or the stacked pair x split (token ids (B, L) or one-hot (B, V, H, W) /
@@ -635,7 +624,8 @@ class ESSMBackbone2D(nn.Module):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
-        return _ssm_no_weight_decay(self)
+        """The SSM core parameters: weight decay 0 in the official code (§2.1)."""
+        return no_weight_decay_names(self)
 
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:

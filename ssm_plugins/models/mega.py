@@ -36,7 +36,9 @@ from timm.models import build_model_with_cfg, generate_default_cfgs, register_mo
 from timm.models._features import feature_take_indices
 from timm.models._manipulate import checkpoint, checkpoint_seq
 
-from .ssm2d import _cfg, _cifar, _tiny_imagenet, check_ssm2d_input
+from ._common import new_head, no_weight_decay_names
+from .ssm2d import CIFAR100_CFG, TINY_IMAGENET_CFG, check_ssm2d_input, ssm2d_cfg
+from ..layers._common import choice, positive_int
 from ..layers.mega import SPATIAL_MIXERS, BatchNormNHWC, MegaBlock, MovingAverageGatedAttention
 
 __all__ = ['VisionMega']
@@ -49,6 +51,13 @@ register_notrace_module(MovingAverageGatedAttention)
 register_notrace_module(BatchNormNHWC)
 torch.fx.wrap('check_ssm2d_input')
 torch.fx.wrap('resample_abs_pos_embed_nhwc')
+
+
+def _init_head(head: nn.Linear) -> None:
+    """The classifier's initialisation: Xavier-uniform weight, zero bias."""
+    nn.init.xavier_uniform_(head.weight)
+    if head.bias is not None:
+        nn.init.zeros_(head.bias)
 
 
 class VisionMega(nn.Module):
@@ -103,15 +112,13 @@ class VisionMega(nn.Module):
             dtype=None,
     ):
         super().__init__()
-        if spatial_mixer not in SPATIAL_MIXERS:
-            raise ValueError(f'spatial_mixer must be one of {SPATIAL_MIXERS}, got {spatial_mixer!r}')
+        choice('spatial_mixer', spatial_mixer, SPATIAL_MIXERS)
         if global_pool not in ('avg', ''):
             raise ValueError(f"global_pool must be 'avg' or '', got {global_pool!r}")
         if norm_layer not in ('layernorm', 'batchnorm'):
             raise ValueError(f"norm_layer must be 'layernorm' or 'batchnorm', got {norm_layer!r}")
         for name, value in (('embed_dim', embed_dim), ('depth', depth), ('head_hidden_dim', head_hidden_dim or 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f'{name} must be a positive int, got {value!r}')
+            positive_int(name, value)
         dd = {'device': device, 'dtype': dtype}
         self.in_chans = in_chans
         self.num_classes = num_classes
@@ -132,8 +139,6 @@ class VisionMega(nn.Module):
         else:
             self.pos_embed = nn.Parameter(torch.zeros(1, *grid, embed_dim, **dd))
             trunc_normal_(self.pos_embed, std=embed_dim ** -0.5)
-        # parameters of this module itself kept out of weight decay (code-v1 VisionMEGA: the position embedding)
-        self.no_weight_decay_names = () if no_pos_embed else ('pos_embed',)
 
         mixer_args = dict(d_state=ssm_d_state, extra=mixer_kwargs)
         if spatial_mixer in ('ssm2d', 's4nd'):
@@ -167,27 +172,15 @@ class VisionMega(nn.Module):
             self.pre_logits.add_module('act', nn.GELU())
         self.head_drop = nn.Dropout(drop_rate)
         self.head_bias = head_hidden_dim is None
-        self.head = self._make_head(num_classes, **dd)
+        self.head = new_head(self.patch_embed.proj.weight, self.head_hidden_size, num_classes, bias=self.head_bias,
+                             init=_init_head)
         reduction = self.patch_embed.patch_size[0]
         self.feature_info = [dict(num_chs=embed_dim, reduction=reduction, module=f'blocks.{i}') for i in range(depth)]
 
-    def _make_head(self, num_classes: int, device=None, dtype=None) -> nn.Module:
-        if num_classes <= 0:
-            return nn.Identity()
-        head = nn.Linear(self.head_hidden_size, num_classes, bias=self.head_bias, device=device, dtype=dtype)
-        nn.init.xavier_uniform_(head.weight)
-        if head.bias is not None:
-            nn.init.zeros_(head.bias)
-        return head
-
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
-        """The position embedding and the spatial layers' SSM / EMA parameters (paper App. E.2)."""
-        names = set()
-        for module_name, module in self.named_modules():
-            names.update(f'{module_name}.{p}' if module_name else p
-                         for p in getattr(module, 'no_weight_decay_names', ()))
-        return names
+        """The position embedding (code-v1 VisionMEGA) and the spatial layers' SSM / EMA parameters (paper App. E.2)."""
+        return no_weight_decay_names(self, params=('pos_embed',))
 
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
@@ -207,8 +200,8 @@ class VisionMega(nn.Module):
             if global_pool not in ('avg', ''):
                 raise ValueError(f"global_pool must be 'avg' or '', got {global_pool!r}")
             self.global_pool = global_pool
-        weight = self.patch_embed.proj.weight
-        self.head = self._make_head(num_classes, device=weight.device, dtype=weight.dtype).train(self.training)
+        self.head = new_head(self.patch_embed.proj.weight, self.head_hidden_size, num_classes, bias=self.head_bias,
+                             init=_init_head, training=self.training)
 
     def _embed(self, x: torch.Tensor) -> torch.Tensor:
         """Patch + position embedding: (B, C, H, W) -> (B, H/p, W/p, D)."""
@@ -315,31 +308,31 @@ def _create_vision_mega(variant: str, pretrained: bool = False, **kwargs) -> Vis
 # ---- configs and registrations -------------------------------------------------------------------------
 
 
-# the same paper, data sets and weight-loading convention as the ViT/Swin 2-D SSM models: _cfg, _cifar and
-# _tiny_imagenet come from models/ssm2d.py
+# the same paper, data sets and weight-loading convention as the ViT/Swin 2-D SSM models: ssm2d_cfg, CIFAR100_CFG
+# and TINY_IMAGENET_CFG come from models/ssm2d.py
 # LRA Image: CIFAR-10 in grayscale, pixels normalised with 0.48 / 0.24 (Mega's --pixel-normalization)
 # pool_size: the token grid of forward_features (image size / patch size), as timm's configs give it
 _lra_image = dict(num_classes=10, input_size=(1, 32, 32), pool_size=(32, 32), crop_pct=1.0, mean=(0.48,),
                   std=(0.24,))
-_cifar_p4 = dict(_cifar, pool_size=(8, 8))
-_tiny_imagenet_p8 = dict(_tiny_imagenet, pool_size=(8, 8))
+_cifar_p4 = dict(CIFAR100_CFG, pool_size=(8, 8))
+_tiny_imagenet_p8 = dict(TINY_IMAGENET_CFG, pool_size=(8, 8))
 _imagenet_p16 = dict(pool_size=(14, 14))
 
 default_cfgs = generate_default_cfgs({
-    'mega_cifar_patch4_32': _cfg(**_cifar_p4),
-    'mega_cifar_patch4_32_ablate': _cfg(**_cifar_p4),
-    'mega_cifar_patch4_32_s4nd': _cfg(**_cifar_p4),
-    'mega_cifar_patch4_32_ssm2d': _cfg(**_cifar_p4),
-    'mega_tinyimagenet_patch8_64': _cfg(**_tiny_imagenet_p8),
-    'mega_tinyimagenet_patch8_64_ablate': _cfg(**_tiny_imagenet_p8),
-    'mega_tinyimagenet_patch8_64_s4nd': _cfg(**_tiny_imagenet_p8),
-    'mega_tinyimagenet_patch8_64_ssm2d': _cfg(**_tiny_imagenet_p8),
-    'mega_tiny_patch16_224': _cfg(**_imagenet_p16),
-    'mega_tiny_patch16_224_ablate': _cfg(**_imagenet_p16),
-    'mega_tiny_patch16_224_ssm2d': _cfg(**_imagenet_p16),
-    'mega_iso_lra_cifar10': _cfg(**_lra_image),
-    'mega_iso_lra_cifar10_ablate': _cfg(**_lra_image),
-    'mega_iso_lra_cifar10_ssm2d': _cfg(**_lra_image),
+    'mega_cifar_patch4_32': ssm2d_cfg(**_cifar_p4),
+    'mega_cifar_patch4_32_ablate': ssm2d_cfg(**_cifar_p4),
+    'mega_cifar_patch4_32_s4nd': ssm2d_cfg(**_cifar_p4),
+    'mega_cifar_patch4_32_ssm2d': ssm2d_cfg(**_cifar_p4),
+    'mega_tinyimagenet_patch8_64': ssm2d_cfg(**_tiny_imagenet_p8),
+    'mega_tinyimagenet_patch8_64_ablate': ssm2d_cfg(**_tiny_imagenet_p8),
+    'mega_tinyimagenet_patch8_64_s4nd': ssm2d_cfg(**_tiny_imagenet_p8),
+    'mega_tinyimagenet_patch8_64_ssm2d': ssm2d_cfg(**_tiny_imagenet_p8),
+    'mega_tiny_patch16_224': ssm2d_cfg(**_imagenet_p16),
+    'mega_tiny_patch16_224_ablate': ssm2d_cfg(**_imagenet_p16),
+    'mega_tiny_patch16_224_ssm2d': ssm2d_cfg(**_imagenet_p16),
+    'mega_iso_lra_cifar10': ssm2d_cfg(**_lra_image),
+    'mega_iso_lra_cifar10_ablate': ssm2d_cfg(**_lra_image),
+    'mega_iso_lra_cifar10_ssm2d': ssm2d_cfg(**_lra_image),
 })
 
 # Small-dataset Mega (code-v1 ``create_model('mega')``, spec §3.2): 9 layers, embed = hidden = z = FFN = 192,

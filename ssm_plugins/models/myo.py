@@ -41,7 +41,8 @@ from timm.models._manipulate import checkpoint, checkpoint_seq
 from .. import ops
 from ..ops import myo as myo_ops
 from ..ops.reference import myo as myo_reference
-from ._common import local_weights_cfg, param_groups, stage_intermediates
+from ._common import local_weights_cfg, new_head, no_weight_decay_names, param_groups, stage_intermediates
+from ..layers._common import choice, is_positive_int, shape_or_type
 from ..layers.myo import MyoBlock, MyoMixer2d, MyoSSM
 
 __all__ = ['MyoSequence', 'MyoPix', 'MyoNet', 'MyoNetBlock', 'MyoNetStage', 'PAPER_RECIPES', 'myo_param_groups']
@@ -61,7 +62,7 @@ _SSM_KWARGS = ('C_init', 'dt_min', 'dt_max', 'conj_sym', 'level_step', 'real', '
 def check_myo_image(x: torch.Tensor, in_chans: int) -> torch.Tensor:
     """MyoNet's input: a floating-point (B, in_chans, H, W) batch with H, W >= 1; returns x."""
     if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[1] != in_chans:
-        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        got = shape_or_type(x)
         raise ValueError(f'x must have shape (B, {in_chans}, H, W), got {got}')
     if min(x.shape[-2:]) < 1:
         raise ValueError(f'input size {tuple(x.shape[-2:])} must be at least (1, 1)')
@@ -70,16 +71,10 @@ def check_myo_image(x: torch.Tensor, in_chans: int) -> torch.Tensor:
     return x
 
 
-def _myo_no_weight_decay(model: nn.Module) -> Set[str]:
-    """S5's "ssm" group (spec §4.3): Λ^re, Λ^im, log Δ of every Myo layer, and all norm parameters."""
-    names = set()
-    for module_name, module in model.named_modules():
-        prefix = f'{module_name}.' if module_name else ''
-        if isinstance(module, MyoSSM):
-            names.update(prefix + p for p in module.no_weight_decay_names)
-        elif isinstance(module, (nn.BatchNorm1d, nn.LayerNorm)):
-            names.update(prefix + p for p, _ in module.named_parameters(recurse=False))
-    return names
+def _myo_no_weight_decay(model: nn.Module, params: Tuple[str, ...] = ()) -> Set[str]:
+    """S5's "ssm" group (spec §4.3): Λ^re, Λ^im, log Δ of every Myo layer, and all norm parameters (and ``params``
+    of the model's own, where it has them)."""
+    return no_weight_decay_names(model, params=params, norms=(nn.BatchNorm1d, nn.LayerNorm))
 
 
 def _lecun_linear(layer: nn.Linear) -> nn.Linear:
@@ -143,7 +138,7 @@ class MyoInputSpec(NamedTuple):
 
 def _leaf_inputs(x: torch.Tensor, padding_mask: Optional[torch.Tensor], spec: MyoInputSpec):
     """Input -> (raw leaf sequence (B, L_tree[, C]), tree, leaf validity (B, L_tree) or None, layout parts)."""
-    shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+    shape = shape_or_type(x)
     if spec.vocab_size is not None:
         if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in (torch.int32, torch.int64):
             raise ValueError(f'x must have shape (B, L) of int64 token ids, got {shape}'
@@ -179,8 +174,7 @@ def _sequence_leaves(x: torch.Tensor, padding_mask: Optional[torch.Tensor], spec
     valid = None
     if padding_mask is not None:
         if not isinstance(padding_mask, torch.Tensor) or tuple(padding_mask.shape) != (batch, length):
-            got = (tuple(padding_mask.shape) if isinstance(padding_mask, torch.Tensor)
-                   else type(padding_mask).__name__)
+            got = shape_or_type(padding_mask)
             raise ValueError(f'padding_mask must have shape (B, L) = {(batch, length)}, got {got}')
         valid = ~padding_mask.to(device=x.device, dtype=torch.bool)
     if leaves > length:
@@ -363,15 +357,14 @@ class MyoSequence(nn.Module):
         super().__init__()
         for name, value, allowed in (('virtual_init', virtual_init, _VIRTUAL_INITS), ('tree', tree, _TREES),
                                      ('order', order, _ORDERS)):
-            if value not in allowed:
-                raise ValueError(f'{name} must be one of {allowed}, got {value!r}')
-        if readout_levels is not None and (not isinstance(readout_levels, int) or readout_levels < 1):
+            choice(name, value, allowed)
+        if readout_levels is not None and not is_positive_int(readout_levels):
             raise ValueError(f'readout_levels must be None (all levels) or an int >= 1, got {readout_levels!r}')
-        if isinstance(arity, bool) or not isinstance(arity, int) or arity < 2:
+        if not is_positive_int(arity, minimum=2):
             raise ValueError(f'arity must be an int >= 2, got {arity!r}')
         if order == 'morton' and arity != 4:
             raise ValueError(f"order='morton' lays pixels on a quadtree: arity must be 4, got {arity}")
-        if vocab_size is not None and (not isinstance(vocab_size, int) or vocab_size < 1):
+        if vocab_size is not None and not is_positive_int(vocab_size):
             raise ValueError(f'vocab_size must be None (float input) or a positive int, got {vocab_size!r}')
         self._check_pool(global_pool)
         dd = {'device': device, 'dtype': dtype}
@@ -424,7 +417,7 @@ class MyoSequence(nn.Module):
             for _ in range(depth)])
         self.feature_info = [dict(num_chs=embed_dim, reduction=1, module=f'blocks.{i}') for i in range(depth)]
         self.head_drop = nn.Dropout(drop_rate)
-        self.head = _lecun_linear(nn.Linear(embed_dim, num_classes, **dd)) if num_classes > 0 else nn.Identity()
+        self.head = new_head(self.encoder.weight, embed_dim, num_classes, init=_lecun_linear)
 
     def _designed_grid(self) -> Optional[Tuple[int, int]]:
         """Leaf grid of a Morton model's designed image (padded for perfect trees), else None."""
@@ -450,7 +443,7 @@ class MyoSequence(nn.Module):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
-        return _myo_no_weight_decay(self) | {n for n in ('level_embed', 'pos_embed') if getattr(self, n) is not None}
+        return _myo_no_weight_decay(self, params=('level_embed', 'pos_embed'))
 
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
@@ -469,9 +462,8 @@ class MyoSequence(nn.Module):
         if global_pool is not None:
             self._check_pool(global_pool)
             self.global_pool = global_pool
-        dd = {'device': self.blocks[0].ssm.D.device, 'dtype': self.blocks[0].ssm.D.dtype} if len(self.blocks) else {}
-        head = _lecun_linear(nn.Linear(self.embed_dim, num_classes, **dd)) if num_classes > 0 else nn.Identity()
-        self.head = head.train(self.training)
+        like = self.blocks[0].ssm.D if len(self.blocks) else None
+        self.head = new_head(like, self.embed_dim, num_classes, init=_lecun_linear, training=self.training)
 
     # ---- tree inputs and readout -------------------------------------------------------------------------
 
@@ -645,8 +637,7 @@ def myo_param_groups(
     Same output as ``essm_param_groups``: a list of ``dict(params, lr, weight_decay, name)``, empty groups left out,
     for ``torch.optim.AdamW`` (Adam on the "ssm" group is AdamW with weight decay 0).
     """
-    if opt_config not in _OPT_CONFIGS:
-        raise ValueError(f'opt_config must be one of {_OPT_CONFIGS}, got {opt_config!r}')
+    choice('opt_config', opt_config, _OPT_CONFIGS)
     ssm_extra = {'standard': ('B',), 'noBCdecay': ('B', 'C', 'D')}.get(opt_config, ())
     role = {}
     for module_name, module in model.named_modules():
@@ -788,7 +779,7 @@ class MyoNet(nn.Module):
         self.stages = nn.Sequential(*stages)
         self.norm = norm_layer(dims[-1])
         self.head_drop = nn.Dropout(drop_rate)
-        self.head = nn.Linear(dims[-1], num_classes) if num_classes > 0 else nn.Identity()
+        self.head = new_head(None, dims[-1], num_classes)
         self.apply(self._init_weights)
 
     @staticmethod
@@ -822,11 +813,8 @@ class MyoNet(nn.Module):
             if global_pool not in ('avg', ''):
                 raise ValueError(f"global_pool must be 'avg' or '', got {global_pool!r}")
             self.global_pool = global_pool
-        dd = {'device': self.stem.weight.device, 'dtype': self.stem.weight.dtype}
-        head = nn.Linear(self.num_features, num_classes, **dd) if num_classes > 0 else nn.Identity()
-        if num_classes > 0:
-            self._init_weights(head)
-        self.head = head.train(self.training)
+        self.head = new_head(self.stem.weight, self.num_features, num_classes, init=self._init_weights,
+                             training=self.training)
 
     def _stem(self, x: torch.Tensor) -> torch.Tensor:
         x = pad_to_multiple(check_myo_image(x, self.in_chans), 4)

@@ -39,7 +39,8 @@ from timm.models.swin_transformer import checkpoint_filter_fn as swin_checkpoint
 from timm.models.vision_transformer import Block, VisionTransformer
 from timm.models.vision_transformer import checkpoint_filter_fn as vit_checkpoint_filter_fn
 
-from ._common import local_weights_cfg, stage_intermediates
+from ._common import local_weights_cfg, no_weight_decay_names, stage_intermediates
+from ..layers._common import choice, shape_or_type
 from ..layers.mega import SPATIAL_MIXERS, make_spatial_mixer
 from ..layers.ssm2d import SSM2D
 
@@ -66,8 +67,7 @@ def _ssm_layer(
 
     ``spatial_mixer`` 'ssm2d' (every ``ssm_*`` option), 's4nd' (d_state, n_ssm), 'ema' (d_state) or 'none'.
     """
-    if spatial_mixer not in SPATIAL_MIXERS:
-        raise ValueError(f'spatial_mixer must be one of {SPATIAL_MIXERS}, got {spatial_mixer!r}')
+    choice('spatial_mixer', spatial_mixer, SPATIAL_MIXERS)
     if spatial_mixer == 'ssm2d':
         options = dict(d_state=ssm_d_state, n_ssm=ssm_n_ssm, directions=ssm_directions, complex=ssm_complex,
                        complex_param=ssm_complex_param, layernorm=ssm_layernorm, fused=ssm_fused)
@@ -80,20 +80,12 @@ def _ssm_layer(
     return partial(make_spatial_mixer, spatial_mixer, extra=mixer_kwargs, device=device, dtype=dtype, **options)
 
 
-def _ssm_no_weight_decay(model: nn.Module) -> Set[str]:
-    """Full names of the spatial layers' SSM / EMA parameters, without weight decay (A, B, C; paper App. E.2)."""
-    names = set()
-    for module_name, module in model.named_modules():
-        names.update(f'{module_name}.{p}' for p in getattr(module, 'no_weight_decay_names', ()))
-    return names
-
-
 @torch.fx.wrap
 @register_notrace_function  # torch.fx: an opaque call (public name: fx autowraps no '_' names)
 def check_ssm2d_input(x: torch.Tensor, in_chans: int, patch_size: Tuple[int, int], pad: bool,
                       img_size: Optional[Tuple[int, int]] = None) -> torch.Tensor:
     if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[1] != in_chans:
-        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        got = shape_or_type(x)
         raise ValueError(f'x must have shape (B, {in_chans}, H, W), got {got}')
     size = tuple(x.shape[-2:])
     if img_size is not None and size != tuple(img_size):
@@ -199,7 +191,7 @@ class VisionTransformerSSM2D(VisionTransformer):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
-        return super().no_weight_decay() | _ssm_no_weight_decay(self)
+        return super().no_weight_decay() | no_weight_decay_names(self)
 
     def _embed(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
         """Patch + position embedding; returns the tokens and the patch grid size (H, W)."""
@@ -390,10 +382,7 @@ class SwinTransformerSSM2D(SwinTransformer):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
-        names = super().no_weight_decay() | _ssm_no_weight_decay(self)
-        if self.absolute_pos_embed is not None:
-            names.add('absolute_pos_embed')
-        return names
+        return super().no_weight_decay() | no_weight_decay_names(self, params=('absolute_pos_embed',))
 
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
@@ -454,7 +443,7 @@ def _create_swin_transformer_ssm2d(variant: str, pretrained: bool = False, **kwa
 # ---- configs and registrations -------------------------------------------------------------------------
 
 
-def _cfg(**kwargs) -> Dict[str, Any]:
+def ssm2d_cfg(**kwargs) -> Dict[str, Any]:
     return local_weights_cfg(
         first_conv='patch_embed.proj',
         paper_name='2-D SSM: A General Spatial Layer for Visual Transformers',
@@ -462,19 +451,19 @@ def _cfg(**kwargs) -> Dict[str, Any]:
     )
 
 
-_cifar = dict(num_classes=100, input_size=(3, 32, 32), crop_pct=1.0, mean=CIFAR100_MEAN, std=CIFAR100_STD)
-_tiny_imagenet = dict(num_classes=200, input_size=(3, 64, 64), crop_pct=1.0)
+CIFAR100_CFG = dict(num_classes=100, input_size=(3, 32, 32), crop_pct=1.0, mean=CIFAR100_MEAN, std=CIFAR100_STD)
+TINY_IMAGENET_CFG = dict(num_classes=200, input_size=(3, 64, 64), crop_pct=1.0)
 
 default_cfgs = generate_default_cfgs({
-    'deit_tiny_patch16_224_ssm2d': _cfg(),
-    'deit_small_patch16_224_ssm2d': _cfg(),
-    'deit_base_patch16_224_ssm2d': _cfg(),
-    'vit_cifar_patch4_32_ssm2d': _cfg(**_cifar),
-    'vit_tinyimagenet_patch8_64_ssm2d': _cfg(**_tiny_imagenet),
-    'swin_tiny_patch4_window7_224_ssm2d': _cfg(pool_size=(7, 7), crop_pct=.9, classifier='head.fc'),
-    'swin_cifar_patch2_window4_32_ssm2d': _cfg(pool_size=(4, 4), classifier='head.fc', **_cifar),
-    'swin_tinyimagenet_patch4_window4_64_ssm2d': _cfg(
-        pool_size=(4, 4), classifier='head.fc', **_tiny_imagenet),
+    'deit_tiny_patch16_224_ssm2d': ssm2d_cfg(),
+    'deit_small_patch16_224_ssm2d': ssm2d_cfg(),
+    'deit_base_patch16_224_ssm2d': ssm2d_cfg(),
+    'vit_cifar_patch4_32_ssm2d': ssm2d_cfg(**CIFAR100_CFG),
+    'vit_tinyimagenet_patch8_64_ssm2d': ssm2d_cfg(**TINY_IMAGENET_CFG),
+    'swin_tiny_patch4_window7_224_ssm2d': ssm2d_cfg(pool_size=(7, 7), crop_pct=.9, classifier='head.fc'),
+    'swin_cifar_patch2_window4_32_ssm2d': ssm2d_cfg(pool_size=(4, 4), classifier='head.fc', **CIFAR100_CFG),
+    'swin_tinyimagenet_patch4_window4_64_ssm2d': ssm2d_cfg(
+        pool_size=(4, 4), classifier='head.fc', **TINY_IMAGENET_CFG),
 })
 
 

@@ -29,9 +29,10 @@ from timm.models import build_model_with_cfg, generate_default_cfgs, register_mo
 from timm.models._features import feature_take_indices
 from timm.models._manipulate import checkpoint
 
-from ..layers.mambamixer import MambaMixerBlock, _make_norm
-from ._common import check_image, local_weights_cfg, new_head
-from .vim2 import _resample_grid, grid_of, resample_pos_embed
+from ..layers._common import make_mixer_norm
+from ..layers.mambamixer import MambaMixerBlock
+from ._common import check_image, local_weights_cfg, new_head, no_weight_decay_names
+from .vim2 import grid_of, resample_pos_embed, resample_token_grid
 
 __all__ = ["SequenceMambaMixer"]
 
@@ -109,7 +110,7 @@ class SequenceMambaMixer(nn.Module):
                             channel_mixer=channel_mixer, d_state=d_state, token_grid=self.grid_size,
                             expand=expand, headdim=headdim, gate_kernels=gate_kernels)
             for i in range(depth))
-        self.norm = _make_norm(norm, embed_dim)
+        self.norm = make_mixer_norm(norm, embed_dim)
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
         self.feature_info = [dict(num_chs=embed_dim, reduction=patch_size, module=f"blocks.{i}")
@@ -124,10 +125,7 @@ class SequenceMambaMixer(nn.Module):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
-        names = {"pos_embed"} if self.pos_embed is not None else set()
-        for i, block in enumerate(self.blocks):
-            names.update(f"blocks.{i}.{n}" for n in block.no_weight_decay_names)
-        return names
+        return no_weight_decay_names(self, params=("pos_embed",))
 
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
@@ -147,7 +145,7 @@ class SequenceMambaMixer(nn.Module):
             if global_pool not in ("avg", ""):
                 raise ValueError(f"global_pool must be 'avg' or '', got {global_pool!r}")
             self.global_pool = global_pool
-        self.head = new_head(self.patch_embed.proj.weight, self.embed_dim, num_classes).train(self.training)
+        self.head = new_head(self.patch_embed.proj.weight, self.embed_dim, num_classes, training=self.training)
 
     def _embed(self, img) -> Tuple[torch.Tensor, Tuple[int, int]]:
         x = self.patch_embed.proj(check_seq_img(img, self.in_chans, self.patch_size))
@@ -220,7 +218,7 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: SequenceMam
         if key == "pos_embed" and model.pos_embed is not None and value.shape != model.pos_embed.shape:
             value = resample_pos_embed(value, 0, grid)
         elif key.endswith("x_proj.weight") and ".channel_mixer." in key and value.shape[1] != num_tokens:
-            value, old = _resample_grid(value, 0, grid)
+            value, old = resample_token_grid(value, 0, grid)
             value = value * (old / num_tokens)
         out[key] = value
     return out

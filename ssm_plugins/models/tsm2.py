@@ -36,8 +36,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 
-from ..layers.mambamixer import MixerStack, TimeVariateMixerBlock, _make_norm
-from ._common import local_weights_cfg
+from ..layers._common import is_positive_int, make_mixer_norm, positive_int, shape_or_type
+from ..layers.mambamixer import MixerStack, TimeVariateMixerBlock
+from ._common import local_weights_cfg, new_head, no_weight_decay_names
 
 __all__ = ["TimeSeriesMixer", "RevIN", "DLinear", "SeriesDecomposition"]
 
@@ -93,8 +94,7 @@ class TimeSeriesMixer(nn.Module):
         super().__init__()
         for name, value in (("seq_len", seq_len), ("pred_len", pred_len), ("n_vars", n_vars),
                             ("patch_len", patch_len), ("stride", stride), ("embed_dim", embed_dim), ("depth", depth)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            positive_int(name, value)
         padded = seq_len + (stride if patch_pad else 0)
         if patch_len > padded:
             raise ValueError(f"patch_len ({patch_len}) must be at most seq_len ({seq_len})"
@@ -115,7 +115,7 @@ class TimeSeriesMixer(nn.Module):
                                   token_mixer=token_mixer, variate_mixer=variate_mixer, d_state=d_state,
                                   expand=expand, headdim=headdim, gate_kernels=gate_kernels)
             for i in range(depth)], dense_wavg=dense_wavg)
-        self.norm = _make_norm(norm, embed_dim)
+        self.norm = make_mixer_norm(norm, embed_dim)
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(self.head_hidden_size, pred_len)
         # timm's feature-extraction bookkeeping: one entry per block, features (batch, n_vars, P, D)
@@ -130,12 +130,7 @@ class TimeSeriesMixer(nn.Module):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
-        names = {f"stack.{n}" for n in self.stack.no_weight_decay_names}
-        if self.pos_embed is not None:
-            names.add("pos_embed")
-        if self.revin is not None and self.revin.weight is not None:
-            names.update({"revin.weight", "revin.bias"})
-        return names
+        return no_weight_decay_names(self, params=("pos_embed", "revin.weight", "revin.bias"))
 
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
@@ -152,15 +147,13 @@ class TimeSeriesMixer(nn.Module):
 
     def reset_classifier(self, pred_len: int, global_pool: Optional[str] = None) -> None:
         """A new (untrained) head for horizon ``pred_len`` (fine-tuning to another horizon)."""
-        if isinstance(pred_len, bool) or not isinstance(pred_len, int) or pred_len < 1:
-            raise ValueError(f"pred_len must be a positive int, got {pred_len!r}")
+        positive_int("pred_len", pred_len)
         self.pred_len = pred_len
-        self.head = nn.Linear(self.head_hidden_size, pred_len, device=self.head.weight.device,
-                              dtype=self.head.weight.dtype)
+        self.head = new_head(self.head.weight, self.head_hidden_size, pred_len)
 
     def _check_input(self, x):
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or tuple(x.shape[1:]) != (self.seq_len, self.n_vars):
-            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            shape = shape_or_type(x)
             raise ValueError(f"x must have shape (batch, seq_len={self.seq_len}, n_vars={self.n_vars}), got {shape}")
         if not x.is_floating_point():
             raise ValueError(f"x must be a floating-point tensor, got {x.dtype}")
@@ -209,7 +202,7 @@ class SeriesDecomposition(nn.Module):
 
     def __init__(self, kernel_size: int = 25):
         super().__init__()
-        if isinstance(kernel_size, bool) or not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0:
+        if not is_positive_int(kernel_size) or kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be a positive odd int, got {kernel_size!r}")
         self.kernel_size = kernel_size
 
@@ -231,8 +224,7 @@ class DLinear(nn.Module):
                  individual: bool = False):
         super().__init__()
         for name, value in (("seq_len", seq_len), ("pred_len", pred_len), ("n_vars", n_vars)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            positive_int(name, value)
         self.seq_len, self.pred_len, self.n_vars, self.individual = seq_len, pred_len, n_vars, bool(individual)
         self.decomposition = SeriesDecomposition(kernel_size)
         copies = n_vars if individual else 1
@@ -241,7 +233,7 @@ class DLinear(nn.Module):
 
     def forward(self, x):
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or tuple(x.shape[1:]) != (self.seq_len, self.n_vars):
-            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            shape = shape_or_type(x)
             raise ValueError(f"x must have shape (batch, seq_len={self.seq_len}, n_vars={self.n_vars}), got {shape}")
         seasonal, trend = (part.transpose(1, 2) for part in self.decomposition(x))  # (batch, M, L)
         if self.individual:

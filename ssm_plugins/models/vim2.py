@@ -39,10 +39,10 @@ from timm.models._manipulate import checkpoint
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from .. import ops
+from ..layers._common import drop_path, make_mixer_norm
 from ..layers.mambamixer import (ConvTokenInteraction, ForwardBackwardChannelMixer, MultiResolutionConvGate,
-                                 SelectiveChannelMixer, SelectiveTokenMixer, SpatialPriorModule, SwitchOfScans,
-                                 _drop_path, _make_norm)
-from ._common import check_image, local_weights_cfg, new_head
+                                 SelectiveChannelMixer, SelectiveTokenMixer, SpatialPriorModule, SwitchOfScans)
+from ._common import check_image, local_weights_cfg, new_head, no_weight_decay_names
 
 __all__ = ["VisionMambaMixer", "VisionTokenMixer", "VisionMixerBlock"]
 
@@ -255,13 +255,13 @@ class VisionMixerBlock(nn.Module):
                  headdim: int, drop_path: float, norm: str, channel_mixer: bool, channel_qs_param: str):
         super().__init__()
         self.drop_path_prob = float(drop_path)
-        self.norm1 = _make_norm(norm, dim)
+        self.norm1 = make_mixer_norm(norm, dim)
         self.token_mixer = VisionTokenMixer(dim, token_mixer=token_mixer, d_state=d_state, expand=expand,
                                             headdim=headdim)
         self.channel_kind = {True: "qs", False: "none"}.get(channel_mixer, channel_mixer)
         if self.channel_kind not in ("qs", "fb", "mlp", "none"):
             raise ValueError(f"channel_mixer must be True/'qs', 'fb', 'mlp' or False/'none', got {channel_mixer!r}")
-        self.norm2 = _make_norm(norm, dim) if self.channel_kind != "none" else None
+        self.norm2 = make_mixer_norm(norm, dim) if self.channel_kind != "none" else None
         if self.channel_kind == "qs":
             self.channel_mixer = SelectiveChannelMixer(dim, 1 + token_grid[0] * token_grid[1], d_state=d_state,
                                                        channel_qs_param=channel_qs_param, token_grid=token_grid,
@@ -283,11 +283,11 @@ class VisionMixerBlock(nn.Module):
 
     def forward(self, x, grid_size, sos, orders, inverses, gates):
         y = self.token_mixer(self.norm1(x), grid_size, sos, orders, inverses, gates)
-        x = x + _drop_path(y, self.drop_path_prob, self.training)
+        x = x + drop_path(y, self.drop_path_prob, self.training)
         if self.channel_kind in ("qs", "fb"):
-            x = x + _drop_path(self.channel_mixer(self.norm2(x), grid_size), self.drop_path_prob, self.training)
+            x = x + drop_path(self.channel_mixer(self.norm2(x), grid_size), self.drop_path_prob, self.training)
         elif self.channel_kind == "mlp":
-            x = x + _drop_path(self.channel_mixer(self.norm2(x)), self.drop_path_prob, self.training)
+            x = x + drop_path(self.channel_mixer(self.norm2(x)), self.drop_path_prob, self.training)
         return x
 
 
@@ -393,7 +393,7 @@ class VisionMambaMixer(nn.Module):
         else:
             self.feature_info = [dict(num_chs=embed_dim, reduction=patch_size, module=f"blocks.{i}")
                                  for i in range(depth)]
-        self.norm = _make_norm(norm, embed_dim)
+        self.norm = make_mixer_norm(norm, embed_dim)
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
         self._init_weights()
@@ -414,13 +414,7 @@ class VisionMambaMixer(nn.Module):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
-        names = {"pos_embed", "cls_token"}
-        for i, block in enumerate(self.blocks):
-            names.update(f"blocks.{i}.{n}" for n in block.no_weight_decay_names)
-        if self.conv_branch:
-            names.add("spm.level_embed")
-            names.update(f"interactions.{i}.lambda_v" for i in range(self.n_interactions))
-        return names
+        return no_weight_decay_names(self, params=("pos_embed", "cls_token"))
 
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False):
@@ -459,7 +453,7 @@ class VisionMambaMixer(nn.Module):
                 raise ValueError(f"global_pool must be 'token' or 'avg', got {global_pool!r}")
             self.global_pool = global_pool
         self.num_classes = num_classes
-        self.head = new_head(self.cls_token, self.embed_dim, num_classes).train(self.training)
+        self.head = new_head(self.cls_token, self.embed_dim, num_classes, training=self.training)
 
     def forward_features(self, img):
         return self.norm(self._forward_tokens(img)[0])
@@ -588,7 +582,7 @@ class VisionMambaMixer(nn.Module):
         return self.forward_head(self.forward_features(img))
 
 
-def _resample_grid(weight, prefix, size):
+def resample_token_grid(weight, prefix, size):
     """Resample the columns after ``prefix`` of a (rows, prefix + h0*w0) tensor (square h0 = w0) to ``size``."""
     side = math.isqrt(weight.shape[1] - prefix)
     if side * side != weight.shape[1] - prefix:
@@ -618,7 +612,7 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: VisionMamba
         if key == "pos_embed" and value.shape != model.pos_embed.shape:
             value = resample_pos_embed(value, 1, grid)
         elif key.endswith("x_proj.weight") and ".channel_mixer." in key and value.shape[1] != 1 + grid[0] * grid[1]:
-            value, old = _resample_grid(value, 1, grid)
+            value, old = resample_token_grid(value, 1, grid)
             value = torch.cat([value[:, :1], value[:, 1:] * (old / (grid[0] * grid[1]))], dim=1)
         if key.startswith(("sos.router.", "sos.lst_norm.")) and key not in model.state_dict():
             continue  # a routed checkpoint loaded into a scan_mode='fixed' model, which has no router

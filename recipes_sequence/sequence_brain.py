@@ -14,7 +14,8 @@ The hparams contract (keys this module reads; the recipe READMEs repeat it):
     modules          {model: <model>}
     opt_class        !name:torch.optim.AdamW (hyperparameters that every group shares)
     param_groups     optional !name: a callable ``f(model) -> list of param-group dicts`` (e.g.
-                     ssm_plugins.models.essm.essm_param_groups with lr, lr_ssm, weight_decay, lr_other_params);
+                     ssm_plugins.models.essm.essm_param_groups with lr, lr_ssm, weight_decay, lr_other_params;
+                     timm_weight_decay_groups below for a timm model with one lr);
                      absent: one group, ``opt_class``'s own lr / weight decay
     lr_scheduler     optional !name: ``f(optimizer)``: torch ReduceLROnPlateau (stepped on the valid accuracy),
                      any torch LRScheduler, or timm.scheduler.CosineLRScheduler (``step_update`` per step)
@@ -39,6 +40,14 @@ import torch
 from hyperpyyaml import load_hyperpyyaml
 from speechbrain.dataio.batch import PaddedBatch
 from ssm_plugins.speechbrain import ddp_init_group
+
+
+def timm_weight_decay_groups(model: torch.nn.Module, weight_decay: float) -> list:
+    """``param_groups`` for a timm model: timm's own two groups (``timm.optim.param_groups_weight_decay``: no decay on
+    biases, norms, other 1-D parameters and the model's ``no_weight_decay()`` names, e.g. SSM scalars)."""
+    from timm.optim import param_groups_weight_decay
+
+    return param_groups_weight_decay(model, weight_decay, no_weight_decay_list=model.no_weight_decay())
 
 
 def padding_mask_from_lengths(lengths: torch.Tensor, max_len: int) -> torch.Tensor:

@@ -56,7 +56,8 @@ def dataio_prep(hparams):
     side = pad_to or train[0].shape[1]
     order = image_order(hparams, side, pad_to or train[0].shape[2])
     train_idx, valid_idx = train_valid_split(len(train[1]), hparams["valid_fraction"], hparams["split_seed"])
-    common = dict(order=order, mean=hparams["mean"], std=hparams["std"], pad_to=pad_to)
+    common = dict(order=order, mean=hparams["mean"], std=hparams["std"], pad_to=pad_to,
+                  as_image=hparams.get("as_image", False))
     return {
         "train": SequentialImages(train[0][train_idx], train[1][train_idx], augment=hparams.get("augment", False),
                                   prefix="train_", **common),

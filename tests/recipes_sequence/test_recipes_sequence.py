@@ -255,3 +255,42 @@ def test_hparams_match_the_paper_recipes_of_their_model(recipe, hparams, tmp_pat
     assert tuple(values["lr_other_params"]) == tuple(paper["lr_other_params"])
     assert values.get("limit_train_batches", 1.0) == paper.get("limit_train_batches", 1.0)
     assert values["max_grad_norm"] == float("inf")  # no clipping (essm.md §2.1)
+
+
+# MambaMixer Table 1's sCIFAR column: the timm image models (patch 1 over the 1024 pixels) through as_image;
+# D 32: the QS token mixer's heads are 64 wide (inner width 2D)
+@pytest.mark.parametrize("hparams", ["svim2_scifar.yaml",
+                                     pytest.param("sviqs_scifar.yaml", marks=pytest.mark.exhaustive)])
+def test_mambamixer_scifar_hparams_train_on_images(hparams, images_root, tmp_path):
+    stats = _run("sequential_images", hparams, images_root / "cifar10", tmp_path / "run", "--embed_dim=32",
+                 "--depth=1", "--num_workers=0", "--batch_size=2", "--debug", "--debug_batches=2",
+                 "--debug_epochs=1", result_keys=("dataset", "order"))
+    assert stats["dataset"] == "cifar10" and stats["order"] == "row"
+    assert 0.0 <= stats["test"]["accuracy"] <= 1.0 and np.isfinite(stats["test"]["loss"])
+
+
+def test_mambamixer_scifar_recipe_settings_are_table_7s(images_root, tmp_path):
+    # Table 7: AdamW lr 0.0045, weight decay 0.01 (none on biases, norms and the SSM parameters), 10 warm-up epochs
+    # then cosine, batch 50, 250 epochs; pixels to [-1, 1]; the items are images for the timm model
+    from hyperpyyaml import load_hyperpyyaml
+
+    sys.path.insert(0, str(ROOT))
+    with open(ROOT / "sequential_images/hparams/svim2_scifar.yaml") as f:
+        hparams = load_hyperpyyaml(f, {"data_folder": str(images_root / "cifar10"), "output_folder": str(tmp_path),
+                                       "embed_dim": 16, "depth": 1})
+    assert (hparams["batch_size"], hparams["number_of_epochs"], hparams["lr"]) == (50, 250, 0.0045)
+    model = hparams["model"]
+    groups = hparams["param_groups"](model)
+    no_decay = {id(p) for g in groups if g["weight_decay"] == 0.0 for p in g["params"]}
+    decay = [g for g in groups if g["weight_decay"] == 0.01]
+    assert len(decay) == 1 and all(p.dim() > 1 for p in decay[0]["params"])
+    for name, param in model.named_parameters():
+        if name.endswith(("A_log", "dt_bias")) or name.endswith(".D"):
+            assert id(param) in no_decay, name
+    optimizer = hparams["opt_class"](groups)
+    scheduler = hparams["lr_scheduler"](optimizer)
+    scheduler.step_update(10 * 900)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.0045)
+    data = _train_module("sequential_images").dataio_prep(hparams)
+    x = data["train"][0]["x"]
+    assert tuple(x.shape) == (3, 32, 32) and -1.0 <= float(x.min()) and float(x.max()) <= 1.0

@@ -307,7 +307,10 @@ def myo_solve(u, b, tree, *, node_mask=None, coupling="hermitian", virtual="pers
     same solve, and grad_b_v = -(grad_u_v conj(x_par v) + s conj(grad_u_par v) x_v) (s = -1 for skew).
     """
     u, b_rows, b_index, skew, tree, pyramid_b = _normalise(u, b, tree, node_mask, coupling, virtual)
-    if (getattr(_static, "depth", 0) or torch.compiler.is_exporting()) and tree.kind in _LEVEL_KINDS:
+    # torch.export's trace (not torch.compile's: under dynamo is_exporting() is True too, and the compiled op with its
+    # autograd formula is what a compiled model must run)
+    exporting = torch.compiler.is_exporting() and not torch.compiler.is_dynamo_compiling()
+    if (getattr(_static, "depth", 0) or exporting) and tree.kind in _LEVEL_KINDS:
         x = reference.myo_solve_levels(u, b_rows, tree.parent, tree.level_sizes, b_index, skew=skew)
     elif _backend.use_kernel(_OP, u) and _COMPILED:
         x = torch.ops.ssm_plugins.myo_solve_fwd(u, b_rows, tree.parent, b_index, skew)

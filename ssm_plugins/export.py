@@ -7,7 +7,7 @@
 
 ``torch.export`` keeps our custom ops (``torch.ops.ssm_plugins.*``, with their fake kernels) in the graph, so an
 ExportedProgram runs our C++/CUDA kernels wherever ``ssm_plugins`` is imported (AOTInductor included); the Myo
-solve is the exception, traced as aten ops (``ops.myo.static_solve``: its op sees the tree only as ``parent``'s
+solve is the exception, traced as aten ops (``ops.myo.myo_solve``: its op sees the tree only as ``parent``'s
 values, the trace sees its level sizes as Python ints). ONNX has no such ops: torch's exporter rewrites each
 forward op into standard aten ops with ``decompositions()`` (the package's pure-PyTorch oracles where they are
 graph-friendly: FFT convolutions as rfft/irfft, the 2-D SSM kernel; the eSSM kernel in real arithmetic; the S6 /
@@ -150,7 +150,7 @@ def _essm_kernel(g_re, g_im, z_re, z_im, L, n_fft, bidirectional):
 
 
 def _myo_solve_fwd(u, b, parent, b_index=None, skew=False):
-    # reads parent's values (the waves): for eager use; traced models solve in ops.myo.static_solve instead
+    # reads parent's values (the waves): for eager use; torch.export traces ops.myo.myo_solve's level schedule
     return reference.myo_solve(u, b, parent, b_index, skew)
 
 

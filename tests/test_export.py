@@ -18,7 +18,6 @@ import torch
 
 import ssm_plugins  # noqa: F401
 from ssm_plugins import export as ex
-from ssm_plugins.ops import myo as myo_ops
 from ssm_plugins.ops import myo_quadtree, myo_solve, myo_tree
 
 sys.path.insert(0, str(Path(__file__).parent / "models"))
@@ -88,8 +87,8 @@ def test_decomposition_equals_kernel(op, args):
 
 @pytest.mark.parametrize("tree", [myo_tree(10, 3), myo_quadtree(5, 7), myo_quadtree(1, 1)], ids=["kary", "quad", "one"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
-def test_myo_static_solve_equals_kernel(tree, dtype):
-    """Inside static_solve, myo_solve runs the level schedule (no custom op) and equals the compiled solve: per-node
+def test_myo_exported_solve_equals_kernel(tree, dtype):
+    """Under torch.export, myo_solve runs the level schedule (no custom op) and equals the compiled solve: per-node
     and level-shared b, skew coupling, transient virtual nodes, a node mask."""
     g = torch.Generator().manual_seed(0)
     r = lambda *s: torch.randn(*s, generator=g).to(dtype)  # noqa: E731
@@ -100,8 +99,7 @@ def test_myo_static_solve_equals_kernel(tree, dtype):
              dict(u=r(2, nodes, 4), b=r(1, nodes, 4) * 0.2, node_mask=torch.rand(2, nodes, generator=g) > 0.3)]
     for kwargs in cases:
         expected = myo_solve(tree=tree, **kwargs)
-        with myo_ops.static_solve():
-            program = torch.export.export(_Solve(tree, kwargs), ())
+        program = torch.export.export(_Solve(tree, kwargs), ())
         assert not [n for n in program.graph.nodes if str(n.target).startswith("ssm_plugins.")]
         torch.testing.assert_close(program.module()(), expected, rtol=1e-5, atol=1e-6)
 

@@ -1,9 +1,7 @@
 """Myosotis tree solve x = T⁻¹u (spec myosotis.md §2, §6.1), backed by ssm_plugins._C."""
 from __future__ import annotations
 
-import contextlib
 import functools
-import threading
 from typing import NamedTuple
 
 import torch
@@ -19,22 +17,6 @@ _COMPLEX_DTYPES = (torch.complex64, torch.complex128)
 _COUPLINGS = ("hermitian", "skew")
 _VIRTUAL = ("persistent", "transient")
 _LEVEL_KINDS = ("kary1d", "quad2d")  # trees stored level by level: reference.myo_solve_levels applies
-_static = threading.local()  # .depth > 0 inside static_solve()
-
-
-@contextlib.contextmanager
-def static_solve():
-    """Inside, ``myo_solve`` on a ceil k-ary tree or quadtree runs as standard aten ops scheduled by the tree's
-    level sizes (``reference.myo_solve_levels``: Python ints at trace time, complex values as real pairs) instead
-    of the compiled op. ``torch.export`` (hence ``torch.onnx.export``) traces it so without this context: the op's
-    own arguments hold the tree only as ``parent``'s values, which a traced graph cannot read."""
-    _static.depth = getattr(_static, "depth", 0) + 1
-    try:
-        yield
-    finally:
-        _static.depth -= 1
-
-
 class MyoTree(NamedTuple):
     """A rooted tree (or forest) stored level-major: leaves (level 1) first, the root(s) last; every
     node's parent comes after it. Build one with ``myo_tree``, ``myo_quadtree`` or ``myo_tree_from_parent``."""
@@ -307,10 +289,12 @@ def myo_solve(u, b, tree, *, node_mask=None, coupling="hermitian", virtual="pers
     same solve, and grad_b_v = -(grad_u_v conj(x_par v) + s conj(grad_u_par v) x_v) (s = -1 for skew).
     """
     u, b_rows, b_index, skew, tree, pyramid_b = _normalise(u, b, tree, node_mask, coupling, virtual)
-    # torch.export's trace (not torch.compile's: under dynamo is_exporting() is True too, and the compiled op with its
-    # autograd formula is what a compiled model must run)
+    # Under torch.export (hence torch.onnx.export) a ceil k-ary tree or quadtree is solved as standard aten ops
+    # scheduled by its level sizes (Python ints at trace time, complex values as real pairs): the op's own arguments
+    # hold the tree only as parent's values, which a traced graph cannot read. Not under torch.compile: dynamo
+    # reports is_exporting() too, and a compiled model must run the op with its autograd formula.
     exporting = torch.compiler.is_exporting() and not torch.compiler.is_dynamo_compiling()
-    if (getattr(_static, "depth", 0) or exporting) and tree.kind in _LEVEL_KINDS:
+    if exporting and tree.kind in _LEVEL_KINDS:
         x = reference.myo_solve_levels(u, b_rows, tree.parent, tree.level_sizes, b_index, skew=skew)
     elif _backend.use_kernel(_OP, u) and _COMPILED:
         x = torch.ops.ssm_plugins.myo_solve_fwd(u, b_rows, tree.parent, b_index, skew)

@@ -268,6 +268,9 @@ class SelectiveChannelMixer(nn.Module):
             tokens. When given, ``forward(u, grid_size=(h, w))`` accepts other grids: the token-axis weights are
             resampled (spec A9 ``channel_res_mode='resample'``): prefix columns kept, the h0*w0 columns reshaped
             to maps, resized bilinearly and scaled by h0*w0/(h*w); identical at the training grid.
+        selection_features: None, or F dividing num_tokens: Δ, B, C are read from each channel's token vector
+            averaged down to F features (reshaped (num_tokens / F, F), mean over the first axis) instead of
+            from all num_tokens; fewer free weights where the token axis is long (TSM2's variate mixer) [None].
 
     ``no_weight_decay_names``: the per-direction A_log and dt_bias, and γ.
     """
@@ -275,9 +278,14 @@ class SelectiveChannelMixer(nn.Module):
     no_weight_decay_names = ("gamma", "fwd.A_log", "fwd.dt_bias", "bwd.A_log", "bwd.dt_bias")
 
     def __init__(self, dim: int, num_tokens: int, d_state: int = 16, channel_qs_param: str = "scalar",
-                 qs_shift: str = "exact", token_grid=None, num_prefix_tokens: int = 0):
+                 qs_shift: str = "exact", token_grid=None, num_prefix_tokens: int = 0, selection_features=None):
         super().__init__()
         token_grid = _check_token_grid(token_grid, num_prefix_tokens, num_tokens)
+        if selection_features is not None and (channel_qs_param != "scalar" or token_grid is not None
+                                               or num_tokens % selection_features):
+            raise ValueError(f"selection_features ({selection_features}) must divide num_tokens ({num_tokens}) "
+                             "and needs channel_qs_param='scalar' without token_grid")
+        self.selection_features = selection_features
         if token_grid is not None:
             if channel_qs_param != "scalar":
                 raise ValueError("token_grid (weight resampling) needs channel_qs_param='scalar'")
@@ -289,8 +297,9 @@ class SelectiveChannelMixer(nn.Module):
         self.dim, self.num_tokens, self.d_state = dim, num_tokens, d_state
         self.channel_qs_param, self.qs_shift = channel_qs_param, qs_shift
         if channel_qs_param == "scalar":
-            self.fwd = _QSDirection(num_tokens, 1, d_state)
-            self.bwd = _QSDirection(num_tokens, 1, d_state)
+            sel_dim = selection_features or num_tokens
+            self.fwd = _QSDirection(sel_dim, 1, d_state)
+            self.bwd = _QSDirection(sel_dim, 1, d_state)
         else:
             rank = math.ceil(num_tokens / 16)
             self.fwd = _S6Direction(num_tokens, num_tokens, d_state, rank)
@@ -324,7 +333,8 @@ class SelectiveChannelMixer(nn.Module):
             # both directions' selections (batch, D, 2 + 4N) in one batched matmul that reads z through BLAS's
             # transpose flag (F.linear on z would first copy it)
             weight = torch.cat(weights)
-            sel = torch.bmm(z, weight.t().expand(u.shape[0], -1, -1))
+            zs = z if self.selection_features is None else z.unflatten(-1, (-1, self.selection_features)).mean(2)
+            sel = torch.bmm(zs, weight.t().expand(u.shape[0], -1, -1))
             dt, B, C, dt_r, B_r, C_r = sel.split([1, self.d_state, self.d_state] * 2, dim=-1)
             y = ops.qs_mix(z.unsqueeze(2), dt, -torch.exp(self.fwd.A_log), B, C, dt_r, -torch.exp(self.bwd.A_log),
                            B_r, C_r, self.gamma[:, None], dt_bias=self.fwd.dt_bias, dt_bias_rev=self.bwd.dt_bias,
@@ -509,6 +519,8 @@ class TimeVariateMixerBlock(nn.Module):
         drop_path: stochastic depth on both branches [0]. norm: 'layernorm' | 'rmsnorm'.
         token_mixer: 's6' (causal, TSM2), 's6_bi' or 'qs' (TSQS) [D: 's6'].
         variate_mixer: False drops the variate mixer (channel-independent ablation) [True].
+        variate_selection: 'history' (Δ, B, C from each variate's whole embedded history, P·dim features) or
+            'pooled' (from its history averaged over the patches, dim features) [D: 'history'].
         d_state, qs_shift, channel_qs_param, and **token_kwargs (expand, d_conv, dt_rank, gate_kernels,
         selection_input, causal, headdim) as MambaMixerBlock.
     ``token_branch`` / ``channel_branch`` give the two residual outputs (MixerStack's dense connections).
@@ -516,7 +528,8 @@ class TimeVariateMixerBlock(nn.Module):
 
     def __init__(self, n_vars: int, num_patches: int, dim: int, drop_path: float = 0.0, norm: str = "layernorm",
                  token_mixer: str = "s6", variate_mixer: bool = True, d_state: int = 16,
-                 qs_shift: str = "exact", channel_qs_param: str = "scalar", **token_kwargs):
+                 qs_shift: str = "exact", channel_qs_param: str = "scalar",
+                 variate_selection: str = "history", **token_kwargs):
         super().__init__()
         for name, value in (("n_vars", n_vars), ("num_patches", num_patches), ("dim", dim)):
             positive_int(name, value)
@@ -528,8 +541,10 @@ class TimeVariateMixerBlock(nn.Module):
                                                **token_kwargs)
         if variate_mixer:
             self.norm2 = make_mixer_norm(norm, dim)
-            self.channel_mixer = SelectiveChannelMixer(n_vars, num_patches * dim, d_state=d_state,
-                                                       channel_qs_param=channel_qs_param, qs_shift=qs_shift)
+            choice("variate_selection", variate_selection, ("history", "pooled"))
+            self.channel_mixer = SelectiveChannelMixer(
+                n_vars, num_patches * dim, d_state=d_state, channel_qs_param=channel_qs_param, qs_shift=qs_shift,
+                selection_features=dim if variate_selection == "pooled" else None)
         else:
             self.norm2 = self.channel_mixer = None
 

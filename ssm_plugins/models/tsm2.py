@@ -76,7 +76,8 @@ class TimeSeriesMixer(nn.Module):
         patch_len [D: 16], stride [D: 8] (PatchTST); patch_pad: repeat the last value ``stride`` times before
             patching [True].
         embed_dim: D [D: 64]. depth [D: 2]. token_mixer: 's6' (TSM2, causal) | 'qs' (TSQS) | 's6_bi'.
-        variate_mixer: the selective channel mixer along the variates [True].
+        variate_mixer: the selective channel mixer along the variates [True]. variate_selection: 'history' |
+            'pooled', what its Δ, B, C are read from (TimeVariateMixerBlock) [D: 'history'].
         dense_wavg: v1's weighted averaging of earlier features (§2.6) [True, as P1's TSM2].
         d_state: N [16]. expand [2]. headdim ('qs') [D: 32]. gate_kernels: the time mixer's multi-resolution gate
             [D §2.1: (3, 5, 7)]. pos_embed: learnable patch position embedding [True].
@@ -87,7 +88,8 @@ class TimeSeriesMixer(nn.Module):
 
     def __init__(self, seq_len: int = 512, pred_len: int = 96, n_vars: int = 7, patch_len: int = 16,
                  stride: int = 8, patch_pad: bool = True, embed_dim: int = 64, depth: int = 2,
-                 token_mixer: str = "s6", variate_mixer: bool = True, dense_wavg: bool = True, d_state: int = 16,
+                 token_mixer: str = "s6", variate_mixer: bool = True, variate_selection: str = "history",
+                 dense_wavg: bool = True, d_state: int = 16,
                  expand: int = 2, headdim: int = 32, gate_kernels=(3, 5, 7), pos_embed: bool = True,
                  revin: bool = True, revin_affine: bool = True, drop_rate: float = 0.1, drop_path_rate: float = 0.0,
                  norm: str = "layernorm", device=None, dtype=None):
@@ -112,8 +114,9 @@ class TimeSeriesMixer(nn.Module):
         dpr = torch.linspace(0, drop_path_rate, depth, device="cpu").tolist()
         self.stack = MixerStack([
             TimeVariateMixerBlock(n_vars, self.num_patches, embed_dim, drop_path=dpr[i], norm=norm,
-                                  token_mixer=token_mixer, variate_mixer=variate_mixer, d_state=d_state,
-                                  expand=expand, headdim=headdim, gate_kernels=gate_kernels)
+                                  token_mixer=token_mixer, variate_mixer=variate_mixer,
+                                  variate_selection=variate_selection, d_state=d_state, expand=expand,
+                                  headdim=headdim, gate_kernels=gate_kernels)
             for i in range(depth)], dense_wavg=dense_wavg)
         self.norm = make_mixer_norm(norm, embed_dim)
         self.head_drop = nn.Dropout(drop_rate)

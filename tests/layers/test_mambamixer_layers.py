@@ -497,6 +497,27 @@ def test_time_variate_block_mixes_variates_and_keeps_time_causal():
         TimeVariateMixerBlock(0, 6, DIM)
 
 
+def test_variate_mixer_pooled_selection_is_the_history_selection_with_tied_weights():
+    """variate_selection='pooled' reads Δ, B, C from each variate's history averaged over the patches: the same
+    mixer as 'history' whose selection weights repeat the pooled ones over the patches (divided by their count)."""
+    torch.manual_seed(23)
+    patches = 6
+    pooled = TimeVariateMixerBlock(4, patches, DIM, d_state=4, variate_selection="pooled").double().eval()
+    history = TimeVariateMixerBlock(4, patches, DIM, d_state=4).double().eval()
+    state = pooled.state_dict()
+    for key in [k for k in state if k.endswith("x_proj.weight") and k.startswith("channel_mixer.")]:
+        assert state[key].shape[1] == DIM  # dim features, not patches * dim
+        state[key] = state[key].repeat(1, patches) / patches
+    history.load_state_dict(state)
+    x = torch.randn(BATCH, 4, patches, DIM, dtype=torch.float64)
+    torch.testing.assert_close(pooled(x), history(x))
+    assert (pooled.channel_branch(x)[:, 0] - x[:, 0]).abs().max() > 1e-6
+    with pytest.raises(ValueError, match="variate_selection"):
+        TimeVariateMixerBlock(4, patches, DIM, variate_selection="mean")
+    with pytest.raises(ValueError, match=r"selection_features \(5\) must divide num_tokens \(48\)"):
+        SelectiveChannelMixer(4, patches * DIM, selection_features=5)
+
+
 def test_scan_order_cache_holds_real_cpu_tensors_whoever_fills_it():
     """The cache outlives traces: a first call under a meta default device or a fake-tensor trace (torch.export,
     torch.compile) must not leave tensors there that break the next eager call."""

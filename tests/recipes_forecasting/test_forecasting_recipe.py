@@ -55,7 +55,7 @@ def _training_keys(name):
     """The keys that are not the model's, as (key, value) lines of an hparams file."""
     lines = (RECIPE / "hparams" / name).read_text().splitlines()
     keys = ("number_of_epochs", "patience", "batch_size", "lr", "train_stride", "train_fraction", "seq_len", "seed",
-            "dropout",
+            "dropout", "variate_mixer", "variate_selection",
             "embed_dim", "depth", "d_state", "headdim", "patch_len", "stride")
     return {line.split(":")[0]: line.split("#")[0].strip() for line in lines if line.split(":")[0] in keys}
 

@@ -61,12 +61,13 @@ def test_dense_weighted_averaging_is_on_and_counted():
     assert "stack.blocks.0.token_mixer.fwd.A_log" in dense.no_weight_decay()
 
 
-def test_variates_are_mixed_only_with_the_variate_mixer():
+@pytest.mark.parametrize("variate_selection", ["history", "pooled"])
+def test_variates_are_mixed_only_with_the_variate_mixer(variate_selection):
     x = torch.randn(1, 48, 3)
     moved = x.clone()
     moved[:, :, 2] = torch.randn(48)
     for variate_mixer, changes in ((True, True), (False, False)):
-        model = _model("tsm2", variate_mixer=variate_mixer).eval()
+        model = _model("tsm2", variate_mixer=variate_mixer, variate_selection=variate_selection).eval()
         with torch.no_grad():
             delta = (model(moved)[:, :, 0] - model(x)[:, :, 0]).abs().max()
         assert (delta > 1e-6) == changes

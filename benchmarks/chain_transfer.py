@@ -49,16 +49,20 @@ def _main_job():
     return module
 
 
-def detect(checkpoint: Path, drop: List[str], seed: int, frozen: bool, work_dir: Path) -> dict:
-    state = {k: v for k, v in _state(checkpoint).items() if not any(GROUPS[g](k) for g in drop)}
-    part = work_dir / "backbone.pth"
-    torch.save({"state_dict": state}, part)
+def detect(checkpoint: Optional[Path], drop: List[str], seed: int, frozen: bool, work_dir: Path,
+           cfg_options: List[str] = ()) -> dict:
+    part = None
+    if checkpoint is not None:
+        state = {k: v for k, v in _state(checkpoint).items() if not any(GROUPS[g](k) for g in drop)}
+        part = work_dir / "backbone.pth"
+        torch.save({"state_dict": state}, part)
     main_job = _main_job()
     options = main_job.RUNS["mmdet"]["options"]
-    extra = [f"randomness.seed={seed}"] + (["model.backbone.frozen_stages=2"] if frozen else [])
+    extra = [f"randomness.seed={seed}"] + (["model.backbone.frozen_stages=2"] if frozen else []) + list(cfg_options)
     main_job.RUNS["mmdet"]["options"] = lambda root, scale, pretrained: options(root, scale, pretrained) + extra
     result = main_job.run("mmdet", work_dir / "mmdet", pretrained=part)
-    return {"checkpoint": str(checkpoint), "drop": drop, "seed": seed, "frozen": frozen, **result}
+    return {"checkpoint": str(checkpoint), "drop": drop, "seed": seed, "frozen": frozen,
+            "cfg_options": list(cfg_options), **result}
 
 
 def _canvas(image, size: int, place: str, rng):
@@ -123,11 +127,13 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     d = sub.add_parser("detect", help="Mask R-CNN from the checkpoint without the --drop groups")
-    d.add_argument("checkpoint", type=Path)
+    d.add_argument("checkpoint", type=Path, help="the classifier checkpoint, or 'scratch' (no pre-training)")
     d.add_argument("--drop", nargs="*", default=[], choices=sorted(GROUPS))
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--frozen", action="store_true", help="freeze every stage the checkpoint holds")
     d.add_argument("--work-dir", type=Path, default=None)
+    d.add_argument("--cfg-options", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="more overrides of the detector config, e.g. model.backbone.channel_window=4")
     p = sub.add_parser("probe", help="top-1 of the classifier with its val digits placed in a larger canvas")
     p.add_argument("checkpoint", type=Path)
     p.add_argument("--sizes", nargs="+", type=int, default=[64, 160])
@@ -136,7 +142,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     p.add_argument("--config", type=Path, default=None,
                    help="an MMPretrain config of the checkpoint's classifier (a control), instead of the main job's ViM2")
     args = parser.parse_args(argv)
-    if not args.checkpoint.is_file():
+    scratch = args.command == "detect" and str(args.checkpoint) == "scratch"
+    if not scratch and not args.checkpoint.is_file():
         parser.error(f"checkpoint {str(args.checkpoint)!r} is not a file")
     if args.command == "probe":
         for row in probe(args.checkpoint, args.sizes, args.flatten, args.global_pool, args.config):
@@ -145,7 +152,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     with tempfile.TemporaryDirectory(prefix="ssm_plugins_chain_") as tmp:
         work_dir = args.work_dir or Path(tmp)
         work_dir.mkdir(parents=True, exist_ok=True)
-        result = detect(args.checkpoint, args.drop, args.seed, args.frozen, work_dir)
+        result = detect(None if scratch else args.checkpoint, args.drop, args.seed, args.frozen, work_dir,
+                        args.cfg_options)
         print(json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in result.items()}), flush=True)
 
 

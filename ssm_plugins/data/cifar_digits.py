@@ -16,7 +16,7 @@ hues in two halves of five (``coarse = fine // 5``), like CIFAR-100's 20 supercl
 one upscaled digit in a hue of the palette on a dark noisy background.
 
 MMPretrain's own ``CIFAR100`` dataset checks the md5 sums of the official files (and downloads them if they
-differ); ``ssm_plugins.mmpretrain.CIFAR100Local`` reads this layout (the official files too) without that check.
+differ); ``ssm_plugins.mmpretrain.LocalCIFAR100`` reads this layout (the official files too) without that check.
 
     python -m ssm_plugins.data.cifar_digits [--out DIR]
 """

@@ -28,7 +28,7 @@ def build(name: str, seq_len: int, horizon: int, n_vars: int, **kwargs):
         return DLinear(seq_len, horizon, n_vars, **kwargs)
     # the hparams files' TSM2 / TSQS: recipes_sequence/forecasting/hparams/<model>_<dataset>.yaml
     defaults = dict(patch_len=16, stride=8, embed_dim=16, depth=2, d_state=16, expand=2, headdim=16,
-                    dense_wavg=True, variate_mixer=True, drop_rate=0.3)
+                    dense_wavg=True, variate_mixer=True, variate_selection="pooled", drop_rate=0.3)
     defaults.update(kwargs)
     return TimeSeriesMixer(seq_len, horizon, n_vars, token_mixer={"tsm2": "s6", "tsqs": "qs"}[name], **defaults)
 

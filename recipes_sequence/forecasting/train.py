@@ -111,6 +111,7 @@ def dataio_prep(hparams):
     datasets = {split: ForecastWindows(splits[split], hparams["seq_len"], hparams["horizon"], stride=strides[split])
                 for split in ("train", "valid", "test")}
     datasets["columns"] = splits["columns"]
+    datasets["scaler"] = splits["scaler"]
     return datasets
 
 
@@ -151,6 +152,10 @@ def main(argv=None):
     hparams, run_opts = experiment(argv)
     datasets = dataio_prep(hparams)
     columns = datasets.pop("columns")
+    scaler = datasets.pop("scaler")
+    if sb.utils.distributed.if_main_process():  # predict.py puts new data on the scale the model was trained on
+        with open(os.path.join(hparams["output_folder"], "scaler.json"), "w") as f:
+            json.dump({"columns": columns, "mean": scaler.mean_.tolist(), "scale": scaler.scale_.tolist()}, f)
 
     brain = ForecastBrain(modules=hparams["modules"], opt_class=hparams["opt_class"], hparams=hparams,
                           run_opts=run_opts, checkpointer=hparams["checkpointer"])

@@ -40,8 +40,8 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 import torch
 
-__all__ = ["DATASETS", "ForecastDataset", "ForecastWindows", "load_forecasting_splits", "resolve_forecasting_file",
-           "split_kind", "write_forecasting_csv"]
+__all__ = ["DATASETS", "ForecastDataset", "ForecastWindows", "load_forecasting_splits", "read_forecasting_file",
+           "resolve_forecasting_file", "split_kind", "write_forecasting_csv"]
 
 _ETT_COLUMNS = ("HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT")
 _WEATHER_COLUMNS = ("p (mbar)", "T (degC)", "Tpot (K)", "Tdew (degC)", "rh (%)", "VPmax (mbar)", "VPact (mbar)",
@@ -147,36 +147,28 @@ def _borders(kind, rows, seq_len):
     return list(zip(starts, ends)), rows
 
 
-def load_forecasting_splits(csv_path: str, seq_len: int, pred_len: int, kind: Optional[str] = None,
-                            scale: bool = True) -> Dict[str, object]:
-    """Read an official forecasting CSV and cut the standard splits (module docstring).
-
-    Returns dict(train=, valid=, test= float32 arrays (rows, n_vars) including each split's look-back rows,
-    columns= the variate names in array order, scaler= the fitted StandardScaler or None, kind=).
-    Raises FileNotFoundError / ValueError naming the file for a missing file, a missing ``date`` column,
-    non-numeric values or too few rows for the split and window sizes.
-    """
+def read_forecasting_file(csv_path: str, kind: Optional[str] = None):
+    """Read a released forecasting file as it is -> (dates, columns, values): ``dates`` the ``date`` column as
+    pandas datetimes, or None for LSTNet's raw tables (no header, no dates; their variates get the Autoformer
+    CSV's names ``0`` ... ``OT``); ``columns`` the variate names in the order the models see them (the Autoformer
+    code's Dataset_Custom puts ``OT`` last); ``values`` float64 (rows, n_vars). Raises FileNotFoundError /
+    ValueError naming the file for a missing file, no ``date`` column or non-numeric / non-finite values."""
     import pandas as pd
-    from sklearn.preprocessing import StandardScaler
 
-    for name, value in (("seq_len", seq_len), ("pred_len", pred_len)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
     kind = kind or split_kind(csv_path)
-    if kind not in ("ETTh", "ETTm", "custom"):
-        raise ValueError(f"kind must be 'ETTh', 'ETTm' or 'custom', got {kind!r}")
     if not os.path.isfile(csv_path):
         raise FileNotFoundError(f"forecasting CSV {csv_path} does not exist (download the ETT / Autoformer release "
                                 f"files, or write a small one with python -m ssm_plugins.data.timeseries)")
+    dates = None
     if _has_header(csv_path):
         frame = pd.read_csv(csv_path)  # .gz decompressed by pandas (compression inferred from the name)
+        if "date" not in frame.columns:
+            raise ValueError(f"{csv_path} has no 'date' column (columns: {list(frame.columns)[:5]}...): not a file "
+                             f"of the ETT / Autoformer release")
+        dates = pd.to_datetime(frame["date"])
     else:  # LSTNet's raw table: the Autoformer CSV's variate names, no dates
         frame = pd.read_csv(csv_path, header=None)
         frame.columns = list(_numbered(frame.shape[1]))
-        frame.insert(0, "date", np.arange(len(frame)))
-    if "date" not in frame.columns:
-        raise ValueError(f"{csv_path} has no 'date' column (columns: {list(frame.columns)[:5]}...): not a file of "
-                         f"the ETT / Autoformer release")
     columns = [c for c in frame.columns if c != "date"]
     if kind == "custom" and "OT" in columns:  # Dataset_Custom: [date, other columns, target 'OT']
         columns = [c for c in columns if c != "OT"] + ["OT"]
@@ -188,6 +180,27 @@ def load_forecasting_splits(csv_path: str, seq_len: int, pred_len: int, kind: Op
     values = frame[columns].to_numpy(dtype=np.float64)
     if not np.isfinite(values).all():
         raise ValueError(f"{csv_path} has missing or non-finite values")
+    return dates, columns, values
+
+
+def load_forecasting_splits(csv_path: str, seq_len: int, pred_len: int, kind: Optional[str] = None,
+                            scale: bool = True) -> Dict[str, object]:
+    """Read an official forecasting CSV and cut the standard splits (module docstring).
+
+    Returns dict(train=, valid=, test= float32 arrays (rows, n_vars) including each split's look-back rows,
+    columns= the variate names in array order, scaler= the fitted StandardScaler or None, kind=).
+    Raises FileNotFoundError / ValueError naming the file for a missing file, a missing ``date`` column,
+    non-numeric values or too few rows for the split and window sizes.
+    """
+    from sklearn.preprocessing import StandardScaler
+
+    for name, value in (("seq_len", seq_len), ("pred_len", pred_len)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    kind = kind or split_kind(csv_path)
+    if kind not in ("ETTh", "ETTm", "custom"):
+        raise ValueError(f"kind must be 'ETTh', 'ETTm' or 'custom', got {kind!r}")
+    _, columns, values = read_forecasting_file(csv_path, kind)
     rows = len(values)
     borders, needed = _borders(kind, rows, seq_len)
     windows = [end - start - seq_len - pred_len + 1 for start, end in borders]

@@ -98,6 +98,48 @@ def test_short_run_beats_repeat_last_value_then_resumes(recipe, data, tmp_path):
     assert log == ["epoch: 1", "epoch: 2", "epoch: 3"]  # resumed from the checkpoint, epochs 1-2 not rerun
 
 
+def test_predict_forecasts_the_rows_after_a_file_in_its_units_and_dates(recipe, data, tmp_path):
+    # predict.py on the file without its last horizon rows forecasts exactly those rows: the same values as the
+    # trained model on the recipe's last test window (load_forecasting_splits' path, scaled back), with their dates
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    from ssm_plugins.data.timeseries import ForecastWindows, load_forecasting_splits
+
+    spec = importlib.util.spec_from_file_location("forecasting_predict", RECIPE / "predict.py")
+    predict = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(predict)
+    out = tmp_path / "run"
+    args = [str(RECIPE / "hparams" / "tsm2_ETTh1.yaml"), f"--data_folder={data}", f"--output_folder={out}", *SHORT]
+    with pytest.raises(FileNotFoundError, match="scaler.json does not exist: train.py writes it"):
+        predict.main(args + [f"--input={data / 'ETTh1.csv'}"])
+    recipe.main(args + ["--device=cpu", "--noprogressbar", "--number_of_epochs=1"])
+    full = pd.read_csv(data / "ETTh1.csv")
+    (tmp_path / "new").mkdir()
+    full.iloc[:-48].to_csv(tmp_path / "new" / "ETTh1.csv", index=False)
+    written = pd.read_csv(predict.main(args + [f"--input={tmp_path / 'new' / 'ETTh1.csv'}"]))
+    assert list(written.columns) == list(full.columns) and len(written) == 48
+    assert written["date"].tolist() == pd.to_datetime(full["date"].iloc[-48:]).dt.strftime("%Y-%m-%d %H:%M:%S").tolist()
+
+    splits = load_forecasting_splits(str(data / "ETTh1.csv"), 96, 48)
+    windows = ForecastWindows(splits["test"], 96, 48)
+    window, _ = windows[len(windows) - 1]  # its target: the file's last 48 rows
+    hparams_file, _, overrides = predict.sb.parse_arguments(args)
+    with open(hparams_file) as f:
+        trained = predict.load_hyperpyyaml(f, overrides)
+    trained["checkpointer"].recover_if_possible(min_key="mse")
+    with torch.no_grad():
+        expected = splits["scaler"].inverse_transform(trained["model"].eval()(window[None])[0].double().numpy())
+    np.testing.assert_allclose(written[splits["columns"]].to_numpy(), expected, rtol=1e-4, atol=1e-4)
+
+    assert [list(v) for v in predict.future_index(None, 10, 3)[1:]] == [[10, 11, 12]]  # LSTNet's tables: row numbers
+    other = tmp_path / "other"
+    write_forecasting_csv(str(other), "weather")
+    with pytest.raises(ValueError, match="has the variates .* but the model was trained on"):
+        predict.main(args + [f"--input={other / 'weather.csv'}"])
+
+
 # make test builds every data set's file once, cycling through the models (each model on 2-3 data sets); the other
 # 16 files repeat a model and a reader another case covers (their training keys are compared above), so they are
 # `exhaustive`. 321 / 862 variates: 7-20 s each on one loaded CPU core, so slow.

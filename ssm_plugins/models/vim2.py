@@ -716,19 +716,86 @@ def vim2_l(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
     return _model("vim2_l", "s6_bi", "vim2_l", pretrained, kwargs)
 
 
-def _register_ablations():
-    for base, token_mixer in (("vim2_t", "s6_bi"), ("viqs_t", "qs")):
-        for suffix, flags in _ABLATIONS.items():
-            variant = f"{base}_{suffix}"
-
-            def entry(pretrained: bool = False, _variant=variant, _mixer=token_mixer, _flags=flags, _base=base,
-                      **kwargs) -> VisionMambaMixer:
-                return _model(_variant, _mixer, _base, pretrained, dict(_flags, **kwargs))
-
-            entry.__name__ = entry.__qualname__ = variant
-            entry.__module__ = __name__
-            entry.__doc__ = f"{base} Table 4 ablation '{suffix}': {flags}."
-            globals()[variant] = register_model(entry)
+# Table 3 / 4 ablations of the Tiny sizes: the base model with the _ABLATIONS flags of the suffix
+@register_model
+def vim2_t_noqs(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
+    """ViM2-T, no channel mixer (Table 4 'w/o QS')."""
+    return _model("vim2_t_noqs", "s6_bi", "vim2_t", pretrained, dict(_ABLATIONS["noqs"], **kwargs))
 
 
-_register_ablations()
+@register_model
+def vim2_t_mlp(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
+    """ViM2-T, MLP channel mixer (Table 3)."""
+    return _model("vim2_t_mlp", "s6_bi", "vim2_t", pretrained, dict(_ABLATIONS["mlp"], **kwargs))
+
+
+@register_model
+def vim2_t_fb(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
+    """ViM2-T, forward + backward S6 channel mixers (Table 4 'w/ f+b')."""
+    return _model("vim2_t_fb", "s6_bi", "vim2_t", pretrained, dict(_ABLATIONS["fb"], **kwargs))
+
+
+@register_model
+def vim2_t_nolst(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
+    """ViM2-T, no LST concatenation (Table 4 'w/o LST')."""
+    return _model("vim2_t_nolst", "s6_bi", "vim2_t", pretrained, dict(_ABLATIONS["nolst"], **kwargs))
+
+
+@register_model
+def vim2_t_noconv(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
+    """ViM2-T, no multi-resolution conv branch (Table 4 'w/o Conv')."""
+    return _model("vim2_t_noconv", "s6_bi", "vim2_t", pretrained, dict(_ABLATIONS["noconv"], **kwargs))
+
+
+@register_model
+def vim2_t_nosos(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
+    """ViM2-T, the four cross-scans instead of Switch of Scans (Table 4 'w/o SoS')."""
+    return _model("vim2_t_nosos", "s6_bi", "vim2_t", pretrained, dict(_ABLATIONS["nosos"], **kwargs))
+
+
+@register_model
+def vim2_t_noattn(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
+    """ViM2-T, no cross-scan attention (Table 4 'w/o Attn')."""
+    return _model("vim2_t_noattn", "s6_bi", "vim2_t", pretrained, dict(_ABLATIONS["noattn"], **kwargs))
+
+
+@register_model
+def viqs_t_noqs(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
+    """ViQS-T, no channel mixer (Table 4 'w/o QS')."""
+    return _model("viqs_t_noqs", "qs", "viqs_t", pretrained, dict(_ABLATIONS["noqs"], **kwargs))
+
+
+@register_model
+def viqs_t_mlp(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
+    """ViQS-T, MLP channel mixer (Table 3)."""
+    return _model("viqs_t_mlp", "qs", "viqs_t", pretrained, dict(_ABLATIONS["mlp"], **kwargs))
+
+
+@register_model
+def viqs_t_fb(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
+    """ViQS-T, forward + backward S6 channel mixers (Table 4 'w/ f+b')."""
+    return _model("viqs_t_fb", "qs", "viqs_t", pretrained, dict(_ABLATIONS["fb"], **kwargs))
+
+
+@register_model
+def viqs_t_nolst(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
+    """ViQS-T, no LST concatenation (Table 4 'w/o LST')."""
+    return _model("viqs_t_nolst", "qs", "viqs_t", pretrained, dict(_ABLATIONS["nolst"], **kwargs))
+
+
+@register_model
+def viqs_t_noconv(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
+    """ViQS-T, no multi-resolution conv branch (Table 4 'w/o Conv')."""
+    return _model("viqs_t_noconv", "qs", "viqs_t", pretrained, dict(_ABLATIONS["noconv"], **kwargs))
+
+
+@register_model
+def viqs_t_nosos(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
+    """ViQS-T, the four cross-scans instead of Switch of Scans (Table 4 'w/o SoS')."""
+    return _model("viqs_t_nosos", "qs", "viqs_t", pretrained, dict(_ABLATIONS["nosos"], **kwargs))
+
+
+@register_model
+def viqs_t_noattn(pretrained: bool = False, **kwargs) -> VisionMambaMixer:
+    """ViQS-T, no cross-scan attention (Table 4 'w/o Attn')."""
+    return _model("viqs_t_noattn", "qs", "viqs_t", pretrained, dict(_ABLATIONS["noattn"], **kwargs))

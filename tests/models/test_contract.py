@@ -144,6 +144,16 @@ def test_every_family_registers_models():
     assert FAMILY_MODULES <= {timm.models.model_entrypoint(n).__module__ for n in MODELS}
 
 
+def test_every_model_is_defined_by_name_in_its_module():
+    # timm style: each model is a @register_model function a grep for its name finds (no registration loops)
+    import inspect
+    import sys
+
+    for name in MODELS + sorted(NOT_IMAGE_MODELS):
+        source = inspect.getsource(sys.modules[timm.models.model_entrypoint(name).__module__])
+        assert f"@register_model\ndef {name}(" in source, name
+
+
 @pytest.mark.parametrize('name', MODELS)
 def test_every_model_has_a_family(name):
     family(name)

@@ -88,6 +88,39 @@ def test_mim_test_reproduces_the_validation_of_the_checkpoint(run, checkpoint, m
     assert tested[metric] == pytest.approx(val[metric], abs=1e-4)
 
 
+@pytest.mark.parametrize("run, checkpoint", [("mmdet_run", "epoch_1.pth"), ("mmseg_run", "iter_4.pth")])
+def test_inferencer_runs_the_checkpoint_mim_train_wrote(run, checkpoint, request):
+    # what a user calls next (issue 32): the toolbox's inferencer on the config mim train dumped and its checkpoint;
+    # it must find our backbone (the config's custom_imports), load the trained weights and predict at image size
+    from PIL import Image
+
+    run = request.getfixturevalue(run)
+    weights = run.work_dir / checkpoint
+    if run.name == "mmdet":
+        from mmdet.apis import DetInferencer as Inferencer
+
+        from ssm_plugins.data.coco_digits import coco_digits
+        image = Path(coco_digits()) / "val2017" / "000001.jpg"
+    else:
+        from mmseg.apis import MMSegInferencer as Inferencer
+
+        from ssm_plugins.data.ade_digits import ade_digits
+        image = Path(ade_digits()) / "images" / "validation" / "ADE_digits_validation_000001.jpg"
+    inferencer = Inferencer(model=str(run.work_dir / run.config.name), weights=str(weights), device="cpu")
+    assert type(inferencer.model.backbone).__module__.startswith("ssm_plugins.")
+    saved = torch.load(weights, map_location="cpu", weights_only=False)["state_dict"]
+    state = inferencer.model.state_dict()
+    assert set(state) == set(saved) and all(torch.equal(state[k], saved[k]) for k in state)
+    result = inferencer(str(image), return_datasamples=True)
+    width, height = Image.open(image).size
+    if run.name == "mmdet":
+        (sample,) = result["predictions"]
+        boxes, masks = sample.pred_instances.bboxes, sample.pred_instances.masks
+        assert boxes.shape[1:] == (4,) and tuple(masks.shape[1:]) == (height, width) and len(masks) == len(boxes)
+    else:  # MMSegInferencer returns the one image's SegDataSample itself
+        assert tuple(result.pred_sem_seg.data.shape) == (1, height, width)
+
+
 @pytest.mark.parametrize("run, checkpoint", [("mmdet_run", "epoch_2.pth"), ("mmseg_run", "iter_8.pth")])
 def test_mim_train_resume_continues_iterations_and_loss(run, checkpoint, request):
     run = request.getfixturevalue(run)

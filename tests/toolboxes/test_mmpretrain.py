@@ -3,6 +3,7 @@ no-weight-decay constructor exempts exactly the model's no_weight_decay() parame
 end to end through the real command lines: ``mim train mmpretrain`` -> its checkpoint -> ``mim train mmdet`` (Mask
 R-CNN) and ``mim train mmseg`` (UperNet) loading it through ``init_cfg=dict(type='Pretrained', ...)``."""
 import functools
+from pathlib import Path
 
 import pytest
 import torch
@@ -143,6 +144,25 @@ def classifier_checkpoint(tmp_path_factory):
     checkpoint = work_dir / "epoch_1.pth"
     assert checkpoint.exists()
     return checkpoint
+
+
+@pytest.mark.slow
+def test_image_classification_inferencer_runs_the_checkpoint(classifier_checkpoint):
+    # what a user calls after mim train (issue 32): MMPretrain's inferencer on the dumped config and the checkpoint
+    from mmpretrain.apis import ImageClassificationInferencer
+
+    from ssm_plugins.data.imagenet_digits import imagenet_digits
+
+    config = classifier_checkpoint.parent / VIM2_CLS.name
+    inferencer = ImageClassificationInferencer(model=str(config), pretrained=str(classifier_checkpoint), device="cpu")
+    assert any(type(m).__module__.startswith("ssm_plugins.models.") for m in inferencer.model.modules())
+    saved = torch.load(classifier_checkpoint, map_location="cpu", weights_only=False)["state_dict"]
+    state = inferencer.model.state_dict()
+    assert set(state) == set(saved) and all(torch.equal(state[k], saved[k]) for k in state)
+    image = sorted(Path(imagenet_digits()).glob("val/**/*.*"))[0]
+    (result,) = inferencer(str(image))
+    assert len(result["pred_scores"]) == 10 and 0 <= result["pred_label"] < 10
+    assert abs(float(sum(result["pred_scores"])) - 1.0) < 1e-4
 
 
 def _backbone_small(prefix):

@@ -133,7 +133,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     d.add_argument("--frozen", action="store_true", help="freeze every stage the checkpoint holds")
     d.add_argument("--work-dir", type=Path, default=None)
     d.add_argument("--cfg-options", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="more overrides of the detector config, e.g. model.backbone.channel_window=4")
+                   help="more overrides of the detector config, e.g. model.backbone.drop_path_rate=0.1")
     p = sub.add_parser("probe", help="top-1 of the classifier with its val digits placed in a larger canvas")
     p.add_argument("checkpoint", type=Path)
     p.add_argument("--sizes", nargs="+", type=int, default=[64, 160])

@@ -120,7 +120,8 @@ def test_predict_forecasts_the_rows_after_a_file_in_its_units_and_dates(recipe, 
     full.iloc[:-48].to_csv(tmp_path / "new" / "ETTh1.csv", index=False)
     written = pd.read_csv(predict.main(args + [f"--input={tmp_path / 'new' / 'ETTh1.csv'}"]))
     assert list(written.columns) == list(full.columns) and len(written) == 48
-    assert written["date"].tolist() == pd.to_datetime(full["date"].iloc[-48:]).dt.strftime("%Y-%m-%d %H:%M:%S").tolist()
+    cut = pd.to_datetime(full["date"].iloc[-48:]).dt.strftime("%Y-%m-%d %H:%M:%S")
+    assert written["date"].tolist() == cut.tolist()
 
     splits = load_forecasting_splits(str(data / "ETTh1.csv"), 96, 48)
     windows = ForecastWindows(splits["test"], 96, 48)

@@ -13,6 +13,8 @@ the paper's two learning rates (SSM parameters at ``lr_ssm`` without weight deca
 on log-probabilities, the classification error on valid/test, and keeps the checkpoint with the lowest valid
 error. The test set is evaluated with that checkpoint at ``sample_rate`` and, when ``zero_shot_downsample`` > 1,
 zero-shot at ``sample_rate / zero_shot_downsample`` (Δ multiplied by the same factor; Table 3's 8 kHz column).
+``<save_folder>/inference/`` then holds that checkpoint for
+``ssm_plugins.speechbrain_inference.KeywordClassifier.from_hparams(source=...)`` and its ``classify_file``.
 """
 import json
 import os
@@ -24,6 +26,7 @@ import torch
 from hyperpyyaml import load_hyperpyyaml
 from speechbrain.utils.distributed import run_on_main
 from ssm_plugins.speechbrain import ddp_init_group
+from ssm_plugins.speechbrain_inference import write_inference_folder
 
 from prepare_GSC import prepare_GSC, words_for
 
@@ -185,6 +188,18 @@ if __name__ == "__main__":
         brain.evaluate(datasets["test"], min_key="error_rate",
                        test_loader_kwargs=hparams["test_dataloader_options"])
     if sb.utils.distributed.if_main_process():
+        # ssm_plugins.speechbrain_inference.KeywordClassifier.from_hparams(source=<save_folder>/inference)
+        mfcc = hparams.get("compute_features") is not None
+        write_inference_folder(
+            hparams_file, overrides, brain.checkpointer, os.path.join(hparams["save_folder"], "inference"),
+            modules={"classifier": ("classifier", "classifier"),
+                     **({"mean_var_norm": ("mean_var_norm", "normalizer")} if mfcc else {})},
+            keys=("sample_rate", *(("compute_features",) if mfcc else ())),
+            objects={"label_encoder": ("!new:speechbrain.dataio.encoder.CategoricalEncoder", {},
+                                       os.path.join(hparams["save_folder"], "label_encoder.txt")),
+                     "audio_normalizer": ("!new:speechbrain.dataio.preprocess.AudioNormalizer",
+                                          {"sample_rate": hparams["sample_rate"]}, None)},
+            min_key="error_rate")
         for rate, stats in brain.test_stats.items():
             zero_shot = " (zero-shot)" if rate != hparams["sample_rate"] else ""
             print(f"Test accuracy at {rate} Hz{zero_shot}: {100 * stats['accuracy']:.2f}% "

@@ -204,6 +204,24 @@ def test_recipe_short_run_beats_chance(keywords, tmp_path):
     _run_recipe("essm_sc10.yaml", keywords, out, "--number_of_epochs=4")
     accuracy = json.loads((out / "test_stats.json").read_text())["test"][str(RATE)]["accuracy"]
     assert accuracy >= 0.4, accuracy
+    _check_inference_folder(out, keywords, accuracy, tmp_path / "pretrained")
+
+
+def _check_inference_folder(out, data, accuracy, savedir):
+    """KeywordClassifier (SpeechBrain's Pretrained) loads what the recipe wrote to <save_folder>/inference, and
+    classify_file on every test clip, one file at a time, gives the recipe's test accuracy with its labels."""
+    from ssm_plugins.speechbrain_inference import KeywordClassifier
+
+    classifier = KeywordClassifier.from_hparams(source=str(out / "save" / "inference"), savedir=str(savedir))
+    with open(out / "save" / "test.csv", newline="") as f:
+        clips = list(csv.DictReader(f))
+    right = 0
+    for clip in clips:
+        out_prob, score, index, labels = classifier.classify_file(clip["wav"].replace("$data_root", str(data)))
+        assert out_prob.shape == (1, 10) and torch.equal(score, out_prob.max(-1).values)
+        assert labels[0] in SC10_WORDS
+        right += labels[0] == clip["command"]
+    assert right / len(clips) == pytest.approx(accuracy, abs=1e-6)  # the recipe's float32 mean, (right, len(clips), accuracy)
 
 
 def test_sc35_recipe_runs_one_epoch_with_the_step_schedule(tmp_path):
@@ -234,3 +252,4 @@ def test_sc10_mfcc_recipe_trains_on_speechbrain_mfcc_frames(keywords, tmp_path):
     assert (checkpoint / "normalizer.ckpt").exists()  # the feature statistics are saved with the model
     # 10 keywords: chance 10 %. Measured 2026-11-25: 85.0 % after these 4 epochs (raw waveforms, same run: 67.5 %)
     assert stats["test"][str(RATE)]["accuracy"] >= 0.5, stats
+    _check_inference_folder(out, keywords, stats["test"][str(RATE)]["accuracy"], tmp_path / "pretrained")

@@ -11,6 +11,8 @@ permutation-invariant training. Optional dynamic mixing (``--dynamic_mixing True
 Training resumes from the last checkpoint of ``output_folder``; the best (validation SI-SNR) checkpoint is
 evaluated on the test set and ``<output_folder>/test_results.csv`` gets SI-SNR, SI-SNRi, SDR and SDRi of every
 utterance and their means (row ``avg``). SDR: BSS Eval v3 (512-tap distortion filter) by ``fast_bss_eval``.
+``<save_folder>/inference/`` then holds that checkpoint for SpeechBrain's ``SepformerSeparation.from_hparams``
+(``ssm_plugins.speechbrain_inference``).
 
 No data at hand? ``python -m ssm_plugins.data.mixtures --out DIR`` writes a small synthetic set in the same
 layout; pass ``--data_folder DIR``.
@@ -31,6 +33,7 @@ import speechbrain.nnet.schedulers as schedulers
 from speechbrain.utils.distributed import if_main_process, run_on_main
 from speechbrain.utils.logger import get_logger
 from ssm_plugins.speechbrain import ddp_init_group
+from ssm_plugins.speechbrain_inference import write_inference_folder
 
 logger = get_logger(__name__)
 
@@ -338,9 +341,15 @@ def main(argv):
     separator.fit(separator.hparams.epoch_counter, train_data, valid_data,
                   train_loader_kwargs=hparams["dataloader_opts"], valid_loader_kwargs=hparams["dataloader_opts"])
     separator.evaluate(test_data, min_key="si-snr", test_loader_kwargs=hparams["dataloader_opts"])
-    if if_main_process():  # one writer of test_results.csv under torchrun
-        return separator.save_results(test_data)
-    return None
+    if not if_main_process():  # one writer of test_results.csv and of the inference folder under torchrun
+        return None
+    # SpeechBrain's SepformerSeparation.from_hparams(source=<save_folder>/inference) loads the best checkpoint
+    write_inference_folder(hparams_file, overrides, separator.checkpointer,
+                           os.path.join(hparams["save_folder"], "inference"),
+                           modules={"encoder": ("Encoder", "encoder"), "masknet": ("MaskNet", "masknet"),
+                                    "decoder": ("Decoder", "decoder")},
+                           keys=("sample_rate", "num_spks"), min_key="si-snr")
+    return separator.save_results(test_data)
 
 
 if __name__ == "__main__":

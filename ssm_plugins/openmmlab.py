@@ -45,6 +45,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from .distributed import end_process_group_at_exit
 from .models import essm, ssm2d, vim2  # also registers our timm models
+from .openmmlab_flops import install as _install_flop_handles
 
 __all__ = ["ViM2", "ViQS", "SwinSSM2D", "ESSM2D", "MyoNet", "BACKBONES", "allow_mmengine_checkpoints",
            "TimmNoDecayOptimWrapperConstructor", "no_weight_decay_parameters", "CPUDistributedRunner",
@@ -90,6 +91,7 @@ def allow_mmengine_checkpoints() -> None:
 
 
 allow_mmengine_checkpoints()
+_install_flop_handles()  # mmengine's get_model_complexity_info counts our ops (ssm_plugins.openmmlab_flops)
 
 
 # ---- optimiser: timm's no_weight_decay() ----------------------------------------------------------------------------

@@ -234,6 +234,29 @@ def test_standard_onnx_export_matches_pytorch(name, call, tmp_path):
     _check_onnx(name, tmp_path, call)
 
 
+# The TorchScript exporter (dynamo=False): ViM2 / ViQS at a CPU size. Their ops run as the pure-PyTorch references
+# while it traces (ops._backend); the 2-D SSM, eSSM and Myo families stop at its missing aten::fft_rfft and at
+# shape checks that the trace feeds tensors (measured 2026-12-01).
+TORCHSCRIPT_MODELS = [pytest.param("vim2_t", id="vim2_t"), pytest.param("viqs_t", marks=pytest.mark.exhaustive)]
+
+
+@pytest.mark.parametrize("name", TORCHSCRIPT_MODELS)
+def test_torchscript_onnx_export_matches_pytorch(name, tmp_path):
+    onnxruntime = pytest.importorskip("onnxruntime")
+    torch.manual_seed(0)
+    model = timm.create_model(name, embed_dim=64, depth=2, img_size=32).eval()
+    x = torch.randn(2, 3, 32, 32)
+    path = tmp_path / f"{name}.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's warnings about sizes it records as constants
+        torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=17, input_names=["x"])
+    got = onnxruntime.InferenceSession(str(path)).run(None, {"x": x.numpy()})[0]
+    with torch.no_grad():
+        want = model(x).numpy()
+    err = float(abs(got - want).max())
+    assert err <= ABS_TOL or err / float(abs(want).max()) <= REL_TOL, (name, err)
+
+
 def test_onnx_registration_waits_for_the_exporter():
     """``import ssm_plugins`` imports no onnx / onnxscript; loading torchlib (what torch.onnx.export does first)
     registers the decompositions and complex functions."""

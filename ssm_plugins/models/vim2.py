@@ -217,13 +217,16 @@ class VisionTokenMixer(SelectiveTokenMixer):
         gate = F.silu(gate, inplace=_no_grad())
         x_scan = _take_tokens(xbar, perm).transpose(1, 2)  # x̄ in the scan order, read by both directions
 
+        # transpose(-1, -2), not .mT: torch.onnx's TorchScript exporter has no aten::mT
         def scan(direction, dt_low, B, C, D, reverse):  # Δ low rank: dt_proj applied per row inside the scan
-            return ops.selective_scan(x_scan, dt_low.mT, -torch.exp(direction.A_log), B.mT, C.mT, D,
+            return ops.selective_scan(x_scan, dt_low.transpose(-1, -2), -torch.exp(direction.A_log),
+                                      B.transpose(-1, -2), C.transpose(-1, -2), D,
                                       delta_bias=direction.dt_bias, delta_softplus=True,
                                       delta_proj=direction.dt_proj.weight, reverse=reverse)
 
         # the scans' outputs have x_scan's layout: y^T below is token-major (batch, L, E), no copy
-        y, y_rev = scan(self.fwd, *sel[:3], self.D, False).mT, scan(self.bwd, *sel[3:], None, True).mT
+        y = scan(self.fwd, *sel[:3], self.D, False).transpose(-1, -2)
+        y_rev = scan(self.bwd, *sel[3:], None, True).transpose(-1, -2)
         if _no_grad():  # in place: every (batch, L, E) temporary is memory the allocator may have to fault in again
             y = y.add_(y_rev).mul_(gate)
         else:

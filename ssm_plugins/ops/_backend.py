@@ -28,6 +28,13 @@ except ImportError as exc:  # a source checkout without a build, or a broken bui
 _warned = False
 
 
+def _in_torchscript_onnx_export() -> bool:
+    """True while ``torch.onnx.export(..., dynamo=False)`` traces the model: its TorchScript exporter has no
+    translation for our ops, so the trace records the references' aten ops instead (the dynamo exporter decomposes
+    the ops itself: ssm_plugins._onnx). mmengine's FLOP counter traces too, but not inside an ONNX export."""
+    return torch.jit.is_tracing() and torch.onnx.is_in_onnx_export()
+
+
 def reference_forced() -> bool:
     """True when ``SSM_PLUGINS_BACKEND=reference`` asks for the pure-PyTorch references."""
     choice = os.environ.get(_BACKEND_ENV, "auto").lower()
@@ -78,7 +85,7 @@ def has_kernel(op: str, device_type: str) -> bool:
 
 def use_kernel(op: str, tensor: torch.Tensor) -> bool:
     """Decide, per call, whether ``op`` runs compiled for ``tensor``'s device (else the reference)."""
-    if reference_forced():
+    if reference_forced() or _in_torchscript_onnx_export():
         return False
     if _EXTENSION_ERROR is not None:
         _warn_missing_once()

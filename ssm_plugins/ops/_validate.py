@@ -8,6 +8,15 @@ import torch
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
+def traced_int(value):
+    """``value`` as a Python int where ``torch.jit.trace`` (mmengine's FLOP counter, the TorchScript ONNX exporter)
+    made a size read off a tensor a 0-dim integer tensor; anything else unchanged, for the checks to judge."""
+    if isinstance(value, torch.Tensor) and torch.jit.is_tracing() and value.dim() == 0 \
+            and not value.is_floating_point() and value.dtype != torch.bool:
+        return int(value)
+    return value
+
+
 def tensor(name: str, value, ndim: int | Sequence[int], what: str) -> torch.Tensor:
     """Check that ``value`` is a floating tensor with ``ndim`` dims; ``what`` describes the shape."""
     if not isinstance(value, torch.Tensor):

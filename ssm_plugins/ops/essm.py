@@ -40,11 +40,11 @@ def fft_size(length: int) -> int:
 def _normalise(u, lambda_re, lambda_im, log_dt, B, C, D, dt_scale, discretization, gbt_alpha, n_fft):
     """Validate user input (ValueError naming the argument); return (u, params in the accumulation dtype, n_fft)."""
     u = _validate.tensor("u", u, 3, "(batch, H, L)")
-    batch, width, length = u.shape
+    batch, width, length = (_validate.traced_int(n) for n in u.shape)
     if length < 1:
         raise ValueError(f"u must have shape (batch, H, L) with L >= 1, got {tuple(u.shape)}")
     B = _validate.tensor("B", B, 3, "(S, n, h)")
-    heads, modes, per_head = B.shape
+    heads, modes, per_head = (_validate.traced_int(n) for n in B.shape)
     if heads == 0 or modes == 0 or heads * per_head != width:
         raise ValueError(f"B must have shape (S, n, h) with S, n >= 1 and S*h = H = {width} (u's channels), "
                          f"got {tuple(B.shape)}")

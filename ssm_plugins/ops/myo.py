@@ -103,6 +103,7 @@ def myo_quadtree(height: int, width: int, device=None) -> MyoTree:
     """Ceil quadtree over an H×W grid (spec §2.3, §6.1 ``quad2d``): each level is a grid stored in raster
     order, (⌈H/2⌉, ⌈W/2⌉) above (H, W), down to a 1×1 root. Leaves are the pixels in raster order, so
     a (batch, H, W, channels) map flattened to (batch, H·W, channels) is the leaf level."""
+    height, width = _validate.traced_int(height), _validate.traced_int(width)
     for name, value in (("height", height), ("width", width)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")

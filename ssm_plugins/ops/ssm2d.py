@@ -60,10 +60,10 @@ def fuse_directions(kernels: torch.Tensor) -> torch.Tensor:
     ``fft_conv2d(x, Kfull, origin=(H-1, W-1))`` equals the sum over d of F_d(K_d (*) F_d(x)).
     """
     kernels = _validate.tensor("kernels", kernels, 4, "(directions, n_ssm, H, W)")
-    if kernels.shape[0] not in DIRECTION_FLIPS:
+    dirs, _, height, width = (_validate.traced_int(n) for n in kernels.shape)
+    if dirs not in DIRECTION_FLIPS:
         raise ValueError(f"kernels must have shape (directions, n_ssm, H, W) with directions 2 or 4, "
                          f"got {tuple(kernels.shape)}")
-    dirs, _, height, width = kernels.shape
     fused = 0
     for kernel, flips in zip(kernels, DIRECTION_FLIPS[dirs]):
         top = 0 if -2 in flips else height - 1
@@ -103,6 +103,7 @@ def ssm2d_kernel(A, B, C, height, width, *, directions=4, parameterisation="real
         raise ValueError(f"parameterisation must be one of {PARAMETERISATIONS}, got {parameterisation!r}")
     if directions not in DIRECTION_FLIPS:
         raise ValueError(f"directions must be 2 or 4, got {directions!r}")
+    height, width = _validate.traced_int(height), _validate.traced_int(width)
     for name, value in (("height", height), ("width", width)):
         if isinstance(value, bool) or not hasattr(value, "__index__") or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -322,6 +323,8 @@ def fft_conv2d(x, kernel, origin=(0, 0)):
     except RuntimeError:
         raise ValueError(f"kernel's leading dims {tuple(kernel.shape[:-2])} must broadcast against x's "
                          f"{tuple(x.shape[:-2])}") from None
+    if isinstance(origin, (tuple, list)):
+        origin = tuple(_validate.traced_int(o) for o in origin)
     if (not isinstance(origin, (tuple, list)) or len(origin) != 2
             or not all(isinstance(o, int) and not isinstance(o, bool) for o in origin)
             or not (0 <= origin[0] < kernel.shape[-2] and 0 <= origin[1] < kernel.shape[-1])):

@@ -38,6 +38,24 @@ def test_mmengine_counts_our_ops_as_torch_does(name, ops, caplog):
     assert info["flops"] == total
 
 
+# one model per family besides ViM2 / ViQS above (measured 2026-12-01, mmengine against FlopCounterMode / 2:
+# 184.5 / 183.3 M, 198.3 / 197.1 M, 16.9 / 16.7 M, 4,393 / 4,376 M)
+FAMILIES = ["vit_cifar_patch4_32_ssm2d", "mega_cifar_patch4_32_ssm2d", "essm_scifar_tiny", "myonet_tiny"]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_mmengine_traces_and_counts_every_family(name):
+    import timm
+
+    model = timm.create_model(name).eval()
+    x = torch.randn(1, *model.pretrained_cfg["input_size"])
+    analyzer = FlopAnalyzer(model, (x,))
+    total = analyzer.total()  # the trace: our shape checks take the sizes it records as tensors
+    assert not [op for op in analyzer.unsupported_ops() if op.startswith("ssm_plugins::") or "fft" in op]
+    torch_total, _ = _torch_counts(model, x)
+    assert total == pytest.approx(torch_total / 2, rel=0.02)
+
+
 class _FFTs(torch.nn.Module):
     def forward(self, x):  # x (2, 3, 8, 12)
         y = torch.fft.irfft(torch.fft.rfft(x, n=24), n=24)

@@ -165,6 +165,28 @@ def test_image_classification_inferencer_runs_the_checkpoint(classifier_checkpoi
     assert abs(float(sum(result["pred_scores"])) - 1.0) < 1e-4
 
 
+@pytest.mark.slow
+def test_timm_loads_the_checkpoint_through_pretrained_cfg_overlay(classifier_checkpoint):
+    """Issue 32: the file `mim train mmpretrain` wrote is a timm checkpoint too (mmpretrain's TimmClassifier saves
+    the timm model's keys): timm.create_model(..., pretrained_cfg_overlay=dict(file=...)) loads every weight, once
+    ssm_plugins.mmpretrain (or .openmmlab) lets torch.load's weights_only=True read mmengine's checkpoint meta."""
+    import timm
+
+    import ssm_plugins.mmpretrain  # noqa: F401
+
+    saved = torch.load(classifier_checkpoint, map_location="cpu", weights_only=False)["state_dict"]
+    def differing(**overlay):
+        model = timm.create_model("vim2_t", pretrained=True, num_classes=10, img_size=64, **SMALL,
+                                  pretrained_cfg_overlay=dict(file=str(classifier_checkpoint), **overlay))
+        state = model.state_dict()
+        assert set(state) == set(saved), sorted(set(state) ^ set(saved))[:10]
+        return [k for k in state if not torch.equal(state[k], saved[k])]
+
+    assert differing(num_classes=10) == []  # the checkpoint's own 10 classes: the head too
+    # timm's fine-tuning convention: a pretrained_cfg of another class count (vim2_t's: 1000) keeps a new head
+    assert differing() == ["head.weight", "head.bias"]
+
+
 def _backbone_small(prefix):
     return [f"{prefix}.{k}={v}" for k, v in SMALL.items()]
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ..ops._validate import traced_int
+
 __all__ = ["is_positive_int", "positive_int", "probability", "choice", "shape_or_type", "drop_path", "DropPath",
            "MIXER_NORMS", "make_mixer_norm"]
 
@@ -19,9 +21,7 @@ __all__ = ["is_positive_int", "positive_int", "probability", "choice", "shape_or
 def is_positive_int(value, minimum: int = 1) -> bool:
     """True for an int (not a bool) of at least ``minimum``. Under ``torch.jit.trace`` (mmengine's and fvcore's
     FLOP counters trace) a size read off a tensor is a 0-dim integer tensor, which counts as its int."""
-    if isinstance(value, torch.Tensor) and torch.jit.is_tracing():
-        return value.dim() == 0 and not value.is_floating_point() and value.dtype != torch.bool \
-            and int(value) >= minimum
+    value = traced_int(value)
     return not isinstance(value, bool) and isinstance(value, int) and value >= minimum
 
 

@@ -49,10 +49,7 @@ def _example(value):
         if sizes is None or dtype is None:
             raise ValueError(f"the trace has no shape or dtype for {value.debugName()}: cannot count its FLOPs")
         return torch.empty(sizes, dtype=dtype, device="meta")
-    if isinstance(kind, torch._C.OptionalType) and value.toIValue() is None \
-            and value.node().kind() == "prim::Constant":
-        return None
-    return _constant(value)
+    return _constant(value)  # None for an absent optional tensor
 
 
 def jit_flop_handle(op: torch._ops.OpOverload):
@@ -64,8 +61,10 @@ def jit_flop_handle(op: torch._ops.OpOverload):
     def handle(inputs, outputs) -> int:
         args, kwargs = [], {}
         for argument, value in zip(schema.arguments, inputs):
-            (kwargs.__setitem__(argument.name, _example(value)) if argument.kwarg_only
-             else args.append(_example(value)))
+            if argument.kwarg_only:
+                kwargs[argument.name] = _example(value)
+            else:
+                args.append(_example(value))
         outs = [_example(v) for v in outputs]
         return int(formula(*args, **kwargs, out_val=outs[0] if len(outs) == 1 else tuple(outs))) // 2
 

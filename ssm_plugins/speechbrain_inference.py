@@ -19,6 +19,7 @@ SpeechBrain's MFCC frames), which ``EncoderClassifier``'s feature / embedding / 
 """
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -30,6 +31,7 @@ from speechbrain.inference.interfaces import Pretrained
 
 __all__ = ["write_inference_folder", "KeywordClassifier"]
 
+logger = logging.getLogger(__name__)
 _PRETRAINER = "!new:speechbrain.utils.parameter_transfer.Pretrainer"
 
 
@@ -45,8 +47,11 @@ def _tagged(tag: str, **items):
 def write_inference_folder(hparams_file: str, overrides, checkpointer, folder: str,
                            modules: Mapping[str, tuple[str, str]], keys: tuple[str, ...] = (),
                            objects: Optional[Mapping[str, tuple[str, dict, Optional[str]]]] = None,
-                           min_key: Optional[str] = None, max_key: Optional[str] = None) -> str:
+                           min_key: Optional[str] = None, max_key: Optional[str] = None) -> Optional[str]:
     """Writes ``folder/hyperparams.yaml`` and the module files of the best checkpoint; returns ``folder``.
+
+    A run that saved no checkpoint (``--N_epochs 0`` evaluates the initialisation) has nothing trained to
+    package: it logs a warning, writes nothing and returns None.
 
     Args:
         hparams_file, overrides: the training run's hparams file and its overrides (as ``sb.parse_arguments``
@@ -65,7 +70,9 @@ def write_inference_folder(hparams_file: str, overrides, checkpointer, folder: s
 
     ckpt = checkpointer.find_checkpoint(min_key=min_key, max_key=max_key)
     if ckpt is None:
-        raise FileNotFoundError(f"no checkpoint in {checkpointer.checkpoints_dir} to write an inference folder from")
+        logger.warning("no checkpoint in %s (no epoch trained): no inference folder written to %s",
+                       checkpointer.checkpoints_dir, folder)
+        return None
     with open(hparams_file, encoding="utf-8") as f:
         resolved = resolve_references(f, overrides).getvalue()
     yaml = ruamel.yaml.YAML()
@@ -92,12 +99,16 @@ def write_inference_folder(hparams_file: str, overrides, checkpointer, folder: s
     doc["pretrainer"] = _tagged(_PRETRAINER, loadables=loadables)  # files: <source>/<loadable name>.ckpt
 
     fd, tmp = tempfile.mkstemp(dir=folder, suffix=".yaml")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(f"# Inference hyperparameters of {os.path.abspath(hparams_file)} (overrides applied), written by\n"
-                f"# the recipe from checkpoint {os.path.basename(ckpt.path)}; load with <class>.from_hparams(source=this "
-                f"folder)\n")
-        yaml.dump(doc, f)
-    os.replace(tmp, os.path.join(folder, "hyperparams.yaml"))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(f"# Inference hyperparameters of {os.path.abspath(hparams_file)} (overrides applied), written "
+                    f"by\n# the recipe from checkpoint {os.path.basename(ckpt.path)}; load with "
+                    f"<class>.from_hparams(source=this folder)\n")
+            yaml.dump(doc, f)
+        os.replace(tmp, os.path.join(folder, "hyperparams.yaml"))
+    except BaseException:
+        os.unlink(tmp)
+        raise
     return folder
 
 

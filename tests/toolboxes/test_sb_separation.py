@@ -359,6 +359,8 @@ def test_short_training_improves_si_snri(tmp_path_factory):
     output = tmp_path_factory.mktemp("learn")
     common = ("--use_speedperturb", "False")
     before = _avg(_run("mambamixer", data, output, "--N_epochs", "0", *common))
+    inference = next(output.glob("**/save")) / "inference"
+    assert not inference.exists(), "a run that trained nothing must not package an inference folder"
     after = _avg(_run("mambamixer", data, output, "--N_epochs", "2", *common))
     gain = {k: float(after[k]) - float(before[k]) for k in ("si-snr_i", "sdr_i")}
     # measured: SI-SNRi -22.5 -> -0.6 dB, SDRi -9.8 -> +0.9 dB (the untrained decoder is far off the sources)

@@ -1,13 +1,16 @@
-"""eSSM timm models: parameters and GFLOPs vs the paper's figures (spec essm.md §4.3, §3.4), CPU timings.
+"""eSSM timm models: parameters and GFLOPs vs the paper's figures (Tables 4, 7-9), CPU timings.
+
+Paper: Liang & Li, "Efficient State Space Model via Fast Tensor Convolution and Block Diagonalization",
+arXiv 2402.15290. The parameter formula is ours: docs/essm.md, 'Parameter counts'.
 
     .venv/bin/python -m benchmarks.models_essm            # all tables
     .venv/bin/python -m benchmarks.models_essm --quick    # no timings
 
-1. Parameter checks against the only counts the paper prints for these layers (§4.3): Table 4 (IMDB, one layer,
+1. Parameter checks against the only counts the paper prints for these layers: Table 4 (IMDB, one layer,
    H = N = 128, S = 4/16/64: 75.5k/69.3k/67.8k) and SC35 (Table 8: 220K). Table 4's text encoder is an
    Embedding of unknown vocabulary: the table shows what is left for it after our layer + final norm + decoder
    (the same ~258-token vocabulary in all three rows means the per-head differences agree exactly).
-2. The registered models: parameters (= the §4.3 formula), GFLOPs of one sample at the default input, and the
+2. The registered models: parameters (= the formula), GFLOPs of one sample at the default input, and the
    paper's accuracy target (Table 9 / Table 7; the paper prints no parameter counts or FLOPs for these tasks).
 3. The 2-D backbone (an extension, no paper figures) next to timm peers at 224 px.
 
@@ -70,7 +73,7 @@ def paper_count_table() -> str:
                              device='meta')
         count = _params(model)
         rows.append([f'SC35 (Table 8), 6 layers, S={heads}', f'{count:,}', '', '220K',
-                     f'{100 * (count - 220e3) / 220e3:+.1f}%' + (' (Table 10: S=32)' if heads == 32 else ' (A12)')])
+                     f'{100 * (count - 220e3) / 220e3:+.1f}%' + (' (Table 10: S=32)' if heads == 32 else ' (guess)')])
     return table(['configuration', 'ours (params)', 'per-head delta', 'paper', 'remainder / diff'], rows)
 
 
@@ -89,7 +92,7 @@ TARGETS = {
 
 
 def _formula(model) -> int:
-    """§4.3 for the sequence models: depth x P_layer + encoder + decoder + final norm."""
+    """docs/essm.md, 'Parameter counts', for the sequence models: depth x P_layer + encoder + decoder + final norm."""
     layer = model.blocks[0].ssm
     H = layer.d_model
     return (len(model.blocks) * essm_layer_param_count(H, layer.d_state, layer.n_heads, layer.glu)
@@ -115,7 +118,7 @@ def models_table(quick: bool) -> str:
         rows.append([name, size[1] * size[2], len(model.blocks), layer.d_model, layer.n_heads, layer.d_state,
                      f'{_params(model):,}', f'{_formula(model):,}', f'{total:.3f}', f'{core:.3f}', timing,
                      TARGETS[name]])
-    return table(['model', 'L', 'depth', 'H', 'S', 'N', 'params', '§4.3 formula', 'GFLOPs', 'SSM core',
+    return table(['model', 'L', 'depth', 'H', 'S', 'N', 'params', 'formula', 'GFLOPs', 'SSM core',
                   'ms/sample (eval, batch 16)', 'paper accuracy'], rows)
 
 
@@ -159,7 +162,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     with readme_section('benchmarks.models_essm', args.write_readme, argv):
         print(f'torch {torch.__version__}, {torch.get_num_threads()} threads, CPU\n')
-        print('1. Parameter counts the paper prints (§4.3)\n')
+        print('1. Parameter counts the paper prints (Tables 4 and 8)\n')
         print(paper_count_table())
         print('\n2. Registered eSSM sequence models (one sample; the paper prints no params/FLOPs for them)\n')
         print(models_table(args.quick))

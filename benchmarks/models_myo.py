@@ -1,12 +1,12 @@
-"""Myosotis timm models: parameters and GFLOPs (spec myosotis.md §4.3, §5, §7.3).
+"""Myosotis timm models: parameters and GFLOPs (Myosotis, arXiv 2509.20503; docs/myosotis.md, 'Backbones').
 
     .venv/bin/python -m benchmarks.models_myo
 
 The paper reports accuracies only (Table 4: zCIFAR 93.4 %, sCIFAR 92.6 %); it gives no parameter counts,
-FLOPs or timings (spec §4.1). The reference for ``myopix_zcifar`` is therefore the S5 network it copies
-(§4.3 sCIFAR/zCIFAR row: depth 6, H 512, P 384, J 3, 10 classes), counted analytically; Myo's per-head
-parameters equal S5's (§2.6), so the only difference is Myo's learned virtual-node inputs (5 levels x H).
-``myonet_*`` are [X] scaffolding with no paper numbers.
+FLOPs or timings (paper Sec. 4). The reference for ``myopix_zcifar`` is therefore the S5 network it copies
+(S5's sCIFAR/zCIFAR settings, docs/myosotis.md 'S5 settings': depth 6, H 512, P 384, J 3, 10 classes), counted
+analytically; Myo's per-head parameters equal S5's (docs/myosotis.md, 'Edge weights'), so the only difference is
+Myo's learned virtual-node inputs (5 levels x H). ``myonet_*`` are [X] scaffolding with no paper numbers.
 
 GFLOPs: one image at the model's default input size, eval mode, torch.utils.flop_counter.FlopCounterMode
 (the Myo solve op registers its formula). FLOPs are 2 x multiply-adds; the complex B̃ / C̃ projections run as
@@ -66,7 +66,7 @@ def main() -> None:
         ])
     print(table(["model", "input", "params M", "of which MyoSSM", "paper params M", "S5 equivalent M (diff)",
                  "GFLOPs", "of which solve", "paper result"], rows))
-    print("\nThe paper reports no parameter counts or FLOPs; S5 equivalent = the S5 sCIFAR network of spec §4.3.")
+    print("\nThe paper reports no parameter counts or FLOPs; S5 equivalent = the S5 sCIFAR network (docs/myosotis.md).")
 
 
 if __name__ == "__main__":

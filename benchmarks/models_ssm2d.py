@@ -1,4 +1,5 @@
-"""2-D SSM timm models: parameters and GFLOPs vs the paper's figures (spec 2d-ssm.md §5).
+"""2-D SSM timm models: parameters and GFLOPs vs the figures of "2-D SSM: A General Spatial Layer for Visual
+Transformers" (arXiv:2306.06635; Tables 1-2, Figures 4-5).
 
     .venv/bin/python -m benchmarks.models_ssm2d
 
@@ -75,16 +76,16 @@ def main() -> None:
             ])
     print(table(["model", "SSM", "input", "base M (ours)", "base M (paper)", "params M (ours)",
                  "params M (paper)", "diff", "base GFLOPs", "GFLOPs", "of which SSM"], rows))
-    print("\nSSM config: n_ssm=8, N=16, directions=4 (spec §3.1 defaults); the paper reports no FLOPs.\n")
+    print("\nSSM config: n_ssm=8, N=16, directions=4 (defaults: paper App. F; code-v1); the paper reports no FLOPs.\n")
     print(delta_table())
     print()
     print(table1_table())
     print(TABLE1_NOTE)
 
 
-# Smaller configurations whose parameter deltas sit closer to the paper's tables (spec §3.1 / A10): the
-# CelebA deltas match N * S = 32 (N = 16, one kernel per direction, two directions); the code-HEAD README runs
-# the small-dataset ViT with n_ssm = 2, directions = 2.
+# Smaller configurations whose parameter deltas sit closer to the paper's tables (docs/2d-ssm.md, 'Defaults and
+# parameter counts'): the CelebA deltas match N * S = 32 (N = 16, one kernel per direction, two directions); the
+# code-HEAD README runs the small-dataset ViT with n_ssm = 2, directions = 2.
 DELTA_CONFIGS = {
     "deit": dict(ssm_n_ssm=1, ssm_directions=2, ssm_d_state=16),
     "swin_tiny": dict(ssm_n_ssm=1, ssm_directions=2, ssm_d_state=16),

@@ -1,4 +1,5 @@
-"""ViM2 / ViQS timm models: parameters and FLOPs vs the paper's Table 15 (spec mambamixer.md §3.5, §6.2).
+"""ViM2 / ViQS timm models: parameters and FLOPs vs Table 15 of the MambaMixer paper (arXiv:2403.19888 v2); our
+variant sizes: docs/mambamixer.md, 'Variant sizes'.
 
     .venv/bin/python -m benchmarks.models_vim2 [--no-breakdown]
 

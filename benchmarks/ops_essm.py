@@ -1,6 +1,6 @@
 """essm_conv (compiled state kernel + FFT convolution) vs the sequential recurrence, a direct O(L²) convolution
-and the pure-PyTorch reference FFT, at H = 128, N = 64, S = 4 (spec essm.md §1.5, Prop. 2), forward and
-forward+backward.
+and the pure-PyTorch reference FFT, at H = 128, N = 64, S = 4 (eSSM, arXiv 2402.15290: Sec. 4.2, Prop. 2), forward
+and forward+backward.
 
     .venv/bin/python -m benchmarks.ops --only essm [--quick]
 """
@@ -71,7 +71,7 @@ def run(quick: bool) -> list[tuple]:
                 ours = seconds(_step(essm_conv, u, params, backward, **kwargs), repeat=15, warmup=2)
                 baselines = [("direct O(L²) conv", direct_conv, slow)]
                 if mode == "causal":
-                    baselines = [("sequential recurrence (§1.10)", reference.essm_recurrent, slow), *baselines]
+                    baselines = [("sequential recurrence", reference.essm_recurrent, slow), *baselines]
                 baselines.append(("pure-torch FFT reference", reference.essm_conv, dict(repeat=15, warmup=2)))
                 for name, fn, reps in baselines:
                     base = seconds(_step(fn, u, params, backward, **kwargs), **reps)

@@ -1,6 +1,7 @@
 """Myosotis tree solve: linear scaling in L, and the compiled kernel vs a dense solve and vs the PyTorch
 level-loop (pyramid) reference. Binary ceil tree with persistent virtual nodes, level-shared complex64
-weights in the stable regime (spec myosotis.md §2.6), the paper's default instance.
+weights in the stable regime (docs/myosotis.md, 'Edge weights'), the default instance of the Myosotis paper
+(arXiv 2509.20503, Sec. 3.5).
 
     .venv/bin/python -m benchmarks.ops --only myo [--quick]
 """

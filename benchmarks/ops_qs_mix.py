@@ -1,7 +1,8 @@
 """QS mixing (one qs_mix call) vs naive forward + backward S6 (two selective scans, the second flipped).
 
-The paper claims the QS form is ≈1.8x faster than the scan-based f+b S6 (mambamixer.md §1.4). Both sides
-mix the same (batch, dim, L) activations with N = 16 and one parameter set per direction:
+The MambaMixer paper (arXiv:2403.19888 v2, abstract, App. I.4, Fig. 5) claims the QS form is ≈1.8x faster than
+the scan-based f+b S6 (our benchmark design: docs/mambamixer.md, 'QS speed benchmark'). Both sides mix the same
+(batch, dim, L) activations with N = 16 and one parameter set per direction (kernel names of its 'Kernels K1-K3'):
     K3  qs_mix in the Mamba layout: diagonal A per channel (the S6-style QS)
     K2  qs_mix in the head layout: QSMixer's scalar A per head, P = 64 features per head
 Baselines: ``reference.selective_scan`` twice (PyTorch autograd for the backward) and, when the extension

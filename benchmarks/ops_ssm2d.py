@@ -1,10 +1,10 @@
 """2-D SSM: kernel generation and kernel + FFT convolution, compiled vs the pure-PyTorch oracle.
 
-Setting of the issue: N = 16, 4 directions, 384 channels in 8 kernel groups (n_ssm = 8, the paper default,
-so S = 32 kernel sets), batch 8, grids 14x14 (DeiT) and 56x56 (Swin-T stage 1). The layer rows apply the
-directions as one fused non-causal kernel (spec §1.8) in both columns (the oracle's FFT pads to the full
-linear size, ours to a no-wrap-around 7-smooth size); a separate row compares the fused convolution with
-the official four per-direction convolutions, both compiled.
+Setting of the issue: N = 16, 4 directions, 384 channels in 8 kernel groups (n_ssm = 8, the default of the
+2-D SSM paper, arXiv:2306.06635, App. F; so S = 32 kernel sets), batch 8, grids 14x14 (DeiT) and 56x56 (Swin-T
+stage 1). The layer rows apply the directions as one fused non-causal kernel (docs/2d-ssm.md, 'Fused kernel') in
+both columns (the oracle's FFT pads to the full linear size, ours to a no-wrap-around 7-smooth size); a separate
+row compares the fused convolution with the official four per-direction convolutions, both compiled.
 
     .venv/bin/python -m benchmarks.ops --only ssm2d
 """
@@ -33,7 +33,7 @@ def _reference_backend():
 
 
 def _params(S, N):
-    """Real parameterisation, initialised as spec §1.7."""
+    """Real parameterisation, initialised as code-v1 (docs/2d-ssm.md, 'Initialisation')."""
     return [(torch.randn(*shape) * std).requires_grad_()
             for shape, std in (((4, S, N), 0.2), ((2, S, N), 0.2), ((2, S, N), 1.0))]
 
@@ -46,7 +46,8 @@ def _layer(params, x, n_ssm):
 
 
 def _layer_per_direction(params, x, n_ssm):
-    """The official formulation: four causal convolutions of flipped inputs (spec §1.8)."""
+    """The official formulation: four causal convolutions of flipped inputs (docs/2d-ssm.md, 'Directions and channel
+    sharing')."""
     height, width = x.shape[-2:]
     kernels = ops.ssm2d_kernel(*params, height, width, directions=4)
     channels = torch.arange(x.shape[1]) % n_ssm

@@ -3,8 +3,9 @@
     .venv/bin/python -m benchmarks.params_mm
 
 Each model is built from its config through the toolbox registry, without weights (backbone init_cfg=None).
-Paper columns: Table 17 (COCO Mask R-CNN) and Table 16 (ADE20K UperNet), mambamixer.md §6.6-6.7; the 2-D SSM
-Swin-T has no row there ("–"). The ms-3x configs hold the same model as their 1x config and are not repeated.
+Paper columns: Table 17 (COCO Mask R-CNN) and Table 16 (ADE20K UperNet) of MambaMixer (arXiv:2403.19888 v2,
+App. I.6); the 2-D SSM Swin-T has no row there ("–"). The ms-3x configs hold the same model as their 1x config
+and are not repeated.
 """
 from __future__ import annotations
 

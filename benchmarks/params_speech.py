@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.params_speech
 
 Builds every ``recipes_speech/WSJ0Mix/separation/hparams/*.yaml`` as the recipe does (hyperpyyaml, no data
-needed) and counts the parameters of encoder + mask net + decoder. Table 11 (spec mambamixer.md §6.13) gives
+needed) and counts the parameters of encoder + mask net + decoder. Table 11 (arXiv:2403.19888 v2, App. H.5) gives
 MambaMixer 15M (SI-SNRi 22.7 dB, SDRi 22.9) and QSMixer 15M (22.4, 22.7); DPMamba-M 15.9M for reference. The
 eSSM and Myo papers report no speech separation; their recipes use DPMamba-M's layout.
 """

@@ -1,11 +1,13 @@
-"""Parameter counts of the eSSM Speech Commands recipes (full size) next to the paper's (essm.md §3.3, §4.3).
+"""Parameter counts of the eSSM Speech Commands recipes (full size) next to the paper's (eSSM, arXiv 2402.15290,
+Table 8).
 
     .venv/bin/python -m benchmarks.params_speech_commands
 
 The models are built from the recipe files themselves (recipes_speech/Google-speech-commands/hparams/*.yaml), so
-the counts are of what the recipe trains. "formula" is essm.md §4.3: 6 x per-layer count + Linear(1 -> 128)
-encoder + Linear(128 -> classes) decoder (+ final norm when prenorm). The paper prints a count only for SC35
-(Table 8: 220K); 16 heads instead of Table 10's 32 would give 219.8K (A12).
+the counts are of what the recipe trains. "formula" is docs/essm.md, 'Parameter counts': 6 x per-layer count
++ Linear(1 -> 128) encoder + Linear(128 -> classes) decoder (+ final norm when prenorm). The paper prints a count
+only for SC35 (Table 8: 220K); 16 heads instead of Table 10's 32 would give 219.8K (our guess at the gap, same
+section).
 """
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ def recipe_row(name: str, tmp: str) -> list:
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         rows = [recipe_row(name, tmp) for name in PAPER]
-    print(table(["recipe", "model", "params (ours)", "§4.3 formula", "paper params", "diff",
+    print(table(["recipe", "model", "params (ours)", "formula", "paper params", "diff",
                  "paper accuracy 16k / 8k"], rows))
 
 

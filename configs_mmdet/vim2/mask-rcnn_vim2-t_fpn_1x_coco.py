@@ -1,6 +1,7 @@
-# Mask R-CNN + FPN with a ViM2-T backbone, 1x schedule (mambamixer.md §5.3: the paper's COCO protocol follows
-# VMamba, i.e. MMDetection's Swin Mask R-CNN config, with AdamW lr 1e-4). Every config of configs_mmdet/ derives
-# from this one; it inherits the installed mmdet's Swin-T config and replaces the backbone.
+# Mask R-CNN + FPN with a ViM2-T backbone, 1x schedule (MambaMixer, arXiv 2403.19888 v2, App. G: the paper's COCO
+# protocol follows VMamba, i.e. MMDetection's Swin Mask R-CNN config, with AdamW lr 1e-4; the detector and the rest:
+# docs/mambamixer.md, 'COCO and ADE20K protocol'). Every config of configs_mmdet/ derives from this one;
+# it inherits the installed mmdet's Swin-T config and replaces the backbone.
 _base_ = ['mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py']
 
 custom_imports = dict(imports=['ssm_plugins.mmdet'], allow_failed_imports=False)
@@ -16,13 +17,13 @@ model = dict(
         type='ViM2',
         arch='tiny',
         # built for the largest padded 1x input (800 x 1344); other sizes resample the position embedding and
-        # the channel mixer's token-axis weights on the fly (mambamixer.md §3.6)
+        # the channel mixer's token-axis weights on the fly (docs/mambamixer.md, 'Channel mixer at other token counts')
         img_size=(800, 1344),
         out_indices=(0, 1, 2, 3),
         drop_path_rate=0.2,
         with_cp=False,
         init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
-    # the §3.6 pyramid: all four levels have the embedding width D
+    # the dense pyramid (docs/mambamixer.md, 'Dense outputs'): all four levels have the embedding width D
     neck=dict(in_channels=[192, 192, 192, 192]))
 
 # AdamW lr 1e-4 [paper], weight decay 0.05 [VMamba/Swin]; no decay on norms, position/level embeddings, the class

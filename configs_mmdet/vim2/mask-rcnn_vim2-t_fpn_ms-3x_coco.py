@@ -1,5 +1,6 @@
-# ViM2-T Mask R-CNN, 3x schedule with multi-scale training (mambamixer.md §5.3): 36 epochs, steps at 27 and 33,
-# the DETR-style multi-scale + random-crop augmentation of MMDetection's Swin ms-crop-3x config.
+# ViM2-T Mask R-CNN, 3x schedule with multi-scale training (docs/mambamixer.md, 'COCO and ADE20K protocol'):
+# 36 epochs, steps at 27 and 33, the DETR-style multi-scale + random-crop augmentation of MMDetection's Swin
+# ms-crop-3x config.
 _base_ = ['./mask-rcnn_vim2-t_fpn_1x_coco.py']
 
 train_pipeline = [

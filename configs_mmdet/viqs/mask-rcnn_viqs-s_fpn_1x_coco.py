@@ -1,4 +1,4 @@
-# Mask R-CNN + FPN with a ViQS-S backbone, 1x schedule (mambamixer.md §5.3).
+# Mask R-CNN + FPN with a ViQS-S backbone, 1x schedule (protocol: docs/mambamixer.md, 'COCO and ADE20K protocol').
 _base_ = ['./mask-rcnn_viqs-t_fpn_1x_coco.py']
 
 pretrained = 'checkpoints/viqs_s_in1k.pth'  # local timm checkpoint, see the ViM2-T config

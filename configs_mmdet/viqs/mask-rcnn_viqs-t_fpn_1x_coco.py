@@ -1,5 +1,5 @@
 # Mask R-CNN + FPN with a ViQS-T backbone (QSMixer token mixer), 1x schedule: the ViM2-T config with the other
-# token mixer (mambamixer.md §5.3).
+# token mixer (docs/mambamixer.md, 'COCO and ADE20K protocol').
 _base_ = ['../vim2/mask-rcnn_vim2-t_fpn_1x_coco.py']
 
 pretrained = 'checkpoints/viqs_t_in1k.pth'  # local timm checkpoint, see the ViM2-T config

@@ -1,12 +1,11 @@
-# Myo 2-D backbone myonet_tiny (myosotis.md §7.3: dims 96-768, depths 2/2/6/2) on ImageNet-1K. The paper has no
-# ImageNet experiment for this backbone, so there is no figure to compare with: this config gives the 2-D backbone an
+# Myo 2-D backbone myonet_tiny (docs/myosotis.md 'Backbones': dims 96-768, depths 2/2/6/2) on ImageNet-1K. The paper has
+# no ImageNet experiment for this backbone, so there is no figure to compare with: this config gives the 2-D backbone an
 # ImageNet-1K checkpoint (which the ESSM2D / MyoNet backbones of ssm_plugins.mmdet and ssm_plugins.mmseg load through
 # init_cfg=dict(type='Pretrained', checkpoint=...)) with the same DeiT/Swin recipe as the ViM2/ViQS configs, which it
 # inherits unchanged (AdamW lr 1e-3 at batch 8 x 128 = 1024, weight decay 0.05 with none on norms, biases and the
 # model's no_weight_decay() SSM parameters, 300 epochs with 10 warm-up epochs and cosine decay, RandAugment,
 # Mixup/CutMix, RandomErasing 0.25, label smoothing 0.1, 224 px; see configs_mmpretrain/vim2/vim2-t_8xb128_in1k.py).
-# Only the model and its stochastic depth change. Stochastic depth 0.2, the model's own default (Swin-T's at this
-# size).
+# Only the model and its stochastic depth change. Stochastic depth 0.2, the model's own default (Swin-T's at this size).
 _base_ = ['../vim2/vim2-t_8xb128_in1k.py']
 
 model = dict(model_name='myonet_tiny', drop_path_rate=0.2)

@@ -1,5 +1,5 @@
 # 2-D SSM paper, Table 2 (CelebA, 40 attributes), row "DeiT-S w. SSM-c": mean attribute accuracy 90.38, 21.691M
-# params. Recipe: _base_/celeba_bs1024_adamw_deit_20e.py (DeiT, 20 epochs, BCE; 2d-ssm.md §4.2), 224 px, 8 GPUs x 128.
+# params. Recipe: _base_/celeba_bs1024_adamw_deit_20e.py (DeiT, 20 epochs: App. F; BCE), 224 px, 8 GPUs x 128.
 #
 # The complex 2-D SSM.
 _base_ = './deit-small-ssm2d-r_8xb128_celeba-224px.py'

@@ -1,8 +1,9 @@
 # 2-D SSM paper, Table 2 (CelebA, 40 attributes), row "DeiT-S": mean attribute accuracy 89.66, 21.681M params. Recipe:
-# _base_/celeba_bs1024_adamw_deit_20e.py (DeiT, 20 epochs, BCE; 2d-ssm.md §4.2), 224 px, 8 GPUs x 128.
+# _base_/celeba_bs1024_adamw_deit_20e.py (DeiT, 20 epochs: App. F; BCE), 224 px, 8 GPUs x 128.
 #
-# DeiT-S (ViT-S/16: dim 384, depth 12, 6 heads; 14x14 tokens, class token, no distillation token: spec A17), the plain
-# timm block: the ssm2d model family with spatial_mixer='none'. The DeiT-S rows of Table 2 inherit this config.
+# DeiT-S (ViT-S/16: dim 384, depth 12, 6 heads; 14x14 tokens, class token, no distillation token: docs/2d-ssm.md,
+# 'CelebA choices'), the plain timm block: the ssm2d model family with spatial_mixer='none'. The DeiT-S rows of
+# Table 2 inherit this config.
 _base_ = [
     './_base_/celeba_bs128_deit-224px.py',
     './_base_/celeba_bs1024_adamw_deit_20e.py',

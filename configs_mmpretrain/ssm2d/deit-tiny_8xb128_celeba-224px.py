@@ -1,8 +1,9 @@
 # 2-D SSM paper, Table 2 (CelebA, 40 attributes), row "DeiT-T": mean attribute accuracy 88.43, 5.532M params. Recipe:
-# _base_/celeba_bs1024_adamw_deit_20e.py (DeiT, 20 epochs, BCE; 2d-ssm.md §4.2), 224 px, 8 GPUs x 128.
+# _base_/celeba_bs1024_adamw_deit_20e.py (DeiT, 20 epochs: App. F; BCE), 224 px, 8 GPUs x 128.
 #
-# DeiT-T (ViT-Ti/16: dim 192, depth 12, 3 heads; 14x14 tokens, class token, no distillation token: spec A17), the
-# plain timm block: the ssm2d model family with spatial_mixer='none'. The DeiT-T rows of Table 2 inherit this config.
+# DeiT-T (ViT-Ti/16: dim 192, depth 12, 3 heads; 14x14 tokens, class token, no distillation token: docs/2d-ssm.md,
+# 'CelebA choices'), the plain timm block: the ssm2d model family with spatial_mixer='none'. The DeiT-T rows of
+# Table 2 inherit this config.
 _base_ = [
     './_base_/celeba_bs128_deit-224px.py',
     './_base_/celeba_bs1024_adamw_deit_20e.py',

@@ -3,7 +3,8 @@
 # ViT-T: the mega-image repository's mega_tiny_patch16_224 (depth 12, dim 192, hidden / FFN 384, z 64, EMA N 16; 14x14
 # tokens).
 #
-# Recipe: the paper uses MEGA's own ImageNet recipe, which it does not give (2d-ssm.md §4.3, A25: "do not guess").
+# Recipe: the paper uses MEGA's own ImageNet recipe (App. F), which it does not give; we do not guess it
+# (docs/2d-ssm.md, 'Mega ImageNet and LRA recipes').
 # This config uses the DeiT recipe instead, a deviation to report with any result: MMPretrain's DeiT/Swin ImageNet
 # pipeline (RandomResizedCrop 224, flip, RandAugment 2/9/0.5, random erasing 0.25; resize 256 + centre crop 224 to
 # test), repeated augmentation x3, AdamW lr 5e-4 x 1024 / 512, weight decay 0.05 (0 on norms, biases, position

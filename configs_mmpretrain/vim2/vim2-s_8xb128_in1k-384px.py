@@ -1,9 +1,10 @@
-# Table 14 row "ViM2 (S)" at 384x384 (15.6 GFLOPs, 83.8 top-1; Figure 3): the vim2-s model trained at 224 by
-# vim2-s_8xb128_in1k.py, tested at 384 px. Only the test pipeline changes: resize the short side to 438 and
-# centre-crop 384: the 224 protocol's 256/224 ratio kept at every size [D: the paper does not say how it resizes]. The
-# model stays built at 224, so the 224 checkpoint loads as is; at 384 px it resamples the position embedding (bicubic)
-# and the channel mixers' token-axis weights (bilinear, area-rescaled) on the fly, as checkpoint_filter_fn of
-# ssm_plugins/models/vim2.py does for a model built at 384. Use with
+# MambaMixer paper (arXiv 2403.19888 v2) Table 14 row "ViM2 (S)" at 384x384 (15.6 GFLOPs, 83.8 top-1; Figure 3): the
+# vim2-s model trained at 224 by vim2-s_8xb128_in1k.py, tested at 384 px. Only the test pipeline changes: resize the
+# short side to 438 and centre-crop 384: the 224 protocol's 256/224 ratio kept at every size [D: the paper does not say
+# how it resizes; docs/mambamixer.md, 'Training recipes']. The model stays built at 224, so the 224 checkpoint loads as
+# is; at 384 px it resamples the position embedding (bicubic) and the channel mixers' token-axis weights (bilinear,
+# area-rescaled) on the fly, as checkpoint_filter_fn of ssm_plugins/models/vim2.py does for a model built at 384.
+# Use with
 #   mim test mmpretrain configs_mmpretrain/vim2/vim2-s_8xb128_in1k-384px.py \
 #       --checkpoint work_dirs/vim2-s_8xb128_in1k/epoch_300.pth
 _base_ = ['./vim2-s_8xb128_in1k.py']

@@ -1,4 +1,5 @@
-# ViM2-T on ImageNet-1K, the paper's Table 7 recipe (mambamixer.md §5.1; Table 15 row "ViM2-T": 13.2M, 81.9 top-1).
+# ViM2-T on ImageNet-1K, the Table 7 recipe of the MambaMixer paper (arXiv 2403.19888 v2, App. G; Table 15 row
+# "ViM2-T": 13.2M, 81.9 top-1; our additions: docs/mambamixer.md, 'Training recipes').
 # Every MambaMixer classification config of configs_mmpretrain/ derives from this one (or from its ViQS twin) and
 # changes one thing. What the paper leaves open follows the DeiT/VMamba protocol it cites, i.e. MMPretrain's own
 # Swin ImageNet recipe (_base_ below): RandAugment (2 ops, magnitude 9, std 0.5), RandomErasing 0.25, Mixup 0.8 /

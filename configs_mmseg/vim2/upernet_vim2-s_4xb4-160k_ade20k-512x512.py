@@ -1,4 +1,4 @@
-# UperNet with a ViM2-S backbone on ADE20K (mambamixer.md §5.4).
+# UperNet with a ViM2-S backbone on ADE20K (protocol: docs/mambamixer.md, 'COCO and ADE20K protocol').
 _base_ = ['./upernet_vim2-t_4xb4-160k_ade20k-512x512.py']
 
 checkpoint_file = 'checkpoints/vim2_s_in1k.pth'  # local timm checkpoint, see the ViM2-T config

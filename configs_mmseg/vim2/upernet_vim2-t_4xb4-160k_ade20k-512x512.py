@@ -1,7 +1,8 @@
 # UperNet (+ auxiliary FCN head) with a ViM2-T backbone on ADE20K, crop 512, 160k iterations, total batch 16
-# (4 GPUs x 4 images) (mambamixer.md §5.4: the paper's protocol follows VMamba, i.e. MMSegmentation's Swin UperNet
-# config: AdamW lr 6e-5, wd 0.01, 1500 linear warm-up iterations then poly decay, power 1). Every config of
-# configs_mmseg/ derives from this one; it inherits the installed mmseg's Swin-T config and replaces the backbone.
+# (4 GPUs x 4 images) (MambaMixer, arXiv 2403.19888 v2, App. G: the paper's protocol follows VMamba, i.e.
+# MMSegmentation's Swin UperNet config: AdamW lr 6e-5, wd 0.01, 1500 linear warm-up iterations then poly decay,
+# power 1; the rest: docs/mambamixer.md, 'COCO and ADE20K protocol'). Every config of configs_mmseg/ derives from
+# this one; it inherits the installed mmseg's Swin-T config and replaces the backbone.
 _base_ = ['mmseg::swin/swin-tiny-patch4-window7-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py']
 
 custom_imports = dict(imports=['ssm_plugins.mmseg'], allow_failed_imports=False)
@@ -21,7 +22,8 @@ model = dict(
         drop_path_rate=0.2,
         with_cp=False,
         init_cfg=dict(type='Pretrained', checkpoint=checkpoint_file)),
-    # the §3.6 pyramid: all four levels have the embedding width D; the auxiliary head reads level 3 (1/16)
+    # the dense pyramid (docs/mambamixer.md, 'Dense outputs'): all four levels have the embedding width D; the
+    # auxiliary head reads level 3 (1/16)
     decode_head=dict(in_channels=[192, 192, 192, 192]),
     auxiliary_head=dict(in_channels=192))
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Recipe: Long Range Arena (ListOps, Text, Retrieval, Image, Pathfinder, Path-X).
 
-Papers: eSSM (Liang & Li, arXiv 2402.15290) Tables 2 / 7, settings Table 10 + App. E.2 (spec essm.md §2.2,
-§3.1); the 2-D SSM paper's Mega-ISO LRA-Image (Fig. 4); the Myosotis paper's ListOps / Pathfinder / Path-X use the
+Papers: eSSM (Liang & Li, arXiv 2402.15290) Tables 2 / 7, settings Table 10 + App. E.2 (gaps: docs/essm.md);
+the 2-D SSM paper's Mega-ISO LRA-Image (Fig. 4); the Myosotis paper's ListOps / Pathfinder / Path-X use the
 same train.py (hparams/myo_*.yaml).
 
 To run this recipe (data: the official files a user downloads, see README.md):

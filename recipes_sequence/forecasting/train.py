@@ -2,7 +2,8 @@
 """Recipe: multivariate long-term forecasting with TSM2 / TSQS (MambaMixer / QSMixer blocks), and the DLinear control.
 
 Paper: A. Behrouz, M. Santacatterina, R. Zabih, "MambaMixer: Efficient Selective State Space Models with Dual Token
-and Channel Selection" (arXiv 2403.19888 v2), App. H.3-H.4, Table 10; ssm_plugins' spec mambamixer.md §4.2, §5.5.
+and Channel Selection" (arXiv 2403.19888 v2), App. H.3-H.4, Table 10; our choices where the paper is silent:
+docs/mambamixer.md, 'Time-series forecasting'.
 
 To run this recipe (one hparams file per model and dataset, the horizon an override: 96, 192, 336 or 720):
     python train.py hparams/tsm2_ETTh1.yaml --data_folder=/path/to/ETT-small --horizon=336

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Recipe: pixel-level 1-D image classification (sMNIST, psMNIST, sCIFAR; snake / Morton orders).
 
-Papers: eSSM (Liang & Li, arXiv 2402.15290) Table 9, settings Table 10 / App. E.2 (spec essm.md §2.2, §3.4); the
+Papers: eSSM (Liang & Li, arXiv 2402.15290) Table 9, settings Table 10 / App. E.2 (gaps: docs/essm.md); the
 Myosotis paper's sMNIST / sCIFAR (snake order) and zMNIST / zCIFAR (Morton order) use the same train.py.
 
 To run this recipe (data: the official MNIST idx files or the CIFAR-10 python pickles, see README.md):

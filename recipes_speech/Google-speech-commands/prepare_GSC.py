@@ -1,4 +1,5 @@
-"""Data preparation for Google Speech Commands v2: the SC10 and SC35 tasks of the eSSM paper (essm.md §2.2, §3.2).
+"""Data preparation for Google Speech Commands v2: the SC10 and SC35 tasks of the eSSM paper (arXiv 2402.15290,
+Tables 3 and 8).
 
 Reads a Speech Commands v2 folder (http://download.tensorflow.org/data/speech_commands_v0.02.tar.gz, extracted by
 the user; nothing is downloaded here), or the synthetic set of ``python -m ssm_plugins.data.keywords``::

@@ -2,7 +2,7 @@
 """Recipe: eSSM keyword classification on raw waveforms, Google Speech Commands v2 (SC10 / SC35).
 
 Paper: T. Liang, H.-X. Li, "Efficient State Space Model via Fast Tensor Convolution and Block Diagonalization"
-(arXiv 2402.15290), Tables 3 and 8; settings in ssm_plugins' spec essm.md §2.2-2.3.
+(arXiv 2402.15290), Tables 3 and 8; settings from Table 10 and App. E.2, gaps filled as in docs/essm.md.
 
 To run this recipe:
     python train.py hparams/essm_sc10.yaml --data_folder=/path/to/speech_commands_v0.02
@@ -55,7 +55,7 @@ class KeywordBrain(sb.Brain):
         return loss
 
     def init_optimizers(self):
-        """AdamW over the paper's parameter groups (essm.md §2.1), and the learning-rate schedule."""
+        """AdamW over the paper's parameter groups (App. E.1-E.2), and the learning-rate schedule."""
         classifier = getattr(self.modules.classifier, "module", self.modules.classifier)  # DDP-wrapped or not
         groups = classifier.param_groups(lr=self.hparams.lr, lr_ssm=self.hparams.lr_ssm,
                                          weight_decay=self.hparams.weight_decay,

@@ -1,16 +1,17 @@
-// eSSM state kernel (spec essm.md §1.6-1.7): op schemas, C++ CPU kernels, CUDA glue.
+// eSSM state kernel (eSSM paper, arXiv 2402.15290; docs/essm.md, 'State kernel', 'Bidirectional kernel'): op
+// schemas, C++ CPU kernels, CUDA glue.
 //
 // Contract of the raw ops (ssm_plugins/ops/essm.py normalises user input to it):
 //   g_re, g_im, z_re, z_im  (modes...)  one shape, float32 or float64: per-mode gain g and log discrete
 //                                       eigenvalue z (z = λΔ under ZOH), split into real and imaginary parts
 //   essm_kernel -> K        (modes..., n_fft), same dtype, n_fft >= 2L:
 //       K[j]           = k_j = Re(g e^{jz}) = e^{j z_re} (g_re cos(j z_im) - g_im sin(j z_im)),  j = 0..L-1
-//       K[n_fft-1-j]   = k_j                  (bidirectional only: the flipped kernel at the tail, §1.7)
+//       K[n_fft-1-j]   = k_j                  (bidirectional only: the flipped kernel at the tail)
 //       zeros elsewhere, so the buffer is ready for the rFFT of a linear convolution.
 //   essm_kernel_bwd(grad_K, ...) -> (grad_g_re, grad_g_im, grad_z_re, grad_z_im), each (modes...):
 //       with G_j = grad_K[j] (+ grad_K[n_fft-1-j] if bidirectional), c_j + i s_j = e^{jz}:
 //       dg_re = Σ G_j c_j,  dg_im = -Σ G_j s_j,  dz_re = Σ G_j j k_j,  dz_im = -Σ G_j j (g_re s_j + g_im c_j)
-// e^{jz} is evaluated directly for every j (spec §8.2), never by repeated multiplication.
+// e^{jz} is evaluated directly for every j (docs/essm.md, 'State kernel'), never by repeated multiplication.
 #include "common.h"
 
 #ifdef WITH_CUDA

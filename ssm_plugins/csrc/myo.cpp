@@ -1,4 +1,5 @@
-// Myosotis tree solve x = T⁻¹u (spec myosotis.md §2.3, §2.9, §6): op schemas, C++ CPU kernel, CUDA glue.
+// Myosotis tree solve x = T⁻¹u (Myosotis, arXiv 2509.20503, Sec. 3.3; docs/myosotis.md, 'Scalar Hermitian solve',
+// 'Backward pass', 'Kernel'): op schemas, C++ CPU kernel, CUDA glue.
 //
 // Contract of the raw ops (ssm_plugins/ops/myo.py normalises user input to it):
 //   u, x, grad_x  (batch, N, C)   float32 / float64 / float16 / bfloat16 / complex64 / complex128
@@ -11,7 +12,8 @@
 // their children, one pass in storage order is the up-sweep and one pass in reverse is the down-sweep:
 //   up:    y_v = ũ_v / α_v ;   α_p -= s |b_v|² / α_v ;   ũ_p -= s conj(b_v) y_v      (α_v real)
 //   down:  x_v = y_v - (b_v / α_v) x_p
-// Backward (§2.9): grad_u = T⁻ᴴ grad_x is the same solve with b -> s b (Tᴴ is again such a tree matrix);
+// Backward (docs/myosotis.md, 'Backward pass'): grad_u = T⁻ᴴ grad_x is the same solve with b -> s b (Tᴴ is
+// again such a tree matrix);
 //   grad_b_v = -(grad_u_v conj(x_p) + s conj(grad_u_p) x_v), summed over the nodes sharing a row of b.
 #include "common.h"
 

@@ -1,5 +1,5 @@
-// Quasi-separable (non-causal) mixing, spec mambamixer.md §1.2-1.4 (kernels K2/K3): what the op's sources
-// share on the torch side. The files of the op:
+// Quasi-separable (non-causal) mixing (MambaMixer, arXiv:2403.19888 v2, Sec. 2.1 Eq. 8, App. D; kernels K2/K3 of
+// docs/mambamixer.md, 'Kernels K1-K3'): what the op's sources share on the torch side. The files of the op:
 //   qs_mix.h        this header: the raw ops' contract, input checks, strided views, entry points
 //   qs_mix_cpu.h    the CPU kernels' shared helpers (decays, sums, work parts) and the forward's arguments
 //   qs_mix_fwd.cpp  the CPU forward (both scan directions and the gamma term)

@@ -1,14 +1,17 @@
-// 2-D SSM kernel (Baron et al., spec 2d-ssm.md §1.4-1.5, §1.10): op schemas, C++ CPU kernels, CUDA glue.
+// 2-D SSM kernel (Baron et al., "2-D SSM", arXiv:2306.06635, Sec. 3.2-3.3): op schemas, C++ CPU kernels, CUDA
+// glue. Choices beyond the paper: docs/2d-ssm.md, 'Normalisation and edge relaxation', 'Kernel computation',
+// 'Backward pass'.
 //
 // Contract of the raw ops (ssm_plugins/ops/ssm2d.py applies the parameterisation and normalises input):
 //   A (4, S, N[, 2])   constrained diagonals of A1..A4; trailing 2 = (re, im) of the complex variant
 //   B (2, S, N[, 2])   B1, B2;   C (2, S, N[, 2])   C1, C2.   One dtype: float32 or float64.
 //   K (S, height, width) in that dtype: the normalised impulse response of the Roesser system,
 //     K[i,j] = e(i,j) / sqrt(N) * Re sum_n (C1 x^h[i,j] + C2 x^v[i,j])
-//   with the official halving masks sh, sv and edge factors e of §1.4.
-// ssm2d_kernel_bwd(grad_K, A, B, C, height, width) -> (dA, dB, dC) is the adjoint recurrence of §1.5; for
-// the complex variant it returns (dL/dRe, dL/dIm) pairs, i.e. the gradient of the (re, im) input layout.
-// Both kernels run the impulse recurrence directly (§1.5 alternative (a)): O(S N H W), no coefficient table.
+//   with the official halving masks sh, sv and edge factors e (docs/2d-ssm.md, 'Normalisation and edge
+//   relaxation').
+// ssm2d_kernel_bwd(grad_K, A, B, C, height, width) -> (dA, dB, dC) is the adjoint recurrence ('Backward pass');
+// for the complex variant it returns (dL/dRe, dL/dIm) pairs, i.e. the gradient of the (re, im) input layout.
+// Both kernels run the impulse recurrence directly ('Kernel computation'): O(S N H W), no coefficient table.
 #include "common.h"
 
 #include <c10/util/complex.h>
@@ -47,7 +50,8 @@ Ssm2dShape check_params(const at::Tensor& A, const at::Tensor& B, const at::Tens
   return s;
 }
 
-// The official normalisation (§1.4): halve an update exactly when both incoming states are non-zero.
+// The official normalisation ('Normalisation and edge relaxation'): halve an update exactly when both incoming
+// states are non-zero.
 inline bool halve_h(int64_t i, int64_t j) { return (i == 0 && j == 1) || (i >= 1 && j >= 2); }
 inline bool halve_v(int64_t i, int64_t j) { return (j == 0 && i == 1) || (j >= 1 && i >= 2); }
 // Edge relaxation: the first row and column (except the corner) output 2 C x.
@@ -83,7 +87,7 @@ struct StateGrid {
   int64_t at(int64_t i, int64_t j) const { return ((i + 1) * (W + 1) + (j + 1)) * count; }
 };
 
-// Runs the normalised impulse recurrence of §1.4 over the grid in raster order.
+// Runs the normalised impulse recurrence ('Normalisation and edge relaxation') over the grid in raster order.
 template <typename V>
 void impulse_states(const TaskParams<V>& p, StateGrid<V>& g, int64_t H, int64_t W) {
   using acc_t = decltype(real_of(V()));
@@ -111,7 +115,7 @@ void impulse_states(const TaskParams<V>& p, StateGrid<V>& g, int64_t H, int64_t 
   }
 }
 
-// Tasks are (kernel set, chunk of state coordinates): parallel over S x N as the spec's GPU layout.
+// Tasks are (kernel set, chunk of state coordinates): parallel over S x N, as the CUDA kernels are.
 constexpr int64_t kChunk = 8;
 
 template <typename V>
@@ -142,7 +146,7 @@ void fwd_cpu(const Ssm2dShape& s, const V* A, const V* B, const V* C, decltype(r
   });
 }
 
-// Adjoint recurrence of §1.5 in reverse raster order. lam_h / lam_v hold the current row (already
+// Adjoint recurrence ('Backward pass') in reverse raster order. lam_h / lam_v hold the current row (already
 // visited cells, j' > j) and the row below (j' <= j), updated in place; column W is the zero boundary.
 template <typename V>
 void bwd_cpu(const Ssm2dShape& s, const decltype(real_of(V()))* grad, const V* A, const V* B, const V* C, V* dA,

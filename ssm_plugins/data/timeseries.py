@@ -22,7 +22,8 @@ and follows the Informer / Autoformer / PatchTST data loaders (``Dataset_ETT_hou
   * scikit-learn's ``StandardScaler`` fitted on the training rows, applied to all rows (MSE / MAE are then
     reported on this normalised scale, as in the papers).
 
-``ForecastWindows`` turns one split into (look-back, target) pairs with stride 1 (P2 App. H.4).
+``ForecastWindows`` turns one split into (look-back, target) pairs with stride 1 (MambaMixer, arXiv 2403.19888 v2,
+App. H.4).
 
 Generating (``write_forecasting_csv``, also ``python -m ssm_plugins.data.timeseries --dataset ETTh1 --out DIR``):
 the file name, header, column count, date format and sampling step of the official file, with values made of

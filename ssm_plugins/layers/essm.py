@@ -1,19 +1,23 @@
 """eSSM layer and residual block (Liang & Li, "Efficient State Space Model via Fast Tensor Convolution and Block
-Diagonalization"), spec essm.md §1.9 (parameters, initialisation), §1.11 (layer), §1.12 (block), §8.1 (API).
+Diagonalization", arXiv 2402.15290): parameters and initialisation (Sec. 4.5, App. B.3-B.4), the layer (Sec. 4.3-4.6,
+App. E.1, Listing 1) and the block (Sec. 4.6, Fig. 3); what the paper leaves open is in docs/essm.md.
 
 One layer, per head s of S (channels split into contiguous groups of h = H/S, state split n = N/S):
 
     y_s = γ C_s (k_s * (B_s u_s)) + D_s ⊙ u_s          k_{s,i,j} = Re(g_{s,i} e^{j λ_{s,i} Δ_{s,i}})  (ZOH)
 
-computed by ``ssm_plugins.ops.essm_conv`` (fast tensor convolution over the N state channels, fp32), then
+computed by ``ssm_plugins.ops.essm_conv`` (fast tensor convolution over the N state channels, fp32), then (order
+of docs/essm.md, 'Layer forward pass')
 
     y = pre_act(y);  y = W_mix drop(y) + b   (only when S > 1);  a = drop(GELU(y));  y = a ⊙ σ(W_gate a + b)
 
 (``glu="half_glu1"``, the paper's default; ``half_glu2``, ``full_glu``, ``gelu`` and ``leakyrelu`` are selectable).
 
-The block (§1.12):  z = norm(x) if prenorm;  z = Dropout1d(eSSM(z));  x = x + z;  x = norm(x) if not prenorm.
+The block (docs/essm.md, 'Block and model'):
+    z = norm(x) if prenorm;  z = Dropout1d(eSSM(z));  x = x + z;  x = norm(x) if not prenorm.
 
-Markers in the docstrings: [D] a default the spec settles, [X] an extension beyond the paper.
+Markers in the docstrings (docs/essm.md): [D] an option's default (the paper's value, or ours where the paper is
+silent), [X] an extension beyond the paper.
 """
 from __future__ import annotations
 
@@ -37,20 +41,20 @@ PRE_ACTIVATIONS = (None, "identity", "leakyrelu", "gelu")
 INITS = ("paper", "official")
 C_INITS = ("trunc_normal", "hippo")
 NORMS = ("batch", "layer")
-LEAKY_SLOPE = 0.05  # spec A9: leakyrelu(0.05)
+LEAKY_SLOPE = 0.05  # leakyrelu(0.05): our choice (docs/essm.md, 'ListOps presets')
 
-# parameter names of the SSM core: LR_SSM group (C often on LR_other, spec §2.1), never weight-decayed
+# parameter names of the SSM core: LR_SSM group (C often on LR_other, paper App. E.2), never weight-decayed
 SSM_PARAM_NAMES = ("Lambda_re", "Lambda_im", "log_dt", "B", "C", "D")
 
 
-# ---- HiPPO initialisation (spec §1.9) -----------------------------------------------------------------------
+# ---- HiPPO initialisation (paper App. B.4; docs/essm.md, 'Initialisation') ------------------------------------
 
 
 def hippo_legs_normal(size: int) -> torch.Tensor:
     """Normal part A^N = A + p pᵀ of HiPPO-LegS (size x size, float64): -1/2 on the diagonal, skew off it.
 
     A^N_{jk} = -sqrt((j+1/2)(k+1/2)) for j > k and +sqrt(...) for j < k (the paper's Eq. 17/35 prints - on both
-    branches, a typo; spec §1.9 step 2).
+    branches, a typo; docs/essm.md, 'Initialisation').
     """
     q = torch.sqrt(torch.arange(size, dtype=torch.float64) + 0.5)
     outer = q[:, None] * q[None, :]
@@ -60,9 +64,10 @@ def hippo_legs_normal(size: int) -> torch.Tensor:
 def hippo_diagonal_init(n: int, conj_sym: bool = True, init: str = "paper") -> Tuple[torch.Tensor, torch.Tensor]:
     """Initial eigenvalues Λ (n,) complex128 and the matching eigenvectors V_keep (P, n), P = 2n under conj_sym.
 
-    ``init="paper"`` (spec §1.9 steps 3-4, A4): Hermitian eigendecomposition of -i(A^N + I/2), λ = -1/2 + iω; with
-    conj_sym the n eigenvalues with ω > 0 (one per conjugate pair, ascending ω), else all P = n of them.
-    ``init="official"`` (the released code, A4): general ``torch.linalg.eig`` of -i A^N, then λ = -1/2 + i·eig
+    ``init="paper"`` (docs/essm.md, 'Initialisation'): Hermitian eigendecomposition of -i(A^N + I/2),
+    λ = -1/2 + iω; with conj_sym the n eigenvalues with ω > 0 (one per conjugate pair, ascending ω), else all
+    P = n of them.
+    ``init="official"`` (the released code): general ``torch.linalg.eig`` of -i A^N, then λ = -1/2 + i·eig
     (so Re λ = -1), the first n in LAPACK order, then -|·| on real and imaginary parts. LAPACK's order is
     implementation-dependent and may keep both members of a pair; this reproduces the code, not a better init.
     """
@@ -90,7 +95,8 @@ def _trunc_normal(*shape: int) -> torch.Tensor:
 
 def essm_layer_param_count(d_model: int, d_state: int, n_heads: int, glu: str = "half_glu1",
                            norm: bool = True) -> int:
-    """Spec §4.3: 2N (Λ) + N (log Δ) + NH/S (B) + MN/S (C) + M (D) + [S>1](M²+M) + k_glu(M²+M) [+ 2H norm]."""
+    """docs/essm.md, 'Parameter counts': 2N (Λ) + N (log Δ) + NH/S (B) + MN/S (C) + M (D) + [S>1](M²+M)
+    + k_glu(M²+M) [+ 2H norm]."""
     H = M = d_model
     N, S = d_state, n_heads
     k_glu = {"half_glu1": 1, "half_glu2": 1, "full_glu": 2}.get(glu, 0)
@@ -102,33 +108,36 @@ def essm_layer_param_count(d_model: int, d_state: int, n_heads: int, glu: str = 
 
 
 class ESSM(nn.Module):
-    """Multi-head eSSM layer (spec §1.11), (B, L, H) -> (B, L, H) (or channels-first (B, H, L) -> (B, H, L)).
+    """Multi-head eSSM layer (paper Sec. 4.3-4.6), (B, L, H) -> (B, L, H) (or channels-first (B, H, L) -> (B, H, L)).
 
     Args:
         d_model: H = M, the width (the paper always has M = H).
-        d_state: N, total number of stored complex modes over all heads [D: H]; n = N/S per head (A1). Under
-            ``conj_sym`` each stands for a pair (λ, λ*), the real state size is 2N (A2).
+        d_state: N, total number of stored complex modes over all heads [D: H]; n = N/S per head. Under
+            ``conj_sym`` each stands for a pair (λ, λ*), the real state size is 2N (docs/essm.md, 'Heads and
+            state size').
         n_heads: S, diagonal blocks over contiguous channel groups; S must divide H and N [D: 1].
-        bidirectional: add the time-flipped kernel on the future samples, no extra parameters (§1.7) [D: True].
-        conj_sym: output scale γ = 2, HiPPO at size 2n per head (§1.6) [D: True].
-        dt_min, dt_max: log-uniform range of the initial Δ, one per mode [D: 1e-3, 1e-1].
-        dt_scale: multiplies Δ at run time (zero-shot resampling, Path-X; A20) [D: 1]. Also a forward kwarg.
-        real_clip: ε in Re λ = min(θ_re, -ε) (A5) [D: 1e-4, the official value; the paper text says 1e-3].
-        discretization: "zoh" [D] or "gbt" with ``gbt_alpha`` (§1.2).
-        C_init: "trunc_normal" [D] or "hippo" (ListOps) (§1.9 step 6).
-        init: "paper" [D] or "official" (A4) for Λ and the HiPPO eigenvectors.
-        glu: the activation after the head mixer (§1.11, §8.1): "half_glu1" [D], "half_glu2", "full_glu", or
+        bidirectional: add the time-flipped kernel on the future samples, no extra parameters (Sec. 4.4) [D: True].
+        conj_sym: output scale γ = 2, HiPPO at size 2n per head ('Heads and state size') [D: True].
+        dt_min, dt_max: log-uniform range of the initial Δ, one per mode [D: 1e-3, 1e-1] (App. B.3).
+        dt_scale: multiplies Δ at run time (zero-shot resampling, Path-X; 'Δ scaling') [D: 1]. Also a forward kwarg.
+        real_clip: ε in Re λ = min(θ_re, -ε) [D: 1e-4, the official value; the paper text says 1e-3].
+        discretization: "zoh" [D] or "gbt" with ``gbt_alpha`` (Eq. 4, App. B.2).
+        C_init: "trunc_normal" [D] or "hippo" (ListOps, App. E.2.1).
+        init: "paper" [D] or "official" for Λ and the HiPPO eigenvectors ('Initialisation').
+        glu: the activation after the head mixer (App. E.1): "half_glu1" [D], "half_glu2", "full_glu", or
             "gelu" / "leakyrelu" without a gate.
-        pre_act: None/"identity" [D], "leakyrelu" or "gelu", before the head mixer (A9's ListOps preset).
-        dropout: elementwise dropout before the head mixer (S > 1) and after the GELU (A17) [D: 0].
+        pre_act: None/"identity" [D], "leakyrelu" or "gelu", before the head mixer ('ListOps presets').
+        dropout: elementwise dropout before the head mixer (S > 1) and after the GELU ('Layer forward pass')
+            [D: 0].
         channels_last: inputs and outputs are (B, L, H) when True [D], (B, H, L) when False.
 
     Parameters: ``Lambda_re``, ``Lambda_im`` (S, n) (raw θ; Re λ is clipped in the forward), ``log_dt`` (S, n),
     ``B`` (S, n, h), ``C`` (S, m, n), ``D`` (S, m); ``head_mixer`` Linear(H, H) when S > 1; ``gate`` Linear(H, H)
-    (and ``out`` Linear(H, H) for full_glu). ``no_weight_decay_names`` lists the SSM core parameters (§2.1).
+    (and ``out`` Linear(H, H) for full_glu). ``no_weight_decay_names`` lists the SSM core parameters
+    (docs/essm.md, 'Optimiser and schedules').
 
-    Extensions [X]: ``step`` / ``init_state`` (causal streaming, §1.10), ``padding_mask`` in the forward
-    (zeroes padded steps before the convolution, A19), ``dt_scale`` as a forward kwarg.
+    Extensions [X]: ``step`` / ``init_state`` (causal streaming, 'Recurrent mode'), ``padding_mask`` in the forward
+    (zeroes padded steps before the convolution, 'Padding mask'), ``dt_scale`` as a forward kwarg.
     """
 
     no_weight_decay_names = SSM_PARAM_NAMES
@@ -160,7 +169,8 @@ class ESSM(nn.Module):
         for name, value in (("d_model", d_model), ("d_state", d_state), ("n_heads", n_heads)):
             positive_int(name, value)
         if d_model % n_heads or d_state % n_heads:
-            raise ValueError(f"n_heads={n_heads} must divide d_model={d_model} and d_state={d_state} (spec A1)")
+            raise ValueError(f"n_heads={n_heads} must divide d_model={d_model} and d_state={d_state} "
+                             "(h = H/S channels and n = N/S modes per head)")
         if not 0 < dt_min <= dt_max:
             raise ValueError(f"need 0 < dt_min <= dt_max, got dt_min={dt_min}, dt_max={dt_max}")
         if not dt_scale > 0:
@@ -207,9 +217,9 @@ class ESSM(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """Spec §1.9: HiPPO Λ (the same in every head), HiPPO-projected B (one draw shared by the heads), C
-        trunc-normal per head (or HiPPO-projected), D = 1, log Δ log-uniform per head and mode; Linear layers
-        keep PyTorch's default init (the official code does not change it)."""
+        """docs/essm.md, 'Initialisation': HiPPO Λ (the same in every head), HiPPO-projected B (one draw shared
+        by the heads), C trunc-normal per head (or HiPPO-projected), D = 1, log Δ log-uniform per head and mode;
+        Linear layers keep PyTorch's default init (the official code does not change it)."""
         S, n, h = self.n_heads, self.head_state, self.head_dim
         lam, V = hippo_diagonal_init(n, self.conj_sym, self.init)  # (n,), (P, n)
         size = V.shape[0]
@@ -242,7 +252,7 @@ class ESSM(nn.Module):
 
     @property
     def lambda_re(self) -> torch.Tensor:
-        """Re λ = min(θ_re, -ε) (the "clip" of §1.9; zero gradient while θ_re > -ε)."""
+        """Re λ = min(θ_re, -ε) (the clipping f_+ of paper Sec. 4.5; zero gradient while θ_re > -ε)."""
         return self.Lambda_re.clamp(max=-self.real_clip)
 
     def _dt_scale(self, dt_scale: Optional[float]) -> float:
@@ -252,14 +262,14 @@ class ESSM(nn.Module):
         return float(scale)
 
     def ssm(self, u: torch.Tensor, dt_scale: Optional[float] = None) -> torch.Tensor:
-        """The core before any mixing: (B, H, L) channels-first -> (B, H, L), heads concatenated (§1.11)."""
+        """The core before any mixing: (B, H, L) channels-first -> (B, H, L), heads concatenated (Eq. 13-14)."""
         return ops.essm_conv(u, self.lambda_re, self.Lambda_im, self.log_dt, self.B, self.C, self.D,
                              bidirectional=self.bidirectional, conj_sym=self.conj_sym,
                              dt_scale=self._dt_scale(dt_scale), discretization=self.discretization,
                              gbt_alpha=self.gbt_alpha)
 
     def mix(self, y: torch.Tensor) -> torch.Tensor:
-        """Pre-activation, head mixer (S > 1), activation / gate, on (..., H) channels-last (§1.11)."""
+        """Pre-activation, head mixer (S > 1), activation / gate, on (..., H) channels-last (App. E.1)."""
         if self.pre_act == "leakyrelu":
             y = F.leaky_relu(y, LEAKY_SLOPE)
         elif self.pre_act == "gelu":
@@ -282,7 +292,8 @@ class ESSM(nn.Module):
         """x: (B, L, H) if ``channels_last`` else (B, H, L); same layout out.
 
         dt_scale: overrides the module's ``dt_scale`` for this call. padding_mask [X]: (B, L) bool, True at
-        padded steps, which are zeroed before the convolution so they do not leak into valid outputs (A19).
+        padded steps, which are zeroed before the convolution so they do not leak into valid outputs
+        (docs/essm.md, 'Padding mask').
         """
         channel_dim = 2 if self.channels_last else 1
         if (not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[channel_dim] != self.d_model
@@ -299,7 +310,7 @@ class ESSM(nn.Module):
         y = self.mix(self.ssm(u, dt_scale).transpose(1, 2))
         return y if self.channels_last else y.transpose(1, 2)
 
-    # ---- causal streaming [X] (§1.10) ---------------------------------------------------------------------
+    # ---- causal streaming [X] (docs/essm.md, 'Recurrent mode') --------------------------------------------
 
     def init_state(self, batch: int, device=None) -> torch.Tensor:
         """Zero complex state σ (batch, S, n) for :meth:`step` (complex64, complex128 for float64 params)."""
@@ -308,13 +319,14 @@ class ESSM(nn.Module):
 
     def step(self, x: torch.Tensor, state: torch.Tensor,
              dt_scale: Optional[float] = None) -> Tuple[torch.Tensor, torch.Tensor]:
-        """One causal time step (§1.10): x (B, H) -> (y (B, H), new state). Only for ``bidirectional=False``.
+        """One causal time step (docs/essm.md, 'Recurrent mode'): x (B, H) -> (y (B, H), new state). Only for
+        ``bidirectional=False``.
 
         σ_t = e^{λΔ} ⊙ σ_{t-1} + g ⊙ (B u_t),  y_t = γ C Re(σ_t) + D ⊙ u_t, then the same mixing as the forward.
         """
         if self.bidirectional:
             raise ValueError("step() needs a causal layer (bidirectional=False): a bidirectional layer has no "
-                             "recurrent mode (spec §1.7)")
+                             "recurrent mode")
         if x.dim() != 2 or x.shape[1] != self.d_model:
             raise ValueError(f"x must have shape (B, H) with H={self.d_model}, got {tuple(x.shape)}")
         acc = torch.float64 if self.B.dtype == torch.float64 else torch.float32
@@ -350,17 +362,18 @@ def make_norm(kind: str, dim: int, device=None, dtype=None) -> nn.Module:
 
 
 class ESSMBlock(nn.Module):
-    """Residual eSSM block (spec §1.12), (B, L, H) -> (B, L, H) (channels-first with ``channels_last=False``).
+    """Residual eSSM block (paper Sec. 4.6; docs/essm.md, 'Block and model'), (B, L, H) -> (B, L, H)
+    (channels-first with ``channels_last=False``).
 
         z = norm(x) if prenorm else x;  z = Dropout1d(eSSM(z));  x = x + drop_path(z);  x = norm(x) if not prenorm
 
     Args:
         dim: H.
-        norm: "batch" (BatchNorm1d over the channels, statistics over batch and time) [D, A14] or "layer".
+        norm: "batch" (BatchNorm1d over the channels, statistics over batch and time) [D] or "layer".
         prenorm: normalise the branch input (True) or the residual sum (False) [D: False, the paper's "BN after
             eSSM"; Table 10 sets it per task].
         dropout: the model dropout: elementwise inside the layer (twice) and channel-tied ``Dropout1d`` on the
-            layer output (A17) [D: 0].
+            layer output ('Layer forward pass') [D: 0].
         drop_path: stochastic depth on the branch [X] [D: 0, not in the paper].
         **ssm_kwargs: the :class:`ESSM` options (d_state, n_heads, bidirectional, conj_sym, glu, ...).
     """

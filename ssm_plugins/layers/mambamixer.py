@@ -1,22 +1,25 @@
-"""MambaMixer / QSMixer building blocks (Behrouz et al. 2024, arXiv:2403.19888 v2), spec mambamixer.md §1–2.
+"""MambaMixer / QSMixer building blocks (Behrouz et al. 2024, "MambaMixer", arXiv:2403.19888 v2), paper Sec. 2;
+our choices where the paper is silent: docs/mambamixer.md (tags [D], [X], [P1] explained there).
 
-    SelectiveTokenMixer    §2.1: x̄ = SiLU(DWConv(W_in u)), gate = W_g[DWConv_k(u) ‖ …], y = W_out(mix(x̄) ⊙ SiLU(gate))
-                           with mix = causal S6 ('s6'), forward+backward S6 ('s6_bi') or scalar-A QS ('qs').
-    SelectiveChannelMixer  §2.2: QS along the channel axis (channels are the sequence, tokens the features),
-                           gated per token by SiLU(u W_2ᵀ).
+    SelectiveTokenMixer    Sec. 2.1, Eq. 3-5: x̄ = SiLU(DWConv(W_in u)), gate = W_g[DWConv_k(u) ‖ …],
+                           y = W_out(mix(x̄) ⊙ SiLU(gate)) with mix = causal S6 ('s6'), forward+backward S6
+                           ('s6_bi') or scalar-A QS ('qs').
+    SelectiveChannelMixer  Sec. 2.1, Eq. 8, 10: QS along the channel axis (channels are the sequence, tokens the
+                           features), gated per token by SiLU(u W_2ᵀ).
     ForwardBackwardChannelMixer  the naive alternative (Table 4 "w/ f+b"): two Mamba-style S6 blocks along the
                            channels, one per direction, summed.
-    MambaMixerBlock        §2.3: pre-norm residual token mixer then channel mixer, DropPath on both branches.
-    QSMixerBlock           §2.4: the same with the QS token mixer (scalar A per head).
-    TimeVariateMixerBlock  §4.2 (TSM2 / TSQS): the same two mixers on patched time series (batch, M, P, dim), the
+    MambaMixerBlock        Sec. 2.1: pre-norm residual token mixer then channel mixer, DropPath on both branches.
+    QSMixerBlock           Sec. 2.2, Eq. 9-10: the same with the QS token mixer (scalar A per head).
+    TimeVariateMixerBlock  App. H.3 (TSM2 / TSQS): the same two mixers on patched time series (batch, M, P, dim), the
                            token mixer along the patches of each variate, the channel mixer along the variates.
     MixerStack             a stack of those blocks, with v1's weighted averaging of earlier features as an option
-                           (§2.6, ``dense_wavg``; off = the plain residual stack).
+                           (arXiv 2403.19888 v1, Sec. 3.2, ``dense_wavg``; off = the plain residual stack).
 
 All layers take and return (batch, L, dim). The scans are ``ssm_plugins.ops.selective_scan`` and
-``ssm_plugins.ops.qs_mix``. Parameter initialisation follows Mamba (§1.1): Δ bias = softplus⁻¹ of a log-uniform
-draw in [1e-3, 1e-1] (floor 1e-4), dt up-projection uniform(±dt_rank^-1/2), A_log = log(1..N) (diagonal A) or
-log U[1, 16] (scalar A), D = 1, no bias on projections, bias on the convolutions.
+``ssm_plugins.ops.qs_mix``. Parameter initialisation follows Mamba (App. G; docs/mambamixer.md, 'S6 and Mamba
+defaults'): Δ bias = softplus⁻¹ of a log-uniform draw in [1e-3, 1e-1] (floor 1e-4), dt up-projection
+uniform(±dt_rank^-1/2), A_log = log(1..N) (diagonal A) or log U[1, 16] (scalar A), D = 1, no bias on projections,
+bias on the convolutions.
 """
 from __future__ import annotations
 
@@ -52,7 +55,7 @@ def _check_input(name, x, dim, num_tokens=None, why=""):
 
 
 def _dt_bias(size, dt_min=1e-3, dt_max=1e-1, dt_floor=1e-4):
-    """Mamba's Δ bias: softplus⁻¹ of Δ ~ log-uniform[dt_min, dt_max], clamped below at dt_floor (§1.1)."""
+    """Mamba's Δ bias: softplus⁻¹ of Δ ~ log-uniform[dt_min, dt_max], clamped below at dt_floor (Mamba's init)."""
     dt = torch.exp(torch.rand(size) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
     dt = dt.clamp(min=dt_floor)
     return dt + torch.log(-torch.expm1(-dt))  # inverse of softplus
@@ -83,7 +86,7 @@ class _DWConv1d(nn.Module):
 
 
 class _S6Direction(nn.Module):
-    """One direction's S6 selection parameters (§1.1): x_proj -> (dt_low, B, C), dt_proj, dt_bias, A_log."""
+    """One direction's S6 selection parameters (Eq. 4): x_proj -> (dt_low, B, C), dt_proj, dt_bias, A_log."""
 
     def __init__(self, sel_dim, inner, d_state, dt_rank):
         super().__init__()
@@ -101,7 +104,8 @@ class _S6Direction(nn.Module):
 
 
 class _QSDirection(nn.Module):
-    """One direction's scalar-A selection parameters (§1.3): per-head dt, shared B and C (ngroups = 1)."""
+    """One direction's scalar-A selection parameters (Sec. 2.2; docs/mambamixer.md, 'Scalar-A parameterisation'):
+    per-head dt, shared B and C (ngroups = 1)."""
 
     def __init__(self, sel_dim, heads, d_state):
         super().__init__()
@@ -116,7 +120,7 @@ class _QSDirection(nn.Module):
 
 
 class SelectiveTokenMixer(nn.Module):
-    """Selective Token Mixer (§2.1): mixes the L tokens of a normalised (batch, L, dim) input.
+    """Selective Token Mixer (paper Sec. 2.1, Eq. 3-5): mixes the L tokens of a normalised (batch, L, dim) input.
 
         x̄ = SiLU(DWConv1d_{d_conv}(W_in u))                         (batch, L, E), E = expand·dim
         g = W_g [DWConv1d_{k_1}(u) ‖ … ‖ DWConv1d_{k_T}(u)]          (batch, L, E)
@@ -126,10 +130,10 @@ class SelectiveTokenMixer(nn.Module):
         dim: model width D.
         d_state: N [X Mamba: 16]. expand: E / D [2]. d_conv: main-branch conv kernel [4].
         dt_rank: rank of the Δ projection, "auto" = ⌈D/16⌉ (token_mixer 's6'/'s6_bi').
-        gate_kernels: depthwise kernels of the multi-resolution gate [D: (3, 5, 7), spec §2.1];
-            (1,) makes the gate a linear map (Remark 1, Mamba's gate).
+        gate_kernels: depthwise kernels of the multi-resolution gate [D: (3, 5, 7), docs/mambamixer.md
+            'Selective Token Mixer']; (1,) makes the gate a linear map (Remark 1, Mamba's gate).
         token_mixer: 's6' (causal S6, D skip), 's6_bi' (forward + backward S6 with per-direction
-            Δ/B/C/A and shared in/conv/gate/out projections, D skip) or 'qs' (scalar-A QS, §1.3/§2.4) [D: 's6'].
+            Δ/B/C/A and shared in/conv/gate/out projections, D skip) or 'qs' (scalar-A QS, Sec. 2.2) [D: 's6'].
         selection_input: Δ/B/C from 'block_input' u (App. F.4) or Mamba's 'conv_output' x̄ [D: 'block_input'].
         causal: left padding of all convolutions (causal data); False = 'same' padding [D: True for 's6',
             False for 's6_bi'/'qs' when None].
@@ -182,7 +186,7 @@ class SelectiveTokenMixer(nn.Module):
             heads = inner // headdim
             self.fwd = _QSDirection(sel_dim, heads, d_state)
             self.bwd = _QSDirection(sel_dim, heads, d_state)
-            # Free diagonal γ_{t,h} = d_h + w_hᵀ x̄_t (spec A5, Hydra-like), d = 1 and w = 0 at init.
+            # Free diagonal γ_{t,h} = d_h + w_hᵀ x̄_t (Hydra-like; docs/mambamixer.md 'QS operator'), d = 1, w = 0.
             self.gamma_bias = nn.Parameter(torch.ones(heads))
             self.gamma_proj = nn.Linear(inner, heads, bias=False)
             nn.init.zeros_(self.gamma_proj.weight)
@@ -226,8 +230,9 @@ class SelectiveTokenMixer(nn.Module):
 
 
 def _resample_token_axis(weight, token_grid, num_prefix_tokens, grid_size):
-    """A (out, num_prefix_tokens + h0*w0) token-axis weight for a (h, w) grid (spec A9 'resample'): prefix columns
-    kept, the h0*w0 columns resized bilinearly as maps and scaled by h0*w0/(h*w); unchanged at (h0, w0)."""
+    """A (out, num_prefix_tokens + h0*w0) token-axis weight for a (h, w) grid (docs/mambamixer.md, 'Channel mixer
+    at other token counts'): prefix columns kept, the h0*w0 columns resized bilinearly as maps and scaled by
+    h0*w0/(h*w); unchanged at (h0, w0)."""
     h0, w0 = token_grid
     if tuple(grid_size) == (h0, w0):
         return weight
@@ -248,7 +253,8 @@ def _check_token_grid(token_grid, num_prefix_tokens, num_tokens):
 
 
 class SelectiveChannelMixer(nn.Module):
-    """Selective Channel Mixer (§2.2): non-causal QS along the channel axis of a normalised (batch, L, dim) input.
+    """Selective Channel Mixer (paper Sec. 2.1, Eq. 10): non-causal QS along the channel axis of a normalised
+    (batch, L, dim) input.
 
     The sequence is the D channels and each channel position c carries the L-vector z_c = u[:, :, c] of its
     tokens, so the selection weights act on the token axis (size ``num_tokens``):
@@ -261,13 +267,14 @@ class SelectiveChannelMixer(nn.Module):
         dim: number of channels D (the scanned sequence length).
         num_tokens: L0, the token count the selection weights are built for; inputs must have it.
         d_state: N [16].
-        channel_qs_param: 'scalar' (scalar A, one head over all L features, spec A8) or 'diag' (per-token
-            Δ with low rank ⌈L0/16⌉ and diagonal A of shape (L0, N), Eq. 8's S6 form) [D: 'scalar'].
+        channel_qs_param: 'scalar' (scalar A, one head over all L features; docs/mambamixer.md, 'Scalar-A
+            parameterisation') or 'diag' (per-token Δ with low rank ⌈L0/16⌉ and diagonal A of shape (L0, N),
+            Eq. 8's S6 form) [D: 'scalar'].
         qs_shift: 'exact' or 'hydra' [D: 'exact'].
         token_grid, num_prefix_tokens: (h0, w0) of the tokens after ``num_prefix_tokens`` prefix (class)
             tokens. When given, ``forward(u, grid_size=(h, w))`` accepts other grids: the token-axis weights are
-            resampled (spec A9 ``channel_res_mode='resample'``): prefix columns kept, the h0*w0 columns reshaped
-            to maps, resized bilinearly and scaled by h0*w0/(h*w); identical at the training grid.
+            resampled (docs/mambamixer.md, 'Channel mixer at other token counts'): prefix columns kept, the h0*w0
+            columns reshaped to maps, resized bilinearly and scaled by h0*w0/(h*w); identical at the training grid.
         selection_features: None, or F dividing num_tokens: Δ, B, C are read from each channel's token vector
             averaged down to F features (reshaped (num_tokens / F, F), mean over the first axis) instead of
             from all num_tokens; fewer free weights where the token axis is long (TSM2's variate mixer) [None].
@@ -304,15 +311,15 @@ class SelectiveChannelMixer(nn.Module):
             rank = math.ceil(num_tokens / 16)
             self.fwd = _S6Direction(num_tokens, num_tokens, d_state, rank)
             self.bwd = _S6Direction(num_tokens, num_tokens, d_state, rank)
-        self.gamma = nn.Parameter(torch.ones(dim))  # static free diagonal (spec A5), init 1
-        self.gate_proj = nn.Linear(dim, dim, bias=False)  # W_2 (spec A10)
+        self.gamma = nn.Parameter(torch.ones(dim))  # static free diagonal (docs/mambamixer.md 'QS operator'), init 1
+        self.gate_proj = nn.Linear(dim, dim, bias=False)  # W_2 of Eq. 10, per token (docs: 'Selective Channel Mixer')
 
     def extra_repr(self):
         return (f"dim={self.dim}, num_tokens={self.num_tokens}, d_state={self.d_state}, "
                 f"channel_qs_param={self.channel_qs_param!r}")
 
     def _resampled(self, weight, grid_size):
-        """Token-axis weight (out, num_tokens) for a (h, w) token grid (spec A9 'resample')."""
+        """Token-axis weight (out, num_tokens) for a (h, w) token grid (the 'resample' rule, docs/mambamixer.md)."""
         return _resample_token_axis(weight, self.token_grid, self.num_prefix_tokens, grid_size)
 
     def forward(self, u, grid_size=None):
@@ -382,7 +389,7 @@ class _ChannelS6Direction(_QSDirection):
 
 
 class ForwardBackwardChannelMixer(nn.Module):
-    """The naive non-causal selective channel mixer of Table 4's "w/ f+b" rows (P2 §2.1, F.9): two separate
+    """The naive non-causal selective channel mixer of Table 4's "w/ f+b" rows (paper Sec. 2.1, App. F.9): two separate
     Mamba-style blocks along the channel axis, one on the channels in order and one on them reversed, summed.
 
     Each direction has its own input projection, convolution, S6 selection (Δ, B, C from the block input, scalar A,
@@ -428,7 +435,7 @@ class ForwardBackwardChannelMixer(nn.Module):
 
 
 class MambaMixerBlock(nn.Module):
-    """MambaMixer block (§2.3), (batch, L, dim) -> (batch, L, dim):
+    """MambaMixer block (paper Sec. 2.1; norms: docs/mambamixer.md 'Block layout'), (batch, L, dim) -> (batch, L, dim):
 
         x = x + DropPath(SelectiveTokenMixer(Norm(x)));  x = x + DropPath(SelectiveChannelMixer(Norm(x)))
 
@@ -439,7 +446,8 @@ class MambaMixerBlock(nn.Module):
         channel_mixer: False drops the channel mixer (the ``*_noqs`` ablation) [True].
         token_grid: (h0, w0) with h0*w0 = num_tokens: ``forward(x, grid_size=(h, w))`` then accepts other token
             counts by resampling the channel mixer's token-axis weights (SelectiveChannelMixer); (1, L0) gives the
-            1-D linear resampling of variable-length sequences (spec §4.4, the inter-chunk path of speech) [None].
+            1-D linear resampling of variable-length sequences (the inter-chunk path of speech, docs/mambamixer.md
+            'Speech separation') [None].
         token_mixer: see SelectiveTokenMixer [D: 's6'].
         channel_qs_param, qs_shift, d_state, and **token_kwargs (expand, d_conv, dt_rank, gate_kernels,
         selection_input, causal, headdim) are passed to the mixers.
@@ -476,12 +484,12 @@ class MambaMixerBlock(nn.Module):
         return f"drop_path={self.drop_path_prob}"
 
     def token_branch(self, x, grid_size=None):
-        """x + DropPath(SelectiveTokenMixer(Norm(x))): the residual output y_Tok of §2.6."""
+        """x + DropPath(SelectiveTokenMixer(Norm(x))): the residual output y_Tok of v1's weighted averaging."""
         _check_input("x", x, self.dim)
         return x + drop_path(self.token_mixer(self.norm1(x)), self.drop_path_prob, self.training)
 
     def channel_branch(self, x, grid_size=None):
-        """x + DropPath(SelectiveChannelMixer(Norm(x))) (x itself without a channel mixer): y_Ch of §2.6."""
+        """x + DropPath(SelectiveChannelMixer(Norm(x))) (x itself without a channel mixer): y_Ch of v1's averaging."""
         if self.channel_mixer is None:
             return x
         return x + drop_path(self.channel_mixer(self.norm2(x), grid_size), self.drop_path_prob, self.training)
@@ -492,8 +500,8 @@ class MambaMixerBlock(nn.Module):
 
 
 class QSMixerBlock(MambaMixerBlock):
-    """QSMixer block (§2.4): MambaMixerBlock with the scalar-A QS token mixer (non-causal, 'same' padding)
-    and the scalar-A QS channel mixer. Same arguments as MambaMixerBlock except ``token_mixer``."""
+    """QSMixer block (paper Sec. 2.2, Eq. 9-10): MambaMixerBlock with the scalar-A QS token mixer (non-causal,
+    'same' padding) and the scalar-A QS channel mixer. Same arguments as MambaMixerBlock except ``token_mixer``."""
 
     def __init__(self, dim: int, num_tokens: int, drop_path: float = 0.0, norm: str = "layernorm", **kwargs):
         if "token_mixer" in kwargs:
@@ -502,15 +510,15 @@ class QSMixerBlock(MambaMixerBlock):
 
 
 class TimeVariateMixerBlock(nn.Module):
-    """MambaMixer / QSMixer block for patched multivariate time series (TSM2 / TSQS, spec §4.2, App. H.3), on
-    x (batch, M variates, P patches, dim):
+    """MambaMixer / QSMixer block for patched multivariate time series (TSM2 / TSQS, paper App. H.3;
+    arXiv 2403.19888 v1, Sec. 5), on x (batch, M variates, P patches, dim):
 
         time mixer     x = x + DropPath(SelectiveTokenMixer(Norm(x)))  along the P patches of each variate
-                       (one mixer shared by the variates; causal S6 for TSM2 [P1 §5 "unidirectional"], QS for TSQS)
+                       (one mixer shared by the variates; causal S6 for TSM2 [P1 "unidirectional"], QS for TSQS)
         variate mixer  x = x + DropPath(SelectiveChannelMixer(Norm(x)))  along the M variates: the sequence is the
                        variates and each variate carries its whole embedded history (P·dim features), so Δ, B, C
-                       select variates from their own history and W_2 (M x M) gates per (patch, feature) [P2 F.2,
-                       "selection of relevant channels"; non-causal = bidirectional, P1 §5]
+                       select variates from their own history and W_2 (M x M) gates per (patch, feature) [P2 App. F.2,
+                       "selection of relevant channels"; non-causal = bidirectional, P1: v1 Sec. 5]
 
     The norms are LayerNorm over ``dim`` (eps 1e-6) [D: the paper says only "with layer normalization"].
 
@@ -582,7 +590,8 @@ class TimeVariateMixerBlock(nn.Module):
 class MixerStack(nn.Module):
     """A stack of mixer blocks (MambaMixerBlock, QSMixerBlock, TimeVariateMixerBlock: anything with
     ``token_branch`` and ``channel_branch``), optionally with v1's weighted averaging of earlier features
-    (spec §2.6, P1 §3.2, DenseFormer-style), ``forward(x, *args)`` -> the last block's output.
+    (arXiv 2403.19888 v1, Sec. 3.2, DenseFormer-style; init and details: docs/mambamixer.md, 'Weighted averaging
+    (v1)'), ``forward(x, *args)`` -> the last block's output.
 
     ``dense_wavg=False``: the plain residual stack, y = block_L(... block_1(x)); no parameters of its own.
     ``dense_wavg=True``: with y_Tok^(0) = y_Ch^(0) = x and y^(ℓ) the residual outputs of layer ℓ's two branches,
@@ -660,7 +669,7 @@ def _has_param(module, name):
         return False
 
 
-# ---- Switch of Scans (§3.2) ----------------------------------------------------------------------------------------
+# ---- Switch of Scans (paper Sec. 3, App. G; docs/mambamixer.md 'Switch of Scans') ---------------------------------
 
 SCAN_NAMES = ("C1", "C2", "C3", "C4", "Z1", "Z2", "Z3", "Z4", "Z5", "Z6", "Z7", "Z8", "L1", "L2", "L3", "L4")
 _INDEX_CACHE = {}  # (key, device) -> tuple of index tensors on that device
@@ -719,7 +728,7 @@ def _local(grid, window):
 
 
 def scan_orders(height: int, width: int, local_windows: Sequence[int] = (2, 7), device="cpu"):
-    """The 16 scan orders of SoS over a (height x width) patch grid (§3.2; Z and L lists are [D] reconstructions).
+    """The 16 scan orders of SoS over a (height x width) patch grid (App. G; Z and L lists are [D] reconstructions).
 
     Returns (orders, inverses), LongTensors (16, height*width): ``x[:, orders[s]]`` is the scan-s sequence of
     row-major tokens x and ``y[:, inverses[s]]`` puts a scan-ordered y back in row-major order. Rows follow
@@ -749,7 +758,7 @@ def _build_scan_orders(height: int, width: int, local_windows: Tuple[int, int]):
     return orders, orders.argsort(dim=1)
 
 
-# Table 12's fixed scan choices (spec §6.5), by name [D: which members; every scan runs bidirectionally]:
+# Table 12's fixed scan choices (App. I.1), by name [D: which members; every scan runs bidirectionally]:
 # Cross-Scan (n) = VMamba's row-major, column-major and their reverses; Zigzag (n) = the row and column snakes and,
 # for 4, their 180° rotations (the zigzag counterpart of the four cross-scans); Local = LocalMamba's four local
 # candidates; Local + Global = those plus the four cross-scans (LocalMamba's whole 8-scan search space).
@@ -793,7 +802,7 @@ def gather_tokens(x, index):
 
 
 class SwitchOfScans(nn.Module):
-    """Switch of Scans (§3.2): local summary tokens, a router over the 16 scans, top-n selection and the
+    """Switch of Scans (paper Sec. 3): local summary tokens, a router over the 16 scans, top-n selection and the
     combination of the n scanned outputs.
 
     ``forward(e, grid_size)`` with patch embeddings e (batch, h*w, dim) (row-major, no class token) returns
@@ -885,7 +894,7 @@ class SwitchOfScans(nn.Module):
 
     @staticmethod
     def importance_loss(probs):
-        """V-MoE importance auxiliary loss (§3.2 load balancing, [D] weight 0 by default): the squared
+        """V-MoE importance auxiliary loss (load balancing, which the paper omits: [D] weight 0 by default): the squared
         coefficient of variation of the per-scan probability mass over the batch, probs (batch, 16) -> scalar."""
         importance = probs.sum(0)
         return importance.var(unbiased=False) / importance.mean().square().clamp_min(1e-12)
@@ -911,7 +920,7 @@ class SwitchOfScans(nn.Module):
         return torch.einsum("bln,bnld->bld", torch.softmax(scores, dim=-1), ys)
 
 
-# ---- Multi-resolution convolution branch and fusion (§3.3, ViT-CoMer-derived) -----------------------------------
+# ---- Multi-resolution convolution branch and fusion (Sec. 3, App. E; ViT-CoMer-derived) -------------------------
 
 def _conv_bn_relu(cin, cout, stride):
     return [nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
@@ -926,9 +935,10 @@ def _check_levels(F_tokens, dim, sizes):
 
 
 class SpatialPriorModule(nn.Module):
-    """Conv stem of the multi-resolution branch (§3.3 SPM, ViT-CoMer ``CNN``): image (batch, 3, H, W) ->
-    c1 (batch, dim, H/4, W/4) and the tokens of F1, F2, F3 at 1/8, 1/16, 1/32 concatenated along the token axis
-    (batch, n1 + n2 + n3, dim) with a learnable embedding per level, plus the 3 levels' (height, width).
+    """Conv stem of the multi-resolution branch (SPM; ViT-CoMer ``CNN``, docs/mambamixer.md 'Multi-resolution
+    branch'): image (batch, 3, H, W) -> c1 (batch, dim, H/4, W/4) and the tokens of F1, F2, F3 at 1/8, 1/16, 1/32
+    concatenated along the token axis (batch, n1 + n2 + n3, dim) with a learnable embedding per level, plus the 3
+    levels' (height, width).
 
     Args: dim; inplanes: stem width (1/4 level; then 2x, 4x, 4x) [D: 64]; in_chans [3]; with_c1: build the 1/4
     level's projection (only dense outputs use c1; without it c1 is None, so no parameter goes without a gradient).
@@ -971,7 +981,7 @@ class MultiResolutionConvGate(nn.Module):
     """Eq. 11 (ViT-CoMer ``MRFP``): F_conv = W_c1 GELU(BN(MixDW(W_c2 F))) on the concatenated level tokens.
 
     MixDW works inside each resolution: the hidden channels are split among ``kernels`` and every level has its
-    own depthwise k x k convs. Args: dim; kernels [D: (3, 5), spec A12]; hidden_ratio: hidden = ratio*dim [0.5].
+    own depthwise k x k convs. Args: dim; kernels [D: (3, 5), App. I.2]; hidden_ratio: hidden = ratio*dim [0.5].
     ``forward(F_tokens (batch, n1+n2+n3, dim), sizes)`` -> same shape.
     """
 
@@ -1006,8 +1016,8 @@ class MultiResolutionConvGate(nn.Module):
 
 
 class ConvTokenInteraction(nn.Module):
-    """Bi-directional conv <-> token fusion of one interaction (§3.3 steps 1, 2, 4; ViT-CoMer CTI with attention
-    replaced by Linear).
+    """Bi-directional conv <-> token fusion of one interaction (App. E: ViT-CoMer CTI with attention replaced by
+    Linear; details docs/mambamixer.md 'Multi-resolution branch').
 
     ``to_tokens(x_grid, F_conv, sizes)``: V = Linear_v(LN([F1 ‖ F2 + x_grid ‖ F3])); V1 resized down and V3 up to
         the 1/16 grid (bilinear); returns x_grid + λ_v ⊙ (V1↓ + V2 + V3↑), λ_v = 0 at init.

@@ -1,4 +1,5 @@
-"""Mega block and the spatial layers the 2-D SSM paper compares against (spec 2d-ssm.md §2.3, §3.2, §5.1).
+"""Mega block and the spatial layers the 2-D SSM paper compares against ("2-D SSM: A General Spatial Layer for
+Visual Transformers", arXiv:2306.06635: Sec. 5, Table 1, App. F; docs/2d-ssm.md).
 
 * :class:`MultiHeadEMA` -- Mega's multi-head damped EMA (Ma et al. 2022) on the row-major flattened token grid:
   per channel d and EMA dimension n, h_t = α ⊙ β x_t + (1 - α ⊙ δ) ⊙ h_{t-1}, y_t = Σ_n η_n h_t[n] / sqrt(N);
@@ -9,13 +10,14 @@
   channel, Theorem 4.2), C in C^{n_ssm x N} shared by the channels of a group instead of C^{H x N}; plus D ⊙ x.
 * :class:`MovingAverageGatedAttention` -- Mega's gated single-head attention (laplace attention, relative
   position bias) whose spatial mixer (EMA, 2-D SSM, S4ND or none) filters the Q/K/gate path only; V comes from
-  the unfiltered input (spec §2.3: "we only perform our layer on Q, K").
+  the unfiltered input (paper Sec. 5, "Mega": "we only perform our layer on Q, K").
 * :class:`NormalizedFeedForward` and :class:`MegaBlock` (= MovingAverageGatedAttention + normalised FFN).
 
 :func:`make_spatial_mixer` builds any of the four mixers for an (B, H, W, C) token grid; the ViT/Swin models of
 ``ssm_plugins.models.ssm2d`` use it for Table 1's "w/ S4ND" and "w/ EMA" rows.
 
-Markers: [D] a default the spec / official code settles, [X] an extension beyond them.
+Markers (docs/2d-ssm.md): [D] a default that the paper or the official code settles, [X] an extension beyond
+them.
 """
 from __future__ import annotations
 
@@ -143,7 +145,8 @@ class MultiHeadEMA(nn.Module):
 
 
 class S4ND(nn.Module):
-    """S4ND over a (height x width) grid in the 2-D SSM paper's comparison setting (spec §3.2, paper App. F).
+    """S4ND over a (height x width) grid in the 2-D SSM paper's comparison setting (paper App. F; docs/2d-ssm.md,
+    'Placement in the backbones').
 
     Per axis a (0: height, 1: width) a diagonal SSM with n_ssm groups of N/2 complex modes (conjugate pairs,
     as S4's ``d_state``), ZOH-discretised with a per-channel step Δ_{a,c}; channel c uses group c mod n_ssm:
@@ -340,7 +343,8 @@ class RelativePositionBias(nn.Module):
 
 
 class MovingAverageGatedAttention(nn.Module):
-    """Mega's moving-average gated attention on a (B, H, W, dim) token grid, pre-norm (spec §2.3):
+    """Mega's moving-average gated attention on a (B, H, W, dim) token grid, pre-norm (paper Sec. 5, "Mega";
+    docs/2d-ssm.md, 'Placement in the backbones'):
 
         x' = Norm(x);  v = silu(W_v x' + b);  mx = dropout(mixer(x'))          # V from the UNFILTERED x'
         u, z, r, h_x = split(W_mx mx + b);  u = σ(u);  z, r = silu(z), silu(r);  q, k = z γ_{q,k} + β_{q,k}

@@ -1,12 +1,14 @@
-"""Myosotis (Myo) layers (Egorov et al.), spec myosotis.md §2.6-2.7, §3, §7.2.
+"""Myosotis (Myo) layers (Egorov et al., *Myosotis: structured computation for attention like layer*,
+arXiv 2509.20503; our choices in docs/myosotis.md).
 
-``MyoSSM`` is the S5 SSM with the linear recurrence replaced by the Myo tree solve x = T⁻¹v (§3):
+``MyoSSM`` is the S5 SSM with the linear recurrence replaced by the Myo tree solve x = T⁻¹v (paper Sec. 4):
 
     v = u B̃ᵀ  (complex, P_c heads),   x = TreeSolve(v, b),   y = 2 Re(x C̃ᵀ) + D ⊙ u
 
 with level-shared Hermitian edge weights b_{n,ℓ} = -exp(λ_n Δ_n s_ℓ)/(k_max + 1) from S5's per-head
-parameters (Λ^re, Λ^im, log Δ) and the HiPPO-N / S5 initialisation (§2.6). ``MyoBlock`` is S5's pre-norm
-SequenceLayer around it (§3); ``MyoMixer2d`` the gated 2-D token mixer of the backbones (§7.2, [X]).
+parameters (Λ^re, Λ^im, log Δ) and the HiPPO-N / S5 initialisation (paper Sec. 3.5; docs/myosotis.md, 'Edge
+weights'). ``MyoBlock`` is S5's pre-norm SequenceLayer around it (docs/myosotis.md, 'Block and GLU'); ``MyoMixer2d``
+the gated 2-D token mixer of the backbones (docs/myosotis.md, 'Backbones', [X]).
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 @functools.lru_cache(maxsize=16)  # eigh of a (P/J)² matrix: built once per shape
 def hippo_n_init(block_size: int, blocks: int, conj_sym: bool = True):
-    """S5's block-diagonal HiPPO-N initialisation (§2.6), in complex128.
+    """S5's block-diagonal HiPPO-N initialisation (S5, arXiv 2208.04933, ``s5/ssm_init.py``), in complex128.
 
     Returns (Lambda (P_c,), V (P, P_c), Vinv (P_c, P)) with P = block_size * blocks and P_c = P/2 under
     conjugate symmetry (the first half of the eigenpairs of every block), else P. Cached: do not modify them.
@@ -65,19 +67,24 @@ def _lecun_normal(shape, fan_in: int, generator=None) -> torch.Tensor:
 
 
 class MyoSSM(nn.Module):
-    """Myo layer with S5 parameters (spec §2.6, §3) on node features (B, N, dim) of a tree.
+    """Myo layer with S5 parameters (docs/myosotis.md, 'Edge weights', 'S5 settings') on node features (B, N, dim) of
+    a tree.
 
     Args:
         dim: H, the model width.
         state_size: P, S5's ``ssm_size_base``. With ``conj_sym`` there are P_c = P/2 complex heads and the
-            output is 2 Re(·) (spec A12).
+            output is 2 Re(·) (docs/myosotis.md, 'Conjugate-symmetric heads').
         blocks: J, number of HiPPO-N blocks on the diagonal; P/J (and P/(2J) with conj_sym) must be ints.
-        C_init: "trunc_standard_normal" (S5 default), "lecun_normal" or "complex_normal" (§2.6).
+        C_init: "trunc_standard_normal" (S5 default), "lecun_normal" or "complex_normal" (S5's options).
         dt_min, dt_max: log-uniform range of the step Δ [S5: 1e-3, 1e-1].
-        conj_sym: conjugate-symmetric heads (P_c = P/2, output 2 Re) [D: True, A12].
-        level_step: "span" (s_ℓ = k^(ℓ-1), the leaves under a level-ℓ node) or "none" (s_ℓ = 1) [D: "span", A1].
-        real: real edge weights b = -|ρ|/(k_max+1) and a real solve on (Re, Im) [D: False, A14].
-        coupling: "hermitian" (the paper, C_v = conj(b_v)) or "skew" (ablation A4) [D: "hermitian"].
+        conj_sym: conjugate-symmetric heads (P_c = P/2, output 2 Re) [D: True; docs/myosotis.md, 'Conjugate-symmetric
+            heads'].
+        level_step: "span" (s_ℓ = k^(ℓ-1), the leaves under a level-ℓ node) or "none" (s_ℓ = 1) [D: "span";
+            docs/myosotis.md, 'Edge weights'].
+        real: real edge weights b = -|ρ|/(k_max+1) and a real solve on (Re, Im) [D: False; docs/myosotis.md,
+            'Real mode'].
+        coupling: "hermitian" (the paper, C_v = conj(b_v)) or "skew" (ablation; docs/myosotis.md, 'Coupling sign')
+            [D: "hermitian"].
 
     Parameters: ``Lambda_re``, ``Lambda_im``, ``log_step`` (P_c,) (S5's SSM group: no weight decay),
     ``B`` (P_c, dim, 2) and ``C`` (dim, P_c, 2) (real views of the complex B̃, C̃), ``D`` (dim,).
@@ -135,7 +142,7 @@ class MyoSSM(nn.Module):
             self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """HiPPO-N Λ, B̃ = V⁻¹B₀, C̃ per C_init, D ~ N(0, 1), log Δ ~ U[log dt_min, log dt_max] (§2.6)."""
+        """HiPPO-N Λ, B̃ = V⁻¹B₀, C̃ per C_init, D ~ N(0, 1), log Δ ~ U[log dt_min, log dt_max] (S5's init)."""
         lam, v_full, vinv = hippo_n_init(self.state_size // self.blocks, self.blocks, self.conj_sym)
         # S5 (jax lecun_normal, fan_in = shape[-2] x the receptive field): B₀ (P, H) has fan_in P
         b0 = _lecun_normal((self.state_size, self.dim), fan_in=self.state_size)
@@ -161,7 +168,8 @@ class MyoSSM(nn.Module):
                 f"coupling={self.coupling!r}")
 
     def edge_weights(self, depth: int, arity: int) -> torch.Tensor:
-        """b (P_c, depth-1): b_{n,ℓ} = -exp(λ_n Δ_n s_ℓ)/(k_max+1), Re λ clipped to <= -1e-4 (§2.6, A5).
+        """b (P_c, depth-1): b_{n,ℓ} = -exp(λ_n Δ_n s_ℓ)/(k_max+1), Re λ clipped to <= -1e-4
+        (docs/myosotis.md, 'Edge weights').
 
         Complex64 (complex128 for a float64 model), or real -|ρ|/(k_max+1) when ``real``. Every
         |b| < 1/(k_max+1): T is strictly diagonally dominant for any parameter values.
@@ -183,7 +191,7 @@ class MyoSSM(nn.Module):
         """u: (B, N, dim) on all N tree nodes (``virtual="persistent"``) or (B, L, dim) on the leaves only
         (``"transient"``); tree: a ``MyoTree`` (``ops.myo_quadtree`` / ``myo_tree`` / ``myo_tree_from_parent``);
         node_mask: see ``ops.myo_solve``. Returns u's shape and dtype; the solve runs in complex64 / float32
-        (complex128 / float64 for double input), also under autocast (§2.8)."""
+        (complex128 / float64 for double input), also under autocast (docs/myosotis.md, 'Numerical stability')."""
         if not isinstance(u, torch.Tensor) or u.dim() != 3 or u.shape[-1] != self.dim:
             got = shape_or_type(u)
             raise ValueError(f"u must have shape (B, N, dim) with dim={self.dim}, got {got}")
@@ -196,7 +204,8 @@ class MyoSSM(nn.Module):
             if x_in.is_complex():
                 raise ValueError(f"u must be real (float16/bfloat16/float32/float64), got {u.dtype}")
             B, C = self.B.to(x_in.dtype), self.C.to(x_in.dtype)
-            # real input times complex B̃ as two real matmuls; no ZOH input factor in tree mode (§2.7)
+            # real input times complex B̃ as two real matmuls; no ZOH input factor in tree mode
+            # (docs/myosotis.md, 'Input gain')
             v = torch.complex(x_in @ B[..., 0].transpose(0, 1), x_in @ B[..., 1].transpose(0, 1))  # (B, N, P_c)
             b = self.edge_weights(len(tree.level_sizes), tree.arity)
             if self.real:  # real b: solve Re and Im as separate real channels
@@ -216,7 +225,7 @@ class MyoSSM(nn.Module):
 
 
 class MyoBlock(nn.Module):
-    """S5's pre-norm SequenceLayer with Myo in place of the SSM (spec §3):
+    """S5's pre-norm SequenceLayer (``s5/layers.py``) with Myo in place of the SSM (docs/myosotis.md, 'Block and GLU'):
 
         z = Norm(x);  y = MyoSSM(z);  y = Dropout(SiLU(y));  y = y ⊙ σ(W y + c)  (half_glu1);  x + Dropout(y)
 
@@ -224,7 +233,8 @@ class MyoBlock(nn.Module):
         dim, state_size, blocks, **ssm_kwargs: see :class:`MyoSSM`.
         norm: "batch" (S5 default; statistics over batch × all nodes) or "layer" [D: "batch"].
         bn_momentum: PyTorch BatchNorm momentum (= 1 - flax momentum) [D: 0.05, S5's 0.95].
-        glu: "half_glu1", "half_glu2" (y_pre ⊙ σ(W Dropout(SiLU(y_pre)))) or "none" (plain SiLU) [D: "half_glu1", A11].
+        glu: "half_glu1", "half_glu2" (y_pre ⊙ σ(W Dropout(SiLU(y_pre)))) or "none" (plain SiLU)
+            [D: "half_glu1"; docs/myosotis.md, 'Block and GLU'].
         dropout: channel dropout with one mask per sample shared by all nodes (S5) [D: 0.0].
     Input (B, N, dim) node features, as for MyoSSM.
     """
@@ -267,7 +277,7 @@ class MyoBlock(nn.Module):
 
 
 class MyoMixer2d(nn.Module):
-    """Gated Myo token mixer on channels-last maps (B, H, W, dim), spec §7.2 [X]:
+    """Gated Myo token mixer on channels-last maps (B, H, W, dim), docs/myosotis.md 'Backbones' [X]:
 
         z = W_z x;  x' = DWConv3x3(x);  y = 2 Re(C̃ T⁻¹ B̃ x') + D ⊙ x'  (ceil quadtree, transient virtual nodes);
         out = Linear(y ⊙ SiLU(z))
@@ -277,8 +287,8 @@ class MyoMixer2d(nn.Module):
         blocks: HiPPO-N blocks [D: 1]. dwconv: the depthwise 3x3 conv before the solve [D: True].
         shift: roll the map by s = 2^(D-3) pixels along H and W before the solve and back after it
             (D = quadtree levels; s = half the span of the root's children, as Swin shifts by half a window),
-            so the coarsest block boundaries move [D: False]. Rolling by the root's span 2^(D-1) (the spec's
-            reading) or by its children's span 2^(D-2) only permutes siblings on power-of-two maps: a no-op.
+            so the coarsest block boundaries move [D: False]. Rolling by the root's span 2^(D-1) (our first
+            design) or by its children's span 2^(D-2) only permutes siblings on power-of-two maps: a no-op.
         **ssm_kwargs: :class:`MyoSSM` options (C_init, dt_min, dt_max, level_step, real, coupling).
     Any H x W >= 1 works (ceil quadtree).
     """

@@ -1,4 +1,6 @@
-"""2-D SSM layer (Baron, Zimerman, Wolf 2023), spec 2d-ssm.md §1.6-1.9.
+"""2-D SSM layer of "2-D SSM: A General Spatial Layer for Visual Transformers" (Baron, Zimerman, Wolf 2023,
+arXiv:2306.06635): Sec. 3, App. D-E. Readings of the official code and our defaults: docs/2d-ssm.md (markers
+[D], code-v1 are explained there).
 
 A depthwise global 2-D convolution whose kernels are the normalised impulse responses of diagonal Roesser
 state-space systems, one parameter set per scan direction and channel group:
@@ -50,7 +52,8 @@ class SSM2D(nn.Module):
         directions: 4 (none, flip rows, flip cols, flip both) or 2 (none, flip both) [D: 4, code-v1].
         complex: complex A, B, C with output Re(K) [D: False, real is the paper's default].
         complex_param: "cartesian" (official code: B = σ(re) + iσ(im), C = re + i im) or "polar"
-            (paper text) [D: "cartesian", spec A6]. Only used when ``complex``.
+            (paper text) [D: "cartesian", the official code; docs/2d-ssm.md, 'Parameterisation']. Only used
+            when ``complex``.
         layernorm: LayerNorm over channels after the layer [D: False, code-v1 default].
         fused: apply the directions as one fused (2H-1)x(2W-1) kernel with a single FFT convolution; False
             runs one causal FFT convolution per direction. Both are exact [D: True].
@@ -113,7 +116,7 @@ class SSM2D(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Initialisation of code-v1 (spec §1.7)."""
+        """Initialisation of code-v1 (docs/2d-ssm.md, 'Initialisation'; the paper gives none)."""
         with torch.no_grad():
             if self.complex:
                 self.A_logit.uniform_(0.5, 3.0)  # radius in (0.62, 0.95), angle in (3.9, 6.0) rad

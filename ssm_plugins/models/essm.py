@@ -2,32 +2,34 @@
 
 A PyTorch impl of the models of:
   * `Efficient State Space Model via Fast Tensor Convolution and Block Diagonalization` (T. Liang, H.-X. Li,
-    arXiv 2402.15290), spec ``essm.md`` §1.11-1.12 (layer, block, model), §2 (configs), §3.4 (Table 9).
+    arXiv 2402.15290): the deep model (Sec. 4.6, Fig. 3), the configurations (Table 10, App. E), the results
+    (Tables 7 and 9); choices the paper leaves open are in ``docs/essm.md``.
 
 Two model classes, both built from ``ssm_plugins.layers.ESSMBlock``:
 
-``ESSMSequence`` -- the paper's model (§1.12): Linear(in_chans -> H) encoder (``nn.Embedding(vocab, H)`` for the
+``ESSMSequence`` -- the paper's model (Sec. 4.6): Linear(in_chans -> H) encoder (``nn.Embedding(vocab, H)`` for the
 token tasks, ``vocab_size``), ``depth`` residual eSSM blocks at a constant width, a final norm if prenorm, mean pool
 over time (over the valid steps given a padding mask), Linear(H -> classes). Images (B, C, H, W) are
-flattened row-major into a pixel sequence of length H*W (sCIFAR, LRA-Image, sMNIST: §8.4); (B, L, C) sequences
-are taken as they are. The eSSM kernel is generated at the runtime length, so any image size works.
-Registered with the paper's configurations (every Table 10 row; ``*_official`` where the released config differs
-in the architecture, §2.3): ``essm_listops(_official)``, ``essm_text(_official)``, ``essm_retrieval(_official)``,
-``essm_lra_image``, ``essm_pathfinder(_official)``, ``essm_pathx``, ``essm_scifar``, ``essm_smnist(_official)``,
-``essm_psmnist(_official)``, and ``essm_scifar_tiny`` [X] for quick tests.
+flattened row-major into a pixel sequence of length H*W (sCIFAR, LRA-Image, sMNIST; docs/essm.md, 'Block and
+model'); (B, L, C) sequences are taken as they are. The eSSM kernel is generated at the runtime length, so any
+image size works. Registered with the paper's configurations (every Table 10 row; ``*_official`` where the released
+config differs in the architecture, docs/essm.md, 'Released configs'): ``essm_listops(_official)``,
+``essm_text(_official)``, ``essm_retrieval(_official)``, ``essm_lra_image``, ``essm_pathfinder(_official)``,
+``essm_pathx``, ``essm_scifar``, ``essm_smnist(_official)``, ``essm_psmnist(_official)``, and ``essm_scifar_tiny``
+[X] for quick tests.
 
-``ESSMRetrieval`` -- the Retrieval dual encoder (§1.12, Eq. 37): one shared token ``ESSMSequence`` for both
+``ESSMRetrieval`` -- the Retrieval dual encoder (App. E.2.3, Eq. 37): one shared token ``ESSMSequence`` for both
 documents, length-aware mean pools u1, u2, then [u1, u2, u1*u2, u1-u2] -> Linear(4H, H) -> GELU -> Linear(H, 2).
 
-``ESSMBackbone2D`` -- an extension [X] (no dense-prediction design exists in the paper; §8.4): patch embedding
--> 4 stages of eSSM blocks scanning the flattened patch grid bidirectionally -> patch merging between stages,
-feature maps at strides 4/8/16/32 for ``features_only`` / ``forward_intermediates`` (MMDetection/MMSegmentation).
-Registered: ``essm_2d_tiny``. Its design choices are listed in the class docstring.
+``ESSMBackbone2D`` -- an extension [X] (no dense-prediction design exists in the paper; docs/essm.md, '2-D
+backbone'): patch embedding -> 4 stages of eSSM blocks scanning the flattened patch grid bidirectionally -> patch
+merging between stages, feature maps at strides 4/8/16/32 for ``features_only`` / ``forward_intermediates``
+(MMDetection/MMSegmentation). Registered: ``essm_2d_tiny``. Its design choices are listed in the class docstring.
 
-Markers: [D] a default taken from the spec / paper, [X] an extension beyond the paper. The paper's training
-hyperparameters for the registered sequence models are in ``PAPER_RECIPES``; ``essm_param_groups`` builds the
-two-learning-rate AdamW groups of §2.1. No pretrained weights exist; load a local checkpoint with
-``pretrained=True, pretrained_cfg_overlay=dict(file=path)``.
+Markers (docs/essm.md): [D] an option's default (the paper's, or ours where the paper is silent), [X] an extension
+beyond the paper. The paper's training hyperparameters for the registered sequence models are in
+``PAPER_RECIPES``; ``essm_param_groups`` builds the two-learning-rate AdamW groups of App. E.1. No pretrained
+weights exist; load a local checkpoint with ``pretrained=True, pretrained_cfg_overlay=dict(file=path)``.
 """
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple, Union
 
@@ -49,7 +51,7 @@ __all__ = ['ESSMSequence', 'ESSMRetrieval', 'ESSMBackbone2D', 'ESSMStage', 'PAPE
 
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
-LRA_GRAY_MEAN = (122.6 / 255.,)  # spec §2.1: grayscale CIFAR normalised with 122.6/255, 61/255
+LRA_GRAY_MEAN = (122.6 / 255.,)  # grayscale CIFAR: 122.6/255, 61/255 (docs/essm.md, 'Data preprocessing')
 LRA_GRAY_STD = (61. / 255.,)
 
 # The eSSM layer options every model passes through to ESSMBlock (names as in ssm_plugins.layers.ESSM).
@@ -170,10 +172,10 @@ def essm_param_groups(
         weight_decay: float = 0.,
         lr_other_params: Sequence[str] = ('C',),
 ) -> List[Dict[str, Any]]:
-    """AdamW parameter groups of spec §2.1: the SSM core (Λ, log Δ, B, C, D) at ``lr_ssm`` with weight decay 0,
+    """AdamW parameter groups of paper App. E.1-E.2: the SSM core (Λ, log Δ, B, C, D) at ``lr_ssm`` with weight decay 0,
     except the core parameters named in ``lr_other_params`` (C in most tasks; B and C for Image, sCIFAR, sMNIST),
     which take ``lr`` (LR_other) and still no weight decay; everything else at ``lr`` with ``weight_decay``
-    (biases and norm parameters without decay, as timm does)."""
+    (biases and norm parameters without decay, as timm does); docs/essm.md, 'Optimiser and schedules'."""
     unknown = set(lr_other_params) - set(SSM_PARAM_NAMES)
     if unknown:
         raise ValueError(f'lr_other_params must name SSM parameters {SSM_PARAM_NAMES}, got {sorted(unknown)}')
@@ -204,7 +206,7 @@ def _block_kwargs(kwargs: Dict[str, Any]) -> Dict[str, Any]:
 
 
 class ESSMSequence(nn.Module):
-    """eSSM sequence classifier (spec §1.12): encoder -> depth x ESSMBlock -> [final norm] -> mean pool -> head.
+    """eSSM sequence classifier (paper Sec. 4.6): encoder -> depth x ESSMBlock -> [final norm] -> mean pool -> head.
 
     Args:
         in_chans: input features per step (3 for sCIFAR, 1 for grayscale / MNIST / raw audio).
@@ -213,8 +215,9 @@ class ESSMSequence(nn.Module):
         depth: number of residual blocks.
         d_state: N, total complex modes per layer [D: H]. n_heads: S (must divide H and N).
         prenorm: Table 10 "Pre" column; a final norm follows the blocks when True.
-        norm: "batch" [D, A14] or "layer".
-        drop_rate: the paper's model dropout (inside the layer twice and channel-tied after it, A17).
+        norm: "batch" [D] or "layer" (docs/essm.md, 'Block and model').
+        drop_rate: the paper's model dropout (inside the layer twice and channel-tied after it; docs/essm.md,
+            'Layer forward pass').
         drop_path_rate: stochastic depth, linearly increasing over the blocks [X] [D: 0].
         global_pool: "avg" (mean over time, the paper's decoder) or "" (none; the head sees every step).
         vocab_size: token tasks (ListOps, Text, Retrieval): an ``nn.Embedding(vocab_size, H)`` encoder taking
@@ -224,11 +227,12 @@ class ESSMSequence(nn.Module):
         **ssm_kwargs: ESSM options (bidirectional [D: True], conj_sym [D: True], glu [D: "half_glu1"], pre_act,
             dt_min, dt_max, dt_scale, real_clip, discretization, gbt_alpha, C_init, init).
 
-    Input: (B, C, H, W) images, flattened row-major to (B, H*W, C) [D, §8.4], or (B, L, C) sequences.
-    ``forward(x, dt_scale=...)`` rescales Δ for this call (zero-shot resampling, A20).
+    Input: (B, C, H, W) images, flattened row-major to (B, H*W, C) [D], or (B, L, C) sequences.
+    ``forward(x, dt_scale=...)`` rescales Δ for this call (zero-shot resampling, docs/essm.md, 'Δ scaling').
     ``forward(x, padding_mask=...)`` for padded sequence batches: (B, L) bool, True at padded steps; the mean pool
-    covers the valid steps only (the paper's length-aware decoder, §1.12) and every block zeroes the padded steps
-    before its SSM convolution, so padding does not leak into valid steps through the bidirectional kernel (A19).
+    covers the valid steps only (the length-aware decoder, 'Block and model') and every block zeroes the padded steps
+    before its SSM convolution, so padding does not leak into valid steps through the bidirectional kernel
+    ('Padding mask').
     Pass the mask to ``forward_head`` alone for the official behaviour (mask only in pooling).
     """
 
@@ -268,7 +272,7 @@ class ESSMSequence(nn.Module):
         self.prenorm = prenorm
         self.grad_checkpointing = False
 
-        # token tasks (ListOps, Text, Retrieval): nn.Embedding; continuous inputs: Linear(d_in, H) (§1.12)
+        # token tasks (ListOps, Text, Retrieval): nn.Embedding; continuous inputs: Linear(d_in, H) (Sec. 4.6)
         self.encoder = nn.Embedding(vocab_size, d_model, **dd) if vocab_size is not None \
             else nn.Linear(in_chans, d_model, **dd)
         dpr = ([x.item() for x in torch.linspace(0, drop_path_rate, depth, device='cpu')] if depth > 1
@@ -283,7 +287,7 @@ class ESSMSequence(nn.Module):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
-        """The SSM core parameters: weight decay 0 in the official code (§2.1)."""
+        """The SSM core parameters: weight decay 0 in the official code (docs/essm.md, 'Optimiser and schedules')."""
         return no_weight_decay_names(self)
 
     @torch.jit.ignore
@@ -385,7 +389,7 @@ class ESSMSequence(nn.Module):
 
 
 class ESSMRetrieval(nn.Module):
-    """eSSM dual encoder for document matching (LRA Retrieval / AAN; spec §1.12, Eq. 37).
+    """eSSM dual encoder for document matching (LRA Retrieval / AAN; paper App. E.2.3, Eq. 37).
 
     Both documents go through one shared :class:`ESSMSequence` backbone (no head) and are mean-pooled over their
     valid steps to u1, u2; the head is ``Linear(4H, H) -> GELU -> Linear(H, num_classes)`` on
@@ -418,7 +422,7 @@ class ESSMRetrieval(nn.Module):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
-        """The SSM core parameters: weight decay 0 in the official code (§2.1)."""
+        """The SSM core parameters: weight decay 0 in the official code (docs/essm.md, 'Optimiser and schedules')."""
         return no_weight_decay_names(self)
 
     @torch.jit.ignore
@@ -541,18 +545,18 @@ class ESSMStage(nn.Module):
 
 
 class ESSMBackbone2D(nn.Module):
-    """Hierarchical 2-D eSSM backbone [X] (spec §8.4; the paper has no such design, no reference numbers).
+    """Hierarchical 2-D eSSM backbone [X] (docs/essm.md, '2-D backbone'; no such design or numbers in the paper).
 
     Design choices:
       * [X] Stem: timm ``PatchEmbed`` (Conv2d k=s=``patch_size``, LayerNorm), NHWC; inputs that the patch size
         does not divide are zero-padded at the bottom/right, so any size works (map = ceil(size / stride)).
       * [X] Down-sampling: Swin's ``PatchMerging`` (2x2 concat, LayerNorm, Linear 4C -> 2C; odd maps padded)
         between stages: feature maps at strides 4, 8, 16, 32 (4 stages).
-      * [D, §8.4] Scan: each block flattens the stage map row-major and runs a **bidirectional** eSSM over the
-        H*W tokens (the kernel is length-agnostic, §1.7), then reshapes back; ``scan='alternate'`` [X] makes every
+      * [D] Scan: each block flattens the stage map row-major and runs a **bidirectional** eSSM over the
+        H*W tokens (the kernel is built at the runtime length), then reshapes back; ``scan='alternate'`` [X] makes every
         odd block scan column-major instead, so vertical neighbours are also adjacent in some block.
-      * [D, §1.12] Block: the paper's residual block (no MLP; the layer's GLU gate and head mixer do the channel
-        mixing), with drop path [X]. Norm: LayerNorm [X] and prenorm [X] by default (§8.4: BN needs SyncBN at
+      * [D, Sec. 4.6] Block: the paper's residual block (no MLP; the layer's GLU gate and head mixer do the channel
+        mixing), with drop path [X]. Norm: LayerNorm [X] and prenorm [X] by default ('2-D backbone': BN needs SyncBN at
         detection batch sizes); ``norm='batch'`` and ``prenorm=False`` give the paper's BN post-norm block.
       * [D, Table 10 Image/sCIFAR] Heads of h = ``ssm_head_dim`` = 4 channels with n = ``ssm_head_state`` = 8
         complex modes each: S = C/4 heads and N = 2C modes per layer at stage width C.
@@ -624,7 +628,7 @@ class ESSMBackbone2D(nn.Module):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
-        """The SSM core parameters: weight decay 0 in the official code (§2.1)."""
+        """The SSM core parameters: weight decay 0 in the official code (docs/essm.md, 'Optimiser and schedules')."""
         return no_weight_decay_names(self)
 
     @torch.jit.ignore
@@ -747,7 +751,8 @@ def _cfg(**kwargs) -> Dict[str, Any]:
     })
 
 
-# LRA-Image: grayscale CIFAR-10 (spec §2.1); MNIST: the spec names no normalisation, so raw [0, 1] pixels.
+# LRA-Image: grayscale CIFAR-10; MNIST: the paper names no normalisation, so raw [0, 1] pixels (docs/essm.md,
+# 'Data preprocessing').
 _lra_image = dict(input_size=(1, 32, 32), mean=LRA_GRAY_MEAN, std=LRA_GRAY_STD)
 _mnist = dict(input_size=(1, 28, 28), mean=(0.,), std=(1.,))
 # Token tasks: input_size is (vocab, 1, LRA max length): the one-hot view of a (B, L) token sequence; no image
@@ -784,10 +789,11 @@ default_cfgs = generate_default_cfgs({
         paper_name=None, paper_ids=None),
 })
 
-# The paper's training hyperparameters for the registered sequence models (spec §2.1-2.3), for recipes:
+# The paper's training hyperparameters for the registered sequence models (Table 10, App. E.1-E.2), for recipes:
 # batch, epochs, LR_SSM, LR_other (for essm_param_groups' lr_ssm / lr), the SSM parameters trained at LR_other,
 # weight decay of the non-SSM parameters (the paper reports none; the values are the official configs'), and the
-# scheduler. Table 10 rows, and the released configs for the *_official models and the "official" entries.
+# scheduler. Table 10 rows, and the released configs for the *_official models and the "official" entries
+# (docs/essm.md, 'Released configs').
 PAPER_RECIPES: Dict[str, Dict[str, Any]] = {
     'essm_scifar': dict(
         batch_size=50, epochs=200, lr_ssm=1e-3, lr=5e-3, lr_other_params=('B', 'C'), weight_decay=0.05,
@@ -844,8 +850,9 @@ def _sequence(variant: str, pretrained: bool, model_args: Dict[str, Any], kwargs
     return _create_essm_sequence(variant, pretrained, **dict(model_args, **kwargs))
 
 
-# Table 10 ListOps as the paper's text reads (E.2.1, A9: no bidirectional kernel, LeakyReLU before the head mixer,
-# C initialised from HiPPO); the released config keeps half_glu1 and the bidirectional kernel (§2.3).
+# Table 10 ListOps as the paper's text reads (E.2.1: no bidirectional kernel, LeakyReLU (placed before the head
+# mixer by us), C initialised from HiPPO); the released config keeps half_glu1 and the bidirectional kernel
+# (docs/essm.md, 'ListOps presets').
 _LISTOPS = dict(vocab_size=LISTOPS_VOCAB_SIZE, num_classes=10, d_model=256, depth=6, d_state=256, n_heads=4,
                 prenorm=False, drop_rate=0., bidirectional=False, pre_act='leakyrelu', C_init='hippo')
 _TEXT = dict(vocab_size=BYTE_VOCAB_SIZE, num_classes=2, d_model=256, depth=6, d_state=256, n_heads=256,
@@ -887,7 +894,7 @@ def essm_smnist(pretrained: bool = False, **kwargs) -> ESSMSequence:
 
 @register_model
 def essm_smnist_official(pretrained: bool = False, **kwargs) -> ESSMSequence:
-    """sMNIST, released config (§2.3): as ``essm_smnist`` with S 64, N 128 (h 2, n 2)."""
+    """sMNIST, released config (docs/essm.md, 'Released configs'): as ``essm_smnist`` with S 64, N 128 (h 2, n 2)."""
     model_args = dict(in_chans=1, d_model=128, depth=4, d_state=128, n_heads=64, prenorm=True, drop_rate=0.1)
     return _sequence('essm_smnist_official', pretrained, model_args, kwargs)
 
@@ -902,7 +909,7 @@ def essm_psmnist(pretrained: bool = False, **kwargs) -> ESSMSequence:
 
 @register_model
 def essm_psmnist_official(pretrained: bool = False, **kwargs) -> ESSMSequence:
-    """psMNIST, released config (§2.3): as ``essm_psmnist`` with the full_glu activation."""
+    """psMNIST, released config (docs/essm.md, 'Released configs'): as ``essm_psmnist`` with the full_glu activation."""
     model_args = dict(in_chans=1, d_model=128, depth=4, d_state=128, n_heads=8, prenorm=True, drop_rate=0.15,
                       glu='full_glu')
     return _sequence('essm_psmnist_official', pretrained, model_args, kwargs)
@@ -910,16 +917,16 @@ def essm_psmnist_official(pretrained: bool = False, **kwargs) -> ESSMSequence:
 
 @register_model
 def essm_listops(pretrained: bool = False, **kwargs) -> ESSMSequence:
-    """LRA ListOps (Table 7: 62.20%), Table 10 + E.2.1 (paper-text preset, A9): token embedding (17 tokens),
-    depth 6, H 256, S 4, N 256 (h = n = 64), no dropout, BN post-norm, causal kernel, LeakyReLU(0.05) before the
-    head mixer, C from HiPPO, 10 classes."""
+    """LRA ListOps (Table 7: 62.20%), Table 10 + E.2.1 (paper-text preset, docs/essm.md, 'ListOps presets'): token
+    embedding (17 tokens), depth 6, H 256, S 4, N 256 (h = n = 64), no dropout, BN post-norm, causal kernel,
+    LeakyReLU(0.05) before the head mixer, C from HiPPO, 10 classes."""
     return _sequence('essm_listops', pretrained, _LISTOPS, kwargs)
 
 
 @register_model
 def essm_listops_official(pretrained: bool = False, **kwargs) -> ESSMSequence:
-    """ListOps, released config (§2.3): depth 8, H 128, S 64, N 256, BN prenorm, bidirectional, half_glu1,
-    C from HiPPO."""
+    """ListOps, released config (docs/essm.md, 'Released configs'): depth 8, H 128, S 64, N 256, BN prenorm,
+    bidirectional, half_glu1, C from HiPPO."""
     model_args = dict(_LISTOPS, d_model=128, depth=8, n_heads=64, prenorm=True, bidirectional=True, pre_act=None)
     return _sequence('essm_listops_official', pretrained, model_args, kwargs)
 
@@ -933,7 +940,8 @@ def essm_text(pretrained: bool = False, **kwargs) -> ESSMSequence:
 
 @register_model
 def essm_text_official(pretrained: bool = False, **kwargs) -> ESSMSequence:
-    """Text, released config (§2.3): H 128, S 128, N 128, no conjugate symmetry, half_glu2."""
+    """Text, released config (docs/essm.md, 'Released configs'): H 128, S 128, N 128, no conjugate symmetry,
+    half_glu2."""
     model_args = dict(_TEXT, d_model=128, d_state=128, n_heads=128, conj_sym=False, glu='half_glu2')
     return _sequence('essm_text_official', pretrained, model_args, kwargs)
 
@@ -948,7 +956,7 @@ def essm_retrieval(pretrained: bool = False, **kwargs) -> ESSMRetrieval:
 
 @register_model
 def essm_retrieval_official(pretrained: bool = False, **kwargs) -> ESSMRetrieval:
-    """Retrieval, released config (§2.3): H 64 (S 64, N 128)."""
+    """Retrieval, released config (docs/essm.md, 'Released configs'): H 64 (S 64, N 128)."""
     return _create_essm_sequence('essm_retrieval_official', pretrained, ESSMRetrieval,
                                  **dict(dict(_RETRIEVAL, d_model=64), **kwargs))
 
@@ -962,7 +970,7 @@ def essm_pathfinder(pretrained: bool = False, **kwargs) -> ESSMSequence:
 
 @register_model
 def essm_pathfinder_official(pretrained: bool = False, **kwargs) -> ESSMSequence:
-    """Pathfinder, released config (§2.3): H 256, S 32 (N 256)."""
+    """Pathfinder, released config (docs/essm.md, 'Released configs'): H 256, S 32 (N 256)."""
     return _sequence('essm_pathfinder_official', pretrained, dict(_PATHFINDER, d_model=256, n_heads=32), kwargs)
 
 

@@ -1,8 +1,9 @@
 """ Mega image backbone with a selectable spatial layer (EMA, 2-D SSM, S4ND, none)
 
 A PyTorch impl of the Mega models of:
-  * `2-D SSM: A General Spatial Layer for Visual Transformers` (E. Baron, I. Zimerman, L. Wolf, arXiv v1,
-    June 2023), spec ``2d-ssm.md`` §2.3, §3.2, §5.1 (Table 1) and §5.4 (ImageNet-1K, "Figure 5"),
+  * `2-D SSM: A General Spatial Layer for Visual Transformers` (E. Baron, I. Zimerman, L. Wolf,
+    arXiv:2306.06635 v1, June 2023), Sec. 5 ("Mega"), Table 1, "Figure 4" (LRA Image) and "Figure 5"
+    (ImageNet-1K); readings of the official code: ``docs/2d-ssm.md``,
 on the vision Mega of
   * `Mega: Moving Average Equipped Gated Attention` (X. Ma et al., ICLR 2023).
 
@@ -10,7 +11,8 @@ Architecture (the official 2-D SSM code's ``VisionMEGA``, code-v1): conv patch e
 position embedding, ``depth`` Mega layers (:class:`ssm_plugins.layers.MegaBlock`: moving-average gated attention
 with laplace attention and a 1-D relative position bias, then a normalised FFN), final LayerNorm, Linear + SiLU,
 mean pool over the tokens, linear classifier. The layers run on the (B, H, W, D) token grid; the spatial layer
-filters the Q/K/gate path only, V comes from the unfiltered tokens (spec §2.3).
+filters the Q/K/gate path only, V comes from the unfiltered tokens (paper Sec. 5; docs/2d-ssm.md, 'Placement in
+the backbones').
 
 ``spatial_mixer`` selects Table 1's Mega rows: ``'ema'`` (Mega, Mega's multi-head EMA on the flattened patches),
 ``'none'`` (Mega-ablate), ``'s4nd'`` (Mega w/ S4ND) and ``'ssm2d'`` (Mega 2-D SSM-r; ``ssm_complex=True`` for SSM-c).
@@ -70,7 +72,8 @@ class VisionMega(nn.Module):
         spatial_mixer: 'ema' | 'ssm2d' | 's4nd' | 'none' [D: 'ema', the original Mega].
         ssm_*: the spatial layer's options (see the module docstring). mixer_kwargs: extra layer arguments.
         attn_activation: 'laplace' [D] or 'softmax'. rel_pos_bias: Mega's relative position bias [D: True].
-        no_pos_embed: drop the learned absolute position embedding (spec A20).
+        no_pos_embed: drop the learned absolute position embedding (Table 3; docs/2d-ssm.md, 'Removing the
+            positional encoding').
         norm_layer: 'layernorm' [D] or 'batchnorm' (Mega's LRA models), in every layer and at the end.
         head_hidden_dim: None [D]: code-v1 VisionMEGA's head (per-token Linear + SiLU, mean pool, Linear); an int:
             Mega's LRA classifier (mean pool, Linear(D, head_hidden_dim) + GELU, Linear without bias), whose
@@ -335,16 +338,17 @@ default_cfgs = generate_default_cfgs({
     'mega_iso_lra_cifar10_ssm2d': ssm2d_cfg(**_lra_image),
 })
 
-# Small-dataset Mega (code-v1 ``create_model('mega')``, spec §3.2): 9 layers, embed = hidden = z = FFN = 192,
-# EMA / SSM N = 16; code-v1 passes no dropout or stochastic depth to it.
+# Small-dataset Mega (code-v1 ``create_model('mega')``, docs/2d-ssm.md, 'Backbone configurations'): 9 layers,
+# embed = hidden = z = FFN = 192, EMA / SSM N = 16; code-v1 passes no dropout or stochastic depth to it.
 _mega_small_datasets = dict(embed_dim=192, depth=9, hidden_dim=192, ffn_hidden_dim=192, zdim=192, ssm_d_state=16)
 # Mega ViT-T (XuezheMax/mega-image ``mega_tiny_patch16_224``; the recipe of the 2-D SSM paper's Figure 5).
 _mega_tiny = dict(patch_size=16, embed_dim=192, depth=12, hidden_dim=384, ffn_hidden_dim=384, zdim=64, ssm_d_state=16)
 
 
-# Mega-ISO (spec §2.3, §4.3): Mega's ``mega_lra_cifar10`` on the 1024 raw grayscale pixels (isotropic, no
-# patches): 8 layers, embed 160, hidden = FFN 320, z 96, EMA N 16, laplace attention, BatchNorm, pre-norm, mean
-# pool, classifier 160 -> 320 (GELU) -> 10, dropout 0. The pixel embedding x * w + b is a 1x1 patch embedding.
+# Mega-ISO (paper Sec. 5, App. F; docs/2d-ssm.md, 'Mega ImageNet and LRA recipes'): Mega's ``mega_lra_cifar10``
+# on the 1024 raw grayscale pixels (isotropic, no patches): 8 layers, embed 160, hidden = FFN 320, z 96, EMA N 16,
+# laplace attention, BatchNorm, pre-norm, mean pool, classifier 160 -> 320 (GELU) -> 10, dropout 0. The pixel
+# embedding x * w + b is a 1x1 patch embedding.
 _mega_iso = dict(img_size=32, patch_size=1, in_chans=1, num_classes=10, embed_dim=160, depth=8, hidden_dim=320,
                  ffn_hidden_dim=320, zdim=96, ssm_d_state=16, norm_layer='batchnorm', head_hidden_dim=320)
 

@@ -2,22 +2,24 @@
 
 A PyTorch impl of the models of:
   * `Myosotis: structured computation for attention like layer` (E. Egorov, H. Ackermann, M. Nagel, H. Cai),
-    spec ``myosotis.md`` §3, §4.3, §7.
+    arXiv 2509.20503; our own choices are documented in ``docs/myosotis.md``.
 
-  * ``MyoSequence`` (§3 ``MyoClassifier``, §4): the S5 architecture with Myo blocks on a tree over the input:
-    encoder (Linear, or nn.Embedding for tokens) on the leaves, virtual nodes as persistent tokens (learned
-    per-level inputs, initialised to 0, A7), ``depth`` x ``MyoBlock``, readout = mean over the top
-    ``readout_levels`` levels (default all, A8; padding masked) + linear. Perfect trees pad as the paper does
-    (784 -> 1024, 2000 -> 2048, 28 x 28 -> 32 x 32), ``tree="ceil"`` needs no padding. The paper's tasks, with
-    S5's per-task configs (§4.3; training settings in ``PAPER_RECIPES``, optimizer groups ``myo_param_groups``):
-    ``myo_smnist`` / ``myo_scifar`` (snake order, 4-ary), ``myo_zmnist`` / ``myo_zcifar`` (Morton order =
-    quadtree), ``myo_listops`` (tokens, binary), ``myo_pathfinder`` / ``myo_pathx`` (row-major pixels, binary).
-  * ``myopix_zcifar`` (§7.3, the paper's zCIFAR model as a pixel model): ``MyoPix``, a MyoSequence on the ceil
-    quadtree of any image size (raster-ordered pixels; the grid pyramid equals Morton-ordered leaves, §2.3),
-    H = 512, P = 384, J = 3.
-  * ``myonet_tiny / small / base`` (§7.3, [X], no paper numbers): 4-stage hierarchical backbones (stem 4x4/4 conv
-    + LN, 2x2/2 conv + LN downsampling, blocks ``x += DropPath(MyoMixer2d(LN(x))); x += DropPath(MLP(LN(x)))``),
-    feature maps at reductions 4 / 8 / 16 / 32; ``forward_features`` NCHW (``output_fmt='NHWC'``: channels last).
+  * ``MyoSequence`` (paper Sec. 4): the S5 architecture with Myo blocks on a tree over the input: encoder (Linear,
+    or nn.Embedding for tokens) on the leaves, virtual nodes as persistent tokens (learned per-level inputs,
+    initialised to 0, docs/myosotis.md 'Virtual-node inputs'), ``depth`` x ``MyoBlock``, readout = mean over the top
+    ``readout_levels`` levels (default all, docs/myosotis.md 'Readout'; padding masked) + linear. Perfect trees pad
+    as the paper does (784 -> 1024, 2000 -> 2048, 28 x 28 -> 32 x 32), ``tree="ceil"`` needs no padding. The paper's
+    tasks, with S5's per-task configs (docs/myosotis.md 'S5 settings'; training settings in ``PAPER_RECIPES``,
+    optimizer groups ``myo_param_groups``): ``myo_smnist`` / ``myo_scifar`` (snake order, 4-ary), ``myo_zmnist`` /
+    ``myo_zcifar`` (Morton order = quadtree), ``myo_listops`` (tokens, binary), ``myo_pathfinder`` / ``myo_pathx``
+    (row-major pixels, binary).
+  * ``myopix_zcifar`` (docs/myosotis.md 'Backbones', the paper's zCIFAR model as a pixel model): ``MyoPix``, a
+    MyoSequence on the ceil quadtree of any image size (raster-ordered pixels; the grid pyramid equals
+    Morton-ordered leaves, docs/myosotis.md 'Level-shared fast path'), H = 512, P = 384, J = 3.
+  * ``myonet_tiny / small / base`` (docs/myosotis.md 'Backbones', [X], no paper numbers): 4-stage hierarchical
+    backbones (stem 4x4/4 conv + LN, 2x2/2 conv + LN downsampling, blocks
+    ``x += DropPath(MyoMixer2d(LN(x))); x += DropPath(MLP(LN(x)))``), feature maps at reductions 4 / 8 / 16 / 32;
+    ``forward_features`` NCHW (``output_fmt='NHWC'``: channels last).
 
 Any input size >= 1 px works (ceil quadtrees; the backbones pad the right / bottom border to the conv strides).
 The trees are built from Python ints (no tensor values read), so every model compiles with
@@ -47,7 +49,7 @@ from ..layers.myo import MyoBlock, MyoMixer2d, MyoSSM
 
 __all__ = ['MyoSequence', 'MyoPix', 'MyoNet', 'MyoNetBlock', 'MyoNetStage', 'PAPER_RECIPES', 'myo_param_groups']
 
-CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)  # S5 loader (spec §4.2)
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)  # S5 loader (docs/myosotis.md, 'S5 settings')
 CIFAR10_STD = (0.247, 0.243, 0.261)
 
 _VIRTUAL_INITS = ('embed', 'zero', 'mean')
@@ -72,13 +74,13 @@ def check_myo_image(x: torch.Tensor, in_chans: int) -> torch.Tensor:
 
 
 def _myo_no_weight_decay(model: nn.Module, params: Tuple[str, ...] = ()) -> Set[str]:
-    """S5's "ssm" group (spec §4.3): Λ^re, Λ^im, log Δ of every Myo layer, and all norm parameters (and ``params``
-    of the model's own, where it has them)."""
+    """S5's "ssm" group (docs/myosotis.md, 'S5 settings'): Λ^re, Λ^im, log Δ of every Myo layer, and all norm
+    parameters (and ``params`` of the model's own, where it has them)."""
     return no_weight_decay_names(model, params=params, norms=(nn.BatchNorm1d, nn.LayerNorm))
 
 
 def _lecun_linear(layer: nn.Linear) -> nn.Linear:
-    """flax Dense initialisation: LeCun normal weights, zero bias (spec §3 porting notes)."""
+    """flax Dense initialisation: LeCun normal weights, zero bias (docs/myosotis.md, 'S5 settings')."""
     std = 1.0 / math.sqrt(layer.in_features) / 0.87962566103423978
     trunc_normal_(layer.weight, std=std, a=-2 * std, b=2 * std)
     nn.init.zeros_(layer.bias)
@@ -106,8 +108,8 @@ def _perfect_size(n: int, arity: int) -> int:
 
 
 def _snake(x: torch.Tensor) -> torch.Tensor:
-    """Row boustrophedon of (B, C, H, W) (S4/S5 ``snake_permutation``, spec §4.2, A10): odd rows reversed.
-    Its own inverse."""
+    """Row boustrophedon of (B, C, H, W) (S4/S5 ``snake_permutation``, docs/myosotis.md 'Input orders'): odd rows
+    reversed. Its own inverse."""
     odd = torch.arange(x.shape[-2], device=x.device)[:, None] % 2 == 1
     return torch.where(odd, x.flip(-1), x)
 
@@ -202,7 +204,7 @@ def _image_leaves(x: torch.Tensor, spec: MyoInputSpec):
         valid = F.pad(torch.ones(rows, cols, dtype=torch.bool, device=x.device),
                       (left, side_c - cols - left, top, side_r - rows - top), value=False)
         valid = valid.flatten().expand(batch, -1)
-    tree = ops.myo_quadtree(side_r, side_c, device=x.device)  # pixels in raster order = Morton leaves (§2.3)
+    tree = ops.myo_quadtree(side_r, side_c, device=x.device)  # raster-order pixels = Morton leaves (docs/myosotis.md)
     return x.flatten(2).transpose(1, 2), tree, valid, rows * cols, (rows, cols), (top, left)
 
 
@@ -266,7 +268,7 @@ def myo_node_inputs(leaves: torch.Tensor, layout: _Layout, level_embed: Optional
 @register_notrace_function
 def myo_readout(x: torch.Tensor, layout: _Layout, readout_levels: Optional[int]) -> torch.Tensor:
     """Mean of the node features (B, N, H) over the top ``readout_levels`` levels (None: all), over the nodes with
-    a real leaf under them (spec §2.7) -> (B, H)."""
+    a real leaf under them (docs/myosotis.md, 'Readout') -> (B, H)."""
     tree = layout.tree
     if x.dim() != 3 or x.shape[1] != tree.parent.numel():
         raise ValueError(f'x must have shape (B, N, dim) with N={tree.parent.numel()} nodes of the input tree, '
@@ -281,7 +283,7 @@ def myo_readout(x: torch.Tensor, layout: _Layout, readout_levels: Optional[int])
 
 
 class MyoSequence(nn.Module):
-    """S5 classifier with Myo blocks on a tree over the input (spec §3 ``MyoClassifier``, §4.2-4.3):
+    """S5 classifier with Myo blocks on a tree over the input (paper Sec. 4; docs/myosotis.md, 'S5 settings'):
     encoder on the leaves -> ``depth`` x MyoBlock on all N tree nodes (virtual nodes are persistent tokens) ->
     mean over the top ``readout_levels`` levels (padding masked) -> linear.
 
@@ -291,9 +293,9 @@ class MyoSequence(nn.Module):
     Trees:
         ``order="raster"|"snake"``: the pixel sequence on a 1-D ``arity``-ary tree over consecutive leaves.
         ``order="morton"`` (images): the quadtree (arity 4), stored as a grid pyramid: equal to a 4-ary tree over
-        Morton-ordered pixels (spec §2.3, verified in tests/ops/test_myo.py).
-        ``tree="perfect"`` pads as the paper does (§2.4, A9): a sequence at its end to the next power of k
-        (784 -> 1024, 2000 -> 2048), an image (Morton) on every side to the next power-of-two square
+        Morton-ordered pixels (docs/myosotis.md 'Level-shared fast path', verified in tests/ops/test_myo.py).
+        ``tree="perfect"`` pads as the paper does (Sec. 4; docs/myosotis.md, 'Padding'): a sequence at its end to the
+        next power of k (784 -> 1024, 2000 -> 2048), an image (Morton) on every side to the next power-of-two square
         (28 -> 32, 2 px a side); padding is processed as data (zeros, or ``pad_token_id``) and masked in the readout.
         ``tree="ceil"`` needs no padding: ceil trees (nodes have 1..k children).
 
@@ -304,18 +306,19 @@ class MyoSequence(nn.Module):
         vocab_size: token vocabulary (None: float input). pad_token_id: token used for perfect-tree padding.
         unflatten_sequences: (B, L, in_chans) input with L = H * W of ``img_size`` is a raster-flattened image
             (a recipe's row order): it gets the image path (``order``, centred padding, masked readout) [D: False].
-        arity: k of the 1-D tree [4 for images, 2 for LRA, spec §2.4]. tree: "perfect" | "ceil".
+        arity: k of the 1-D tree [4 for images, 2 for LRA, paper Sec. 4]. tree: "perfect" | "ceil".
         order: image flattening: "raster", "snake" or "morton".
         embed_dim: H. depth: blocks. state_size: P (P/2 complex heads). blocks: J.
         dropout: S5 channel dropout in the blocks. drop_rate: dropout before the classifier.
-        virtual_init: layer-1 inputs of virtual nodes: "embed" (learned per level, zero init), "zero", "mean" (A7).
+        virtual_init: layer-1 inputs of virtual nodes: "embed" (learned per level, zero init), "zero", "mean"
+            (docs/myosotis.md, 'Virtual-node inputs').
         pos_embed: a learned embedding of every leaf position of the designed input, added to the encoded leaves
             [X] [D: False]. Without it the model is invariant to swapping sibling subtrees (level-shared weights, a
             per-node encoder, mean readout: every tree automorphism is a symmetry, e.g. a mirrored image gives the
-            same logits); the paper does not say how its model breaks that symmetry (spec A2).
-        readout_levels: average the top k levels (1 = root) [D: None = all levels, A8].
+            same logits); the paper does not say how its model breaks that symmetry (docs/myosotis.md, 'Edge weights').
+        readout_levels: average the top k levels (1 = root) [D: None = all levels; docs/myosotis.md, 'Readout'].
         norm, bn_momentum (PyTorch = 1 - flax), glu: MyoBlock options.
-        C_init, dt_min, dt_max, conj_sym, level_step, real, coupling: MyoSSM options (§2.6).
+        C_init, dt_min, dt_max, conj_sym, level_step, real, coupling: MyoSSM options (docs/myosotis.md, 'Edge weights').
     ``forward(x, padding_mask=None)``: (B, L) bool, True at padded steps of token / sequence input (readout only).
     """
 
@@ -478,8 +481,9 @@ class MyoSequence(nn.Module):
         return myo_node_inputs(self.encoder(raw), layout, self.level_embed, self.pos_embed, spec), layout
 
     def readout(self, x: torch.Tensor, layout: Optional[_Layout] = None) -> torch.Tensor:
-        """Mean of the node features over the top ``readout_levels`` levels (spec §2.7), over the nodes with a
-        real leaf under them: (B, N, H) -> (B, H). ``layout``: from ``_embed`` (default: the last forward_features)."""
+        """Mean of the node features over the top ``readout_levels`` levels (docs/myosotis.md, 'Readout'), over the
+        nodes with a real leaf under them: (B, N, H) -> (B, H). ``layout``: from ``_embed`` (default: the last
+        forward_features)."""
         layout = layout if layout is not None else self._layout
         if layout is None:
             raise ValueError('readout needs the input layout: call forward_features first')
@@ -597,7 +601,7 @@ def _span_means(leaves: torch.Tensor, tree: ops.MyoTree) -> torch.Tensor:
 
 
 class MyoPix(MyoSequence):
-    """The paper's pixel model on a ceil quadtree (spec §3 ``MyoClassifier``, §7.3 ``myopix_zcifar``):
+    """The paper's pixel model on a ceil quadtree (docs/myosotis.md, 'Backbones'):
     :class:`MyoSequence` with ``order="morton"``, ``tree="ceil"`` (no padding: any H x W works) and
     ``img_size`` for the level embeddings; the S5 sCIFAR defaults (H 512, depth 6, P 384, J 3, lecun_normal C).
     """
@@ -626,7 +630,7 @@ def myo_param_groups(
         weight_decay: float = 0.,
         opt_config: str = 'standard',
 ) -> List[Dict[str, Any]]:
-    """S5's optimizer groups (spec §4.3, S5 ``train_helpers.create_train_state``) for any Myo model:
+    """S5's optimizer groups (docs/myosotis.md 'S5 settings', S5 ``train_helpers.create_train_state``), any Myo model:
 
         "ssm"       lr_ssm, no weight decay: Λ^re, Λ^im, log Δ of every MyoSSM and all norm parameters, plus
                     B̃ under ``standard`` and B̃, C̃, D under ``noBCdecay``;
@@ -666,7 +670,8 @@ def pad_to_multiple(x: torch.Tensor, multiple: int) -> torch.Tensor:
 
 
 class MyoNetBlock(nn.Module):
-    """``x += DropPath(MyoMixer2d(LN(x))); x += DropPath(MLP(LN(x)))`` on channels-last maps (spec §7.3)."""
+    """``x += DropPath(MyoMixer2d(LN(x))); x += DropPath(MLP(LN(x)))`` on channels-last maps (docs/myosotis.md,
+    'Backbones')."""
 
     def __init__(self, dim: int, mlp_ratio: float = 4., drop_path: float = 0., norm_layer=LayerNorm,
                  mixer_kwargs: Optional[Dict[str, Any]] = None):
@@ -707,18 +712,18 @@ class MyoNetStage(nn.Module):
 
 
 class MyoNet(nn.Module):
-    """Hierarchical Myo backbone (spec §7.3 ``myonet_*``, [X]): NCHW image -> 4 stages at strides 4/8/16/32.
+    """Hierarchical Myo backbone (docs/myosotis.md 'Backbones', [X]): NCHW image -> 4 stages at strides 4/8/16/32.
 
     Args:
         dims, depths: stage widths and depths. mlp_ratio: MLP expansion [D: 4].
         drop_path_rate: stochastic depth, linear over blocks. drop_rate: dropout before the classifier.
-        heads_ratio: complex Myo heads per channel, P_c = dim * heads_ratio [D: 0.5, §7.2 P_c = C // 2].
+        heads_ratio: complex Myo heads per channel, P_c = dim * heads_ratio [D: 0.5, P_c = C // 2 as in MyoMixer2d].
         ssm_blocks: HiPPO-N blocks J per mixer [D: 1]. dwconv: depthwise 3x3 conv in the mixer [D: True].
         shift: every odd block of a stage rolls its map before the solve (MyoMixer2d ``shift``) [D: False].
         output_fmt: layout of ``forward_features`` (and what ``forward_head`` takes): "NCHW" (timm's default for
             CNN-like models, as ConvNeXt) or "NHWC" (channels last, the stages' own layout, as timm's MambaOut)
             [D: "NCHW"]. ``forward_intermediates`` takes its own ``output_fmt``.
-        C_init, dt_min, dt_max, conj_sym, level_step, real, coupling: MyoSSM options (spec §2.6)
+        C_init, dt_min, dt_max, conj_sym, level_step, real, coupling: MyoSSM options (docs/myosotis.md, 'Edge weights')
             [D: "trunc_standard_normal" (S5 default), 1e-3, 1e-1, True, "span", False, "hermitian"].
     """
 
@@ -911,9 +916,10 @@ default_cfgs = generate_default_cfgs({
     'myonet_base': _cfg(),
 })
 
-# The training settings of the sequence models: S5's per-task configurations (spec §4.3; the Myo paper gives none),
-# for the recipes: batch, epochs, lr / lr_ssm / weight_decay / opt_config for ``myo_param_groups``, and the
-# schedule (1 warm-up epoch, then per-step cosine decay to 0). Paper figures (test accuracy %, Tables 3-4).
+# The training settings of the sequence models: S5's per-task configurations (docs/myosotis.md 'S5 settings'; the
+# Myo paper gives none), for the recipes: batch, epochs, lr / lr_ssm / weight_decay / opt_config for
+# ``myo_param_groups``, and the schedule (1 warm-up epoch, then per-step cosine decay to 0). Paper figures (test
+# accuracy %, Tables 3-4).
 _S5_SCHEDULE = 'linear warm-up 1 epoch, then per-step cosine to 0'
 PAPER_RECIPES: Dict[str, Dict[str, Any]] = {
     'myo_smnist': dict(batch_size=50, epochs=150, lr=0.008, lr_ssm=0.002, weight_decay=0.01, opt_config='standard',
@@ -935,14 +941,15 @@ PAPER_RECIPES: Dict[str, Dict[str, Any]] = {
 
 @register_model
 def myopix_zcifar(pretrained: bool = False, **kwargs) -> MyoPix:
-    """The paper's zCIFAR model (Table 4: 93.4 %): S5 sCIFAR config (§4.3), ceil quadtree over the pixels (any
-    size)."""
+    """The paper's zCIFAR model (Table 4: 93.4 %): S5 sCIFAR config (docs/myosotis.md, 'S5 settings'), ceil quadtree
+    over the pixels (any size)."""
     model_args = dict(img_size=32, num_classes=10, embed_dim=512, depth=6, state_size=384, blocks=3, dropout=0.1,
                       C_init='lecun_normal', glu='half_glu1')
     return _create(MyoPix, 'myopix_zcifar', pretrained, **dict(model_args, **kwargs))
 
 
-# S5 per-task architectures (spec §4.3): depth, H, P, J, dropout, C_init, GLU, BatchNorm momentum (PyTorch), dt_min
+# S5 per-task architectures (docs/myosotis.md, 'S5 settings'): depth, H, P, J, dropout, C_init, GLU, BatchNorm
+# momentum (PyTorch), dt_min
 _S5_MNIST = dict(depth=4, embed_dim=96, state_size=128, blocks=1, dropout=0.1, C_init='trunc_standard_normal',
                  glu='half_glu1', bn_momentum=0.05)
 _S5_CIFAR = dict(depth=6, embed_dim=512, state_size=384, blocks=3, dropout=0.1, C_init='lecun_normal',
@@ -985,7 +992,7 @@ def myo_zcifar(pretrained: bool = False, **kwargs) -> MyoSequence:
 @register_model
 def myo_listops(pretrained: bool = False, **kwargs) -> MyoSequence:
     """ListOps (Table 3: 59.5 %): token ids (S5 in_dim 20) -> nn.Embedding, binary tree, 2000 -> 2048 leaves
-    (A16); depth 8, H 128, P 16, J 8, half_glu2, lecun_normal C, no dropout."""
+    (docs/myosotis.md, 'Padding'); depth 8, H 128, P 16, J 8, half_glu2, lecun_normal C, no dropout."""
     model_args = dict(in_chans=1, vocab_size=20, seq_len=2000, arity=2, depth=8, embed_dim=128, state_size=16,
                       blocks=8, dropout=0.0, C_init='lecun_normal', glu='half_glu2', bn_momentum=0.05)
     return _sequence('myo_listops', pretrained, model_args, kwargs)
@@ -993,8 +1000,9 @@ def myo_listops(pretrained: bool = False, **kwargs) -> MyoSequence:
 
 @register_model
 def myo_pathfinder(pretrained: bool = False, **kwargs) -> MyoSequence:
-    """Pathfinder (Table 3: 86.1 %): 32 x 32 grey pixels in LRA's row-major order (A10), binary tree over 1024
-    leaves; depth 6, H 192, P 256, J 8, dropout 0.05, BatchNorm momentum 0.1 (flax 0.9)."""
+    """Pathfinder (Table 3: 86.1 %): 32 x 32 grey pixels in LRA's row-major order (docs/myosotis.md, 'Input
+    orders'), binary tree over 1024 leaves; depth 6, H 192, P 256, J 8, dropout 0.05, BatchNorm momentum 0.1
+    (flax 0.9)."""
     model_args = dict(in_chans=1, img_size=32, arity=2, order='raster', depth=6, embed_dim=192, state_size=256,
                       blocks=8, dropout=0.05, C_init='trunc_standard_normal', glu='half_glu1', bn_momentum=0.1)
     return _sequence('myo_pathfinder', pretrained, model_args, kwargs)
@@ -1011,20 +1019,20 @@ def myo_pathx(pretrained: bool = False, **kwargs) -> MyoSequence:
 
 @register_model
 def myonet_tiny(pretrained: bool = False, **kwargs) -> MyoNet:
-    """MyoNet-T (§7.3, [X]): dims (96, 192, 384, 768), depths (2, 2, 6, 2), drop path 0.2."""
+    """MyoNet-T (docs/myosotis.md 'Backbones', [X]): dims (96, 192, 384, 768), depths (2, 2, 6, 2), drop path 0.2."""
     model_args = dict(dims=(96, 192, 384, 768), depths=(2, 2, 6, 2), drop_path_rate=0.2)
     return _create(MyoNet, 'myonet_tiny', pretrained, **dict(model_args, **kwargs))
 
 
 @register_model
 def myonet_small(pretrained: bool = False, **kwargs) -> MyoNet:
-    """MyoNet-S (§7.3, [X]): dims (96, 192, 384, 768), depths (2, 2, 18, 2), drop path 0.3."""
+    """MyoNet-S (docs/myosotis.md 'Backbones', [X]): dims (96, 192, 384, 768), depths (2, 2, 18, 2), drop path 0.3."""
     model_args = dict(dims=(96, 192, 384, 768), depths=(2, 2, 18, 2), drop_path_rate=0.3)
     return _create(MyoNet, 'myonet_small', pretrained, **dict(model_args, **kwargs))
 
 
 @register_model
 def myonet_base(pretrained: bool = False, **kwargs) -> MyoNet:
-    """MyoNet-B (§7.3, [X]): dims (128, 256, 512, 1024), depths (2, 2, 18, 2), drop path 0.5."""
+    """MyoNet-B (docs/myosotis.md 'Backbones', [X]): dims (128, 256, 512, 1024), depths (2, 2, 18, 2), drop path 0.5."""
     model_args = dict(dims=(128, 256, 512, 1024), depths=(2, 2, 18, 2), drop_path_rate=0.5)
     return _create(MyoNet, 'myonet_base', pretrained, **dict(model_args, **kwargs))

@@ -1,14 +1,15 @@
 """ 2-D SSM inside ViT / DeiT / Swin blocks
 
 A PyTorch impl of the backbones of:
-  * `2-D SSM: A General Spatial Layer for Visual Transformers` (E. Baron, I. Zimerman, L. Wolf, arXiv v1,
-    June 2023), spec ``2d-ssm.md`` §2-§3.
+  * `2-D SSM: A General Spatial Layer for Visual Transformers` (E. Baron, I. Zimerman, L. Wolf,
+    arXiv:2306.06635 v1, June 2023), Sec. 5, Tables 1-3, App. F; readings of the official code and our defaults:
+    ``docs/2d-ssm.md``.
 
 The layer (``ssm_plugins.layers.SSM2D``) sits in the attention branch of every block, right after the
-pre-attention norm, and its output feeds Q, K and V:
-  * ViT / DeiT (§2.1): on the patch tokens only, reshaped to the token grid; prefix (class / register) tokens
+pre-attention norm, and its output feeds Q, K and V (docs/2d-ssm.md, 'Placement in the backbones'):
+  * ViT / DeiT: on the patch tokens only, reshaped to the token grid; prefix (class / register) tokens
     bypass it unchanged.
-  * Swin (§2.2): on the whole stage feature map, before the cyclic shift and window partition.
+  * Swin: on the whole stage feature map, before the cyclic shift and window partition.
 
 The models subclass timm's ``VisionTransformer`` / ``Block`` and ``SwinTransformer`` / ``SwinTransformerBlock``
 and reuse timm's builder, checkpoint filters and feature getter. The SSM kernels are global and
@@ -18,7 +19,7 @@ Options for every model (timm kwargs): ``ssm_complex``, ``ssm_complex_param``, `
 ``ssm_directions``, ``ssm_layernorm``, ``ssm_fused`` and ``no_pos_embed`` (Table 3 ablation). No pretrained
 weights exist; load a local checkpoint with ``pretrained=True, pretrained_cfg_overlay=dict(file=path)``.
 
-``spatial_mixer`` selects the layer at the SSM's position, i.e. Table 1's comparison rows (spec §3.2):
+``spatial_mixer`` selects the layer at the SSM's position, i.e. Table 1's comparison rows (paper App. F):
 ``'ssm2d'`` (default, the paper's layer), ``'s4nd'`` ("w/ S4ND": ``ssm_d_state``, ``ssm_n_ssm``), ``'ema'`` (Mega's
 multi-head EMA on the row-major flattened tokens, "Swin w/ EMA": ``ssm_d_state`` is the EMA dimension) and
 ``'none'`` (the plain ViT / Swin: "ViT", "Swin-reprod."); ``mixer_kwargs`` passes further layer arguments.
@@ -63,7 +64,8 @@ def _ssm_layer(
         device=None,
         dtype=None,
 ):
-    """Spatial layer factory (dim -> module) for channels-last token grids, defaults of spec §3.1 / §8.
+    """Spatial layer factory (dim -> module) for channels-last token grids, with the defaults of docs/2d-ssm.md,
+    'Defaults and parameter counts'.
 
     ``spatial_mixer`` 'ssm2d' (every ``ssm_*`` option), 's4nd' (d_state, n_ssm), 'ema' (d_state) or 'none'.
     """
@@ -118,7 +120,8 @@ def _fill_missing_ssm(state_dict: Dict[str, torch.Tensor], model: nn.Module) -> 
 
 @register_notrace_module  # torch.fx: prefix tokens vs the grid_size are shape-dependent
 class SSM2DBlock(Block):
-    """timm ViT pre-norm block with the 2-D SSM on the patch tokens after norm1 (spec §2.1)."""
+    """timm ViT pre-norm block with the 2-D SSM on the patch tokens after norm1 (docs/2d-ssm.md, 'Placement in the
+    backbones')."""
 
     def __init__(self, dim: int, *args, ssm_layer=SSM2D, **kwargs):
         super().__init__(dim, *args, **kwargs)
@@ -153,7 +156,7 @@ class SSM2DBlock(Block):
 
 
 class VisionTransformerSSM2D(VisionTransformer):
-    """ViT / DeiT with a 2-D SSM in every block (spec §2.1).
+    """ViT / DeiT with a 2-D SSM in every block (paper Sec. 5; docs/2d-ssm.md, 'Placement in the backbones').
 
     Takes timm ``VisionTransformer`` kwargs plus the ``ssm_*`` options of :func:`_ssm_layer`, ``spatial_mixer``
     ('ssm2d' | 's4nd' | 'ema' | 'none': Table 1's ViT rows), ``mixer_kwargs`` and ``no_pos_embed`` (drop the
@@ -291,7 +294,8 @@ def _create_vision_transformer_ssm2d(variant: str, pretrained: bool = False, **k
 
 @register_notrace_module  # torch.fx: the SSM and window shapes are shape-dependent, like timm's Swin block
 class SwinTransformerSSM2DBlock(SwinTransformerBlock):
-    """timm Swin block with the 2-D SSM on the whole stage map after norm1, before shift/windows (§2.2)."""
+    """timm Swin block with the 2-D SSM on the whole stage map after norm1, before shift/windows (docs/2d-ssm.md,
+    'Placement in the backbones')."""
 
     @classmethod
     def from_block(cls, block: SwinTransformerBlock, ssm: nn.Module) -> 'SwinTransformerSSM2DBlock':
@@ -337,13 +341,13 @@ class SwinTransformerSSM2DBlock(SwinTransformerBlock):
 
 
 class SwinTransformerSSM2D(SwinTransformer):
-    """Swin Transformer with a 2-D SSM in every block (spec §2.2).
+    """Swin Transformer with a 2-D SSM in every block (paper Sec. 5; docs/2d-ssm.md, 'Placement in the backbones').
 
     Takes timm ``SwinTransformer`` kwargs plus the ``ssm_*`` options, ``spatial_mixer`` ('ssm2d' | 's4nd' | 'ema'
     | 'none': Table 1's Swin rows), ``mixer_kwargs``, ``abs_pos_embed`` (learned absolute
     position embedding added after the patch embedding, as in the small-dataset Swin of Lee et al.) and
-    ``no_pos_embed`` (remove it; the relative position bias stays, spec A20). ``strict_img_size`` defaults to
-    False so any input size divisible by the patch size is accepted.
+    ``no_pos_embed`` (remove it; the relative position bias stays, docs/2d-ssm.md, 'Removing the positional
+    encoding'). ``strict_img_size`` defaults to False so any input size divisible by the patch size is accepted.
     """
 
     def __init__(
@@ -488,8 +492,8 @@ def deit_base_patch16_224_ssm2d(pretrained: bool = False, **kwargs) -> VisionTra
     return _create_vision_transformer_ssm2d('deit_base_patch16_224_ssm2d', pretrained, **dict(model_args, **kwargs))
 
 
-# The small-dataset ViT of Lee et al. 2021 (spec §3.2): depth 9, dim 192, 12 heads of 16, MLP ratio 2,
-# class token, learned absolute position embedding, stochastic depth 0.1, no qkv bias.
+# The small-dataset ViT of Lee et al. 2021 (docs/2d-ssm.md, 'Backbone configurations'): depth 9, dim 192,
+# 12 heads of 16, MLP ratio 2, class token, learned absolute position embedding, stochastic depth 0.1, no qkv bias.
 _vit_small_datasets = dict(embed_dim=192, depth=9, num_heads=12, mlp_ratio=2., qkv_bias=False, drop_path_rate=0.1)
 
 
@@ -516,8 +520,9 @@ def swin_tiny_patch4_window7_224_ssm2d(pretrained: bool = False, **kwargs) -> Sw
         'swin_tiny_patch4_window7_224_ssm2d', pretrained, **dict(model_args, **kwargs))
 
 
-# The small-dataset Swin of Lee et al. 2021 (spec §3.2): embed 96, depths (2, 6, 4), heads (3, 6, 12),
-# window 4, MLP ratio 2, absolute position embedding plus relative position bias.
+# The small-dataset Swin of Lee et al. 2021 (docs/2d-ssm.md, 'Backbone configurations'): embed 96,
+# depths (2, 6, 4), heads (3, 6, 12), window 4, MLP ratio 2, absolute position embedding plus relative position
+# bias.
 _swin_small_datasets = dict(
     window_size=4, embed_dim=96, depths=(2, 6, 4), num_heads=(3, 6, 12), mlp_ratio=2., abs_pos_embed=True)
 

@@ -1,5 +1,5 @@
-"""SViM2 / SViQS: the plain MambaMixer / QSMixer sequence backbones of Table 1 (spec mambamixer.md §4.1, App. G,
-App. H.1) as timm models.
+"""SViM2 / SViQS: the plain MambaMixer / QSMixer sequence backbones of Table 1 (MambaMixer paper, arXiv:2403.19888
+v2, App. G, App. H.1) as timm models; [D] marks our defaults, docs/mambamixer.md, 'Plain sequence backbones'.
 
 No Switch of Scans, no class token, no multi-resolution conv branch: a patch (or pixel) embedding, an optional
 learnable position embedding, ``depth`` generic MambaMixer / QSMixer blocks (``ssm_plugins.layers``: Selective
@@ -8,10 +8,10 @@ mean pool, linear head.
 
 Registered variants:
   * ``svim2_b16`` / ``sviqs_b16`` — ImageNet column: "match the layers with ViT-base" [P2 App. G]: 12 layers,
-    D 768, patch 16; "intermediate projection 3072" read as the token mixer's inner width (expand 4) [D A23];
-    non-causal token mixers (``s6_bi`` / ``qs``) on the fixed row-major order [D §4.1].
+    D 768, patch 16; "intermediate projection 3072" read as the token mixer's inner width (expand 4) [D];
+    non-causal token mixers (``s6_bi`` / ``qs``) on the fixed row-major order [D].
   * ``svim2_scifar`` / ``sviqs_scifar`` — sCIFAR column: the 1024 RGB pixels as a sequence (patch 1, no position
-    embedding, inputs scaled to [-1, 1] by the pretrained_cfg's mean/std 0.5), depth 6, D 512 [D §4.1, S5's
+    embedding, inputs scaled to [-1, 1] by the pretrained_cfg's mean/std 0.5), depth 6, D 512 [D, S5's
     sCIFAR size], 10 classes, dropout 0.25 before the head (Table 7). MambaMixer is the causal 1-D model
     (``s6``, left-padded convs); QS is non-causal by construction, so SViQS uses ``qs``. The channel mixer reads
     every token (its selection weights act on the token axis), so neither model is causal end to end.
@@ -71,17 +71,18 @@ def nlc_to_grid(y, grid):
 class SequenceMambaMixer(nn.Module):
     """Plain MambaMixer / QSMixer sequence classifier over the row-major patch (or pixel) tokens of an image.
 
-    Args ([D] = spec decision with its default):
+    Args ([D] = a default of ours, docs/mambamixer.md, with its default):
         img_size [224], patch_size [16] (1 = pixel sequence), in_chans [3], num_classes [1000],
         embed_dim [768], depth [12], token_mixer: 's6' (causal), 's6_bi' or 'qs' [D: 's6_bi'],
-        expand: token-mixer inner width / D [D A23: 4], d_state [16], headdim ('qs') [64],
-        gate_kernels: the Selective Token Mixer's multi-resolution gate [D §2.1: (3, 5, 7)],
+        expand: token-mixer inner width / D [D: 4], d_state [16], headdim ('qs') [64],
+        gate_kernels: the Selective Token Mixer's multi-resolution gate [D: (3, 5, 7)],
         pos_embed: learnable position embedding (resampled bicubically for other grids) [True],
         channel_mixer: QS channel mixer (False: token mixers only) [True],
         drop_rate: dropout before the head, drop_path_rate: linear stochastic depth,
         norm: 'layernorm' | 'rmsnorm' [D: 'layernorm'], global_pool: 'avg' | '' [D: 'avg'].
     Input: (batch, in_chans, H, W) with H and W multiples of patch_size; the channel mixers' token-axis weights
-    are resampled for grids other than the training one (spec A9).
+    are resampled for grids other than the training one (docs/mambamixer.md, 'Channel mixer at other token
+    counts').
     """
 
     def __init__(self, img_size=224, patch_size: int = 16, in_chans: int = 3, num_classes: int = 1000,
@@ -208,8 +209,9 @@ class SequenceMambaMixer(nn.Module):
 
 
 def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: SequenceMambaMixer) -> Dict[str, torch.Tensor]:
-    """Unwrap training checkpoints; a checkpoint from another (square) grid is adapted by ViM2's rules (spec
-    A9): position embedding bicubic, channel-mixer token-axis weights resampled with area rescaling."""
+    """Unwrap training checkpoints; a checkpoint from another (square) grid is adapted by ViM2's rules
+    (docs/mambamixer.md, 'Channel mixer at other token counts'): position embedding bicubic, channel-mixer
+    token-axis weights resampled with area rescaling."""
     state_dict = state_dict.get("state_dict", state_dict.get("model", state_dict))
     out = {}
     grid = model.grid_size

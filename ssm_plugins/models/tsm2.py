@@ -1,19 +1,20 @@
-"""TSM2 / TSQS: MambaMixer and QSMixer for multivariate long-term forecasting (spec mambamixer.md §4.2,
-P2 App. H.3-H.4, Table 10; v1 details from P1 §5) as timm models.
+"""TSM2 / TSQS: MambaMixer and QSMixer for multivariate long-term forecasting (MambaMixer paper, arXiv:2403.19888
+v2, App. H.3-H.4, Table 10; v1 details from arXiv 2403.19888 v1, Sec. 5 [P1]) as timm models. Our choices [D]:
+docs/mambamixer.md, 'Time-series forecasting'.
 
     x (batch, L, M) look-back window of M variates
       -> RevIN (per-instance, per-variate mean/std with a learnable affine map; Kim et al. 2022)
-      -> patching of each variate separately [P1 §5]: patch_len / stride with the last value repeated ``stride``
+      -> patching of each variate separately [P1, v1 Sec. 5]: patch_len / stride with the last value repeated ``stride``
          times at the end (PatchTST's ``padding_patch='end'``), P patches; Linear(patch_len -> D) shared by the
          variates + a learnable position embedding (P, D)
       -> ``depth`` TimeVariateMixerBlocks (layers.mambamixer): the selective token mixer along the patches of each
          variate (TSM2: causal S6 [P1 "unidirectional"]; TSQS: QS) and the selective channel mixer along the
-         variates (QS, non-causal: selects the relevant variates, P2 F.2), pre-norm LayerNorm residuals,
-         in a MixerStack with v1's weighted averaging of earlier features (§2.6, ``dense_wavg=True`` as P1's TSM2)
+         variates (QS, non-causal: selects the relevant variates, App. F.2), pre-norm LayerNorm residuals,
+         in a MixerStack with v1's weighted averaging of earlier features (v1 Sec. 3.2; ``dense_wavg=True`` as its TSM2)
       -> final norm, per-variate flatten head Linear(P·D -> H) shared by the variates (TSMixer / SAMFormer /
-         PatchTST convention, spec §4.2 [D]) -> RevIN inverse -> (batch, H, M).
+         PatchTST convention [D]) -> RevIN inverse -> (batch, H, M).
 
-The paper reports neither width, depth nor patch size ("tuned by grid search", P1); the defaults are [D]:
+The paper reports neither width, depth nor patch size ("tuned by grid search", v1 Sec. 5); the defaults are [D]:
 PatchTST's patch 16 / stride 8 on the 512-step input (64 patches), D 64, depth 2, N 16, dropout 0.1.
 
 Registered variants (every size argument can be overridden, e.g. ``timm.create_model('tsm2', n_vars=321,
@@ -71,16 +72,16 @@ class RevIN(nn.Module):
 class TimeSeriesMixer(nn.Module):
     """TSM2 / TSQS forecaster: (batch, seq_len, n_vars) -> (batch, pred_len, n_vars).
 
-    Args ([D] = spec decision; the paper gives none of these):
+    Args ([D] = a default of ours, docs/mambamixer.md; the paper gives none of these):
         seq_len: look-back L [P2: 512]. pred_len: horizon H [96; Table 10: 96, 192, 336, 720]. n_vars: M [7].
         patch_len [D: 16], stride [D: 8] (PatchTST); patch_pad: repeat the last value ``stride`` times before
             patching [True].
         embed_dim: D [D: 64]. depth [D: 2]. token_mixer: 's6' (TSM2, causal) | 'qs' (TSQS) | 's6_bi'.
         variate_mixer: the selective channel mixer along the variates [True]. variate_selection: 'history' |
             'pooled', what its Δ, B, C are read from (TimeVariateMixerBlock) [D: 'history'].
-        dense_wavg: v1's weighted averaging of earlier features (§2.6) [True, as P1's TSM2].
+        dense_wavg: v1's weighted averaging of earlier features (v1 Sec. 3.2) [True, as v1's TSM2].
         d_state: N [16]. expand [2]. headdim ('qs') [D: 32]. gate_kernels: the time mixer's multi-resolution gate
-            [D §2.1: (3, 5, 7)]. pos_embed: learnable patch position embedding [True].
+            [D: (3, 5, 7)]. pos_embed: learnable patch position embedding [True].
         revin: RevIN on input and output [True]; revin_affine [True].
         drop_rate: dropout after the embedding and before the head [D: 0.1]; drop_path_rate [0].
         norm: 'layernorm' | 'rmsnorm'.

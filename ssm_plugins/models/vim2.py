@@ -1,28 +1,30 @@
-"""ViM2 / ViQS (MambaMixer v2, arXiv:2403.19888) as timm models, spec mambamixer.md §3.1-3.5.
+"""ViM2 / ViQS (MambaMixer v2, arXiv:2403.19888: paper Sec. 3, App. E, App. G) as timm models; our choices where
+the paper is silent, and the tags [D] / [P2]: docs/mambamixer.md ('Vision backbone' and the sections after it).
 
 Isotropic patch-16 backbone with a class token (inserted in the middle of every scanned sequence), Switch of
 Scans (one router per network on local summary tokens, top-1 scan run bidirectionally), MambaMixer (ViM2: f+b S6
 token mixer) or QSMixer (ViQS: QS token mixer) blocks with the QS channel mixer, and the multi-resolution conv
 branch (SPM stem, Eq. 11 MRFP, ViT-CoMer-style interactions with Linear instead of attention, Eq. 44).
 
-Variant sizes [D] (the paper gives no width or depth, spec A18) are fitted to Table 15's parameters AND FLOPs
-(``benchmarks/models_vim2.py`` prints the comparison). FLOPs convention: the paper's "FLOPs" are multiply-adds
-(timm deit_small / swin_tiny / resnet50 measure 4.24 / 4.49 / 4.09 GMACs with FlopCounterMode against the
-table's 4.6 / 4.5 / 4.1), counted here with the scans (selective_scan / qs_mix registered FLOPs / 2).
+Variant sizes [D] (the paper gives no width or depth; docs/mambamixer.md, 'Variant sizes') are fitted to
+Table 15's parameters AND FLOPs (``benchmarks/models_vim2.py`` prints the comparison). FLOPs convention: the
+paper's "FLOPs" are multiply-adds (timm deit_small / swin_tiny / resnet50 measure 4.24 / 4.49 / 4.09 GMACs with
+FlopCounterMode against the table's 4.6 / 4.5 / 4.1), counted here with the scans (selective_scan / qs_mix
+registered FLOPs / 2).
   * Nearly every weight acts on all 197 tokens (~197 MACs per parameter; the S6 scans add ~15%), so each
     variant's params/MACs ratio is almost fixed by the design; the ViT-CoMer conv branch costs ~1000 MACs per
     parameter (1029 conv tokens, 112² stem). At ViT-CoMer's sizes (SPM 64, MRFP 0.5 D, 4 interactions) it
-    alone is 1.5 of ViM2-T's 2.1 GMACs, so all variants use the spec's FLOP-cutting options (§3.3/§3.5): SPM
-    stem width 16, MRFP hidden 0.25 D, 2 interactions (the fewest that keep Eq. 44's tokens->conv fusion in a
-    classifier). N = 16, expand 2 (Mamba) everywhere.
+    alone is 1.5 of ViM2-T's 2.1 GMACs, so all variants use our FLOP-cutting options (docs/mambamixer.md,
+    'Variant sizes'): SPM stem width 16, MRFP hidden 0.25 D, 2 interactions (the fewest that keep Eq. 44's
+    tokens->conv fusion in a classifier). N = 16, expand 2 (Mamba) everywhere.
   * (D, depth) per variant: searched over D (multiples of 32) and even depths for params within 10% and FLOPs
     within 15% of the paper (ViM2-S / ViQS-S share D 320). S, B and L land inside. The Tiny rows cannot: ViM2-T
     has 3.1M (31%) more parameters than ViQS-T for 0.2 GFLOPs (10%) more, although the two differ only in the
     token mixer's selection parameters, and 13.2M / 2.1G is 159 MACs per parameter, below what any per-token
     weight costs. For T the parameters are matched (DeiT/Vim's Tiny width 192, depth from the params) and the
     FLOPs exceed the paper's (ViM2-T +39%, ViQS-T +20%).
-  * Without the scans (an fvcore count with no handle for custom ops, which spec §3.5 says papers in this family
-    often use) every variant, Tiny included, is within 15% (ViM2-T +15%, ViQS-T +5%).
+  * Without the scans (an fvcore count with no handle for custom ops, which papers in this family often use,
+    docs/mambamixer.md 'Variant sizes') every variant, Tiny included, is within 15% (ViM2-T +15%, ViQS-T +5%).
 """
 from __future__ import annotations
 
@@ -140,7 +142,7 @@ def _pyramid_levels(indices):
 
 def scan_sequences(orders, inverses):
     """Patch scan orders and inverses (batch, n, h*w) -> (perms, invs) (batch, n, 1 + h*w) over the tokens with the
-    class token first: ``tokens[b, perms[b, j]]`` is scan j's sequence with the class token in its middle [D A17],
+    class token first: ``tokens[b, perms[b, j]]`` is scan j's sequence with the class token in its middle [D: ViM's],
     ``scanned[b, invs[b, j]]`` puts a scanned sequence back in token order."""
     middle = orders.shape[-1] // 2
     cls = orders.new_zeros(orders.shape[:-1] + (1,))
@@ -166,10 +168,10 @@ def _no_grad() -> bool:
 class VisionTokenMixer(SelectiveTokenMixer):
     """Token mixer of ViM2 ('s6_bi') / ViQS ('qs') on (batch, 1 + h*w, dim) tokens (class token first).
 
-    Main branch: x̄ = SiLU(DWConv2d_3x3(W_in u)) on the h x w grid [D A15] (the class token bypasses the conv);
-    gate: SiLU(W_z u) [D A14]; selection from u (F.4). For each selected scan the patches are permuted, the class
-    token is inserted in the middle [D A17], the bidirectional mixer runs, and the result is scattered back;
-    the n scans' outputs are combined by SwitchOfScans.combine.
+    Main branch: x̄ = SiLU(DWConv2d_3x3(W_in u)) on the h x w grid [D] (the class token bypasses the conv);
+    gate: SiLU(W_z u) [D]; selection from u (App. F.4). For each selected scan the patches are permuted, the class
+    token is inserted in the middle [D], the bidirectional mixer runs, and the result is scattered back;
+    the n scans' outputs are combined by SwitchOfScans.combine. The [D] choices: docs/mambamixer.md, 'Vision backbone'.
 
     Every per-token step (gate, selection, W_out) commutes with the scan order, so they run on the scanned tokens
     and only u (dim wide) and x̄ are permuted, and W_out's output is put back in token order. The projections of
@@ -251,8 +253,9 @@ class VisionTokenMixer(SelectiveTokenMixer):
 
 @register_notrace_module  # per-sample scan orders, loops over the selected scans
 class VisionMixerBlock(nn.Module):
-    """Pre-norm residual VisionTokenMixer then channel mixer (§2.3/§2.4), DropPath on both branches. Channel mixer:
-    'qs' (the paper's), 'fb' (naive forward + backward S6 blocks, Table 4 "w/ f+b"), 'mlp' (Table 3) or 'none'."""
+    """Pre-norm residual VisionTokenMixer then channel mixer (paper Sec. 2.1/2.2), DropPath on both branches.
+    Channel mixer: 'qs' (the paper's), 'fb' (naive forward + backward S6 blocks, Table 4 "w/ f+b"), 'mlp'
+    (Table 3) or 'none'."""
 
     def __init__(self, dim: int, token_grid: Tuple[int, int], token_mixer: str, d_state: int, expand: int,
                  headdim: int, drop_path: float, norm: str, channel_mixer: bool, channel_qs_param: str):
@@ -295,14 +298,14 @@ class VisionMixerBlock(nn.Module):
 
 
 class VisionMambaMixer(nn.Module):
-    """ViM2 (token_mixer='s6_bi') / ViQS (token_mixer='qs'), §3.4 reference forward pass.
+    """ViM2 (token_mixer='s6_bi') / ViQS (token_mixer='qs'), paper Sec. 3, Fig. 2, App. E.
 
-    Args ([D] = spec decision, exposed here with its default):
+    Args ([D] = a default of ours, docs/mambamixer.md, exposed here with its default):
         img_size [224], patch_size [16], in_chans [3], num_classes [1000], embed_dim, depth,
         token_mixer: 's6_bi' (ViM2) or 'qs' (ViQS); d_state [16]; expand [2]; headdim [64];
         drop_path_rate: linear stochastic-depth schedule; norm: 'layernorm' | 'rmsnorm' [D: layernorm],
         channel_mixer: True/'qs', 'fb' (naive forward + backward S6 blocks, '*_fb', Table 4 "w/ f+b"), 'mlp'
-            ('*_mlp', Table 3) or False/'none' ('*_noqs') [True]; channel_qs_param [D A8: 'scalar'],
+            ('*_mlp', Table 3) or False/'none' ('*_noqs') [True]; channel_qs_param [D: 'scalar'],
         scan_mode: 'sos' or 'fixed' (the four cross-scans C1-C4 summed, "w/o SoS") [D: 'sos'],
         fixed_scans: a fixed scan set instead of the router (implies scan_mode='fixed'): a SCAN_SETS name of
             Table 12 ('cross1', 'cross2', 'cross4', 'zigzag1', 'zigzag2', 'zigzag4', 'local', 'local_global') or
@@ -311,13 +314,13 @@ class VisionMambaMixer(nn.Module):
         sos_top_n [P2: 1], sos_num_windows [D: 4], lst_concat [D: True], sos_gate [D: 'st'],
         cross_scan_attn: softmax attention over the n ≥ 2 routed scans' outputs; False sums them ('*_noattn',
             Table 4 "w/o Attn"; with the top-1 routing of the registered models it changes nothing) [D: True],
-        conv_branch [True; False = '*_noconv'], n_interactions [D A13: 2, see
-        _VARIANTS], conv_kernels [D A12: (3, 5)], spm_inplanes [D: 16], mrfp_ratio: MRFP hidden width / D
+        conv_branch [True; False = '*_noconv'], n_interactions [D: 2, see
+        _VARIANTS], conv_kernels [D: (3, 5), App. I.2], spm_inplanes [D: 16], mrfp_ratio: MRFP hidden width / D
         [D: 0.25], global_pool: 'token' | 'avg' [D: 'token'],
-        dense_outputs: build the §3.6 pyramid (ConvT 2x2 + 4 BatchNorms; set automatically by features_only
-            when there is a conv branch): ``forward_intermediates`` / ``feature_info`` are then its 4 levels
-            (strides 4-32); without it they are the blocks' patch-token grids (stride 16, as timm's ViTs) [False,
-            so classification parameter counts exclude the pyramid],
+        dense_outputs: build the dense pyramid (docs/mambamixer.md 'Dense outputs'; ConvT 2x2 + 4 BatchNorms; set
+            automatically by features_only when there is a conv branch): ``forward_intermediates`` /
+            ``feature_info`` are then its 4 levels (strides 4-32); without it they are the blocks' patch-token
+            grids (stride 16, as timm's ViTs) [False, so classification parameter counts exclude the pyramid],
         sos_importance_weight: weight of the router's importance loss, stored as ``router_aux_loss`` after each
             forward for the training loop to add [D: 0]. ``last_router_probs`` / ``last_scan_ids`` hold the
             last routing (usage histogram logging).
@@ -508,7 +511,7 @@ class VisionMambaMixer(nn.Module):
 
     def forward_intermediates(self, x, indices=None, norm: bool = False, stop_early: bool = False,
                               output_fmt: str = "NCHW", intermediates_only: bool = False):
-        """timm's intermediate features. Built with ``dense_outputs`` (features_only): the §3.6 pyramid
+        """timm's intermediate features. Built with ``dense_outputs`` (features_only): the dense pyramid
         (ViT-CoMer) f1 = BN(ConvT(F1) + c1 + up4 x) at 1/4, f2 = BN(F1 + up2 x), f3 = BN(F2 + x),
         f4 = BN(F3 + maxpool2 x) [D down-sampling], x = final patch tokens as a grid; ``indices`` are levels 0..3
         (``norm`` / ``stop_early`` accepted for the interface: the levels are always BatchNorm-ed and the whole
@@ -608,7 +611,8 @@ _DENSE_ONLY = ("spm.proj_c1.", "pyramid_")
 
 def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: VisionMambaMixer) -> Dict[str, torch.Tensor]:
     """Adapt a checkpoint trained at another (square) resolution: pos_embed is interpolated (bicubic) and the
-    channel mixers' token-axis weights resampled with area rescaling (spec A9)."""
+    channel mixers' token-axis weights resampled with area rescaling (docs/mambamixer.md, 'Channel mixer at other
+    token counts')."""
     out = {}
     grid = model.grid_size
     for key, value in state_dict.items():
@@ -644,9 +648,10 @@ def _cfg(**kwargs) -> Dict[str, Any]:
                                         "Channel Selection (v2)", **kwargs)
 
 
-# Table 3/4 ablations at Tiny scale (spec §3.5): flag overrides per suffix. 'fb': Table 4 "w/ f+b" (the naive
-# forward + backward channel mixer); 'noattn': "w/o Attn" (sum instead of cross-scan attention), the same network
-# as the full model under the top-1 routing (the paper's ViQS rows agree: 10.1M, 1172 img/s, 81.7 both).
+# Table 3/4 ablations at Tiny scale (docs/mambamixer.md 'Variant sizes'): flag overrides per suffix. 'fb': Table 4
+# "w/ f+b" (the naive forward + backward channel mixer); 'noattn': "w/o Attn" (sum instead of cross-scan attention),
+# the same network as the full model under the top-1 routing (the paper's ViQS rows agree: 10.1M, 1172 img/s,
+# 81.7 both).
 _ABLATIONS = {"noqs": dict(channel_mixer=False), "mlp": dict(channel_mixer="mlp"), "fb": dict(channel_mixer="fb"),
               "nolst": dict(lst_concat=False), "noconv": dict(conv_branch=False), "nosos": dict(scan_mode="fixed"),
               "noattn": dict(cross_scan_attn=False)}
@@ -666,7 +671,7 @@ _VARIANTS = {
     "viqs_b": (576, 16),  # 42.2 (45)   -6%    9.85 (9.0)  +9%
     "vim2_l": (768, 24),  # 113 (122)   -7%   25.3 (23.2)  +9%
 }
-# stochastic depth per size, spec §5.1 [D]
+# stochastic depth per size [D] (DeiT/VMamba practice; docs/mambamixer.md 'Variant sizes')
 _DROP_PATH = {"t": 0.1, "s": 0.3, "b": 0.4, "l": 0.5}
 
 

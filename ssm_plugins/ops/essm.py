@@ -1,10 +1,12 @@
-"""eSSM fast tensor convolution (spec essm.md §1.5-1.8); the state kernel is built by ssm_plugins._C.
+"""eSSM fast tensor convolution (Liang & Li, "Efficient State Space Model via Fast Tensor Convolution and Block
+Diagonalization", arXiv 2402.15290, Sec. 4.2-4.4); the state kernel is built by ssm_plugins._C.
 
-Pipeline per head s (block diagonalisation, §1.8): v = B_s u_s (batched GEMM), x_i = k_i * v_i for each of the
+Pipeline per head s (block diagonalisation, Sec. 4.3): v = B_s u_s (batched GEMM), x_i = k_i * v_i for each of the
 n state modes by rFFT convolution (torch.fft, linear by zero padding to n_fft >= 2L), y_s = γ C_s x + D_s ⊙ u_s.
 The compiled op ``essm_kernel`` writes k_{s,i,j} = Re(g_{s,i} e^{j z_{s,i}}) straight into the FFT buffer,
-with the bidirectional flip at its tail (§1.7); its backward is the compiled ``essm_kernel_bwd``. The GEMMs and
-FFTs are torch's own (autograd for free), run in float32 (float64 for float64 input) with autocast off (§8.2).
+with the bidirectional flip at its tail (docs/essm.md, 'Bidirectional kernel'); its backward is the compiled
+``essm_kernel_bwd``. The GEMMs and FFTs are torch's own (autograd for free), run in float32 (float64 for float64
+input) with autocast off (docs/essm.md, 'State kernel').
 """
 from __future__ import annotations
 
@@ -77,7 +79,8 @@ def _normalise(u, lambda_re, lambda_im, log_dt, B, C, D, dt_scale, discretizatio
 
 
 def _state_kernel(g, z, length, n_fft, bidirectional, device_of):
-    """k_j = Re(g e^{jz}) packed in an (…, n_fft) buffer (§1.6-1.7): compiled kernel, or the reference."""
+    """k_j = Re(g e^{jz}) packed in an (…, n_fft) buffer (docs/essm.md, 'State kernel', 'Bidirectional kernel'):
+    compiled kernel, or the reference."""
     if _backend.use_kernel(_OP, device_of):
         return torch.ops.ssm_plugins.essm_kernel(g.real, g.imag, z.real, z.imag, length, n_fft, bidirectional)
     return reference.essm_state_kernel(g, z, length, n_fft, bidirectional)
@@ -85,23 +88,24 @@ def _state_kernel(g, z, length, n_fft, bidirectional, device_of):
 
 def essm_conv(u, lambda_re, lambda_im, log_dt, B, C, D=None, *, bidirectional=False, conj_sym=True,
               dt_scale=1.0, discretization="zoh", gbt_alpha=0.5, n_fft=None):
-    """The eSSM core (spec essm.md §1.11 up to the head mixer): fast tensor convolution with S heads.
+    """The eSSM core (the layer up to the head mixer, docs/essm.md, 'Layer forward pass'): fast tensor convolution
+    with S heads (paper Eq. 9-13).
 
-    Layout is channels-first, as in the spec's layer: channel c of u belongs to head c // h.
+    Layout is channels-first, as in the paper's Listing 1: channel c of u belongs to head c // h.
 
     Args:
         u: (batch, H, L) input, H = S*h. float32/float64, or float16/bfloat16 (computed in float32).
         lambda_re, lambda_im: (S, n) continuous eigenvalues λ = lambda_re + i·lambda_im, already constrained
-            (the layer applies the §1.9 clip Re λ = min(θ, -ε); Re λ < 0 keeps the kernel decaying).
+            (the layer applies the clip Re λ = min(θ, -ε) of Sec. 4.5; Re λ < 0 keeps the kernel decaying).
         log_dt: (S, n) log step, one Δ per mode: Δ = exp(log_dt) · dt_scale.
         B: (S, n, h) real input projection; its shape fixes the number of heads S.
         C: (S, m, n) real output projection. D: (S, m) diagonal skip (needs m == h), or None.
-        bidirectional: add the flipped kernel on future samples, shifted by one lag (§1.7): x_t gets
+        bidirectional: add the flipped kernel on future samples, shifted by one lag ('Bidirectional kernel'): x_t gets
             Σ_{j=1}^{L-1-t} k_{j-1} v_{t+j}. No extra parameters. Default False: causal, equal to the recurrence.
-        conj_sym: each stored mode stands for the pair (λ, λ*): output scale γ = 2 (else 1) (§1.6, A2).
-        dt_scale: multiplies Δ (zero-shot resampling, A20).
+        conj_sym: each stored mode stands for the pair (λ, λ*): output scale γ = 2 (else 1) ('Heads and state size').
+        dt_scale: multiplies Δ (zero-shot resampling, 'Δ scaling').
         discretization: "zoh" (default, all of the paper's experiments) or "gbt" with ``gbt_alpha``
-            (0 forward Euler, 0.5 bilinear, 1 backward Euler) (§1.2).
+            (0 forward Euler, 0.5 bilinear, 1 backward Euler) (App. B.2.2, Eq. 29).
         n_fft: FFT size, >= 2L; default the smallest 2^a 3^b 5^c >= 2L. Any valid size gives the same result.
     Returns:
         y: (batch, M, L) with M = S*m, heads concatenated in order, in u's dtype.

@@ -1,4 +1,5 @@
-"""Myosotis tree solve x = T⁻¹u (spec myosotis.md §2, §6.1), backed by ssm_plugins._C."""
+"""Myosotis tree solve x = T⁻¹u (Myosotis, arXiv 2509.20503, Sec. 3.2-3.3, App. A; docs/myosotis.md), backed by
+ssm_plugins._C."""
 from __future__ import annotations
 
 import functools
@@ -22,7 +23,7 @@ class MyoTree(NamedTuple):
     node's parent comes after it. Build one with ``myo_tree``, ``myo_quadtree`` or ``myo_tree_from_parent``."""
 
     kind: str  # "kary1d" | "quad2d" | "general"
-    arity: int  # k (kary1d), 4 (quad2d), the largest child count (general): k_max of spec §2.6 / §2.8
+    arity: int  # k (kary1d), 4 (quad2d), the largest child count (general): k_max of docs/myosotis.md, 'Edge weights'
     level_sizes: tuple  # n_1 (leaves) … n_D
     parent: torch.Tensor  # (N,) int64, -1 at roots
     level: torch.Tensor  # (N,) int64, 0-based level (0 = leaves, D-1 = top): a node's parent is one level up
@@ -89,7 +90,7 @@ def _tree(build, cached, *sizes, device):
 
 
 def myo_tree(num_leaves: int, arity: int, device=None) -> MyoTree:
-    """Ceil k-ary 1-D tree over ``num_leaves`` consecutive leaves (spec §2.3, §2.4): n_{ℓ+1} = ⌈n_ℓ/k⌉,
+    """Ceil k-ary 1-D tree over ``num_leaves`` consecutive leaves (docs/myosotis.md, 'Ceil trees'): n_{ℓ+1} = ⌈n_ℓ/k⌉,
     node j of level ℓ has parent ⌊j/k⌋ of level ℓ+1. Any L >= 1 (the last node of a level may have
     fewer than k children). N = sum(level_sizes) is the node dimension of u in persistent mode."""
     if not isinstance(num_leaves, int) or num_leaves < 1:
@@ -100,9 +101,9 @@ def myo_tree(num_leaves: int, arity: int, device=None) -> MyoTree:
 
 
 def myo_quadtree(height: int, width: int, device=None) -> MyoTree:
-    """Ceil quadtree over an H×W grid (spec §2.3, §6.1 ``quad2d``): each level is a grid stored in raster
-    order, (⌈H/2⌉, ⌈W/2⌉) above (H, W), down to a 1×1 root. Leaves are the pixels in raster order, so
-    a (batch, H, W, channels) map flattened to (batch, H·W, channels) is the leaf level."""
+    """Ceil quadtree over an H×W grid (docs/myosotis.md, 'Ceil trees' and 'Level-shared fast path'): each level
+    is a grid stored in raster order, (⌈H/2⌉, ⌈W/2⌉) above (H, W), down to a 1×1 root. Leaves are the pixels in
+    raster order, so a (batch, H, W, channels) map flattened to (batch, H·W, channels) is the leaf level."""
     height, width = _validate.traced_int(height), _validate.traced_int(width)
     for name, value in (("height", height), ("width", width)):
         if not isinstance(value, int) or value < 1:
@@ -113,7 +114,7 @@ def myo_quadtree(height: int, width: int, device=None) -> MyoTree:
 def myo_tree_from_parent(parent: torch.Tensor) -> MyoTree:
     """Any tree or forest given by parent indices in level-major storage: parent[v] > v, -1 at roots.
     Levels count down from the top (roots of the deepest tree are level D, a node's parent is one level
-    up; spec §1); level-shared b then has one weight per (channel, level)."""
+    up; docs/myosotis.md, 'Storage order'); level-shared b then has one weight per (channel, level)."""
     if not isinstance(parent, torch.Tensor) or parent.dim() != 1 or parent.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"parent must be an int64 tensor of shape (N,), got "
                          f"{tuple(parent.shape) if isinstance(parent, torch.Tensor) else type(parent).__name__}")
@@ -156,7 +157,7 @@ def _append_zero_nodes(u: torch.Tensor, count: int) -> torch.Tensor:
 
 
 def _extend_leaf_mask(leaf_mask: torch.Tensor, tree: MyoTree) -> torch.Tensor:
-    """A virtual node is valid when its span holds at least one valid leaf (spec §2.7)."""
+    """A virtual node is valid when its span holds at least one valid leaf (docs/myosotis.md, 'Readout')."""
     virtual = leaf_mask.new_zeros(leaf_mask.shape[0], tree.parent.numel() - leaf_mask.shape[1])
     valid = torch.cat([leaf_mask, virtual], dim=1).to(torch.uint8)
     offsets = _offsets(tree.level_sizes)
@@ -257,11 +258,12 @@ def _normalise(u, b, tree, node_mask, coupling, virtual):
 
 
 def myo_solve(u, b, tree, *, node_mask=None, coupling="hermitian", virtual="persistent"):
-    """Myosotis layer solve x = T⁻¹u on a tree (spec myosotis.md §2.1–2.3, §6.1), linear in the node count.
+    """Myosotis layer solve x = T⁻¹u on a tree (paper Sec. 3.2-3.3, Eqs. 8-12), linear in the node count.
 
-    T is the scalar, gauge-fixed tree matrix of the paper's experiments: 1 on the diagonal, b_v at
-    (v, parent v) and C_v at (parent v, v), with C_v = conj(b_v) (``coupling="hermitian"``, T Hermitian)
-    or C_v = -conj(b_v) (``coupling="skew"``, ablation A4). Up-sweep leaves → root, down-sweep back.
+    T is the scalar, gauge-fixed tree matrix of the paper's experiments (Sec. 3.5, Sec. 4): 1 on the diagonal,
+    b_v at (v, parent v) and C_v at (parent v, v), with C_v = conj(b_v) (``coupling="hermitian"``, T Hermitian)
+    or C_v = -conj(b_v) (``coupling="skew"``, ablation; docs/myosotis.md, 'Coupling sign'). Up-sweep leaves → root,
+    down-sweep back.
     Nodes are stored level-major: leaves first, then each virtual level, the root last.
 
     Args:
@@ -274,7 +276,8 @@ def myo_solve(u, b, tree, *, node_mask=None, coupling="hermitian", virtual="pers
                 to ℓ+1 (levels 1 = leaves … D = root, D = len(tree.level_sizes)).
             (batch or 1, N, channels): general per-node form: b[:, v] weights edge (v, parent v); root
                 entries are ignored; batch 1 is shared by the batch.
-            For a stable solve keep |b| <= 1/(k_max + 1) (strict diagonal dominance, spec §2.8).
+            For a stable solve keep |b| <= 1/(k_max + 1) (strict diagonal dominance, docs/myosotis.md,
+            'Numerical stability').
         tree: an int k >= 2 for the ceil k-ary 1-D tree over consecutive leaves (``myo_tree(L, k)``, any
             L >= 1; L is read from u), or a MyoTree: ``myo_tree(L, k)``, ``myo_quadtree(H, W)`` (pixels in
             raster order, levels stored as grids) or ``myo_tree_from_parent(parent)`` (any tree or forest).
@@ -286,8 +289,9 @@ def myo_solve(u, b, tree, *, node_mask=None, coupling="hermitian", virtual="pers
         x with u's shape; u's dtype for real u and b, else complex64 (complex128 for float64/complex128 u).
         Accumulates in float32 (float64 for double input).
 
-    The backward pass is one more solve (spec §2.9): grad_u = T⁻ᴴ grad_x, which for Hermitian T is the
-    same solve, and grad_b_v = -(grad_u_v conj(x_par v) + s conj(grad_u_par v) x_v) (s = -1 for skew).
+    The backward pass is one more solve (docs/myosotis.md, 'Backward pass'): grad_u = T⁻ᴴ grad_x, which for
+    Hermitian T is the same solve, and grad_b_v = -(grad_u_v conj(x_par v) + s conj(grad_u_par v) x_v)
+    (s = -1 for skew).
     """
     u, b_rows, b_index, skew, tree, pyramid_b = _normalise(u, b, tree, node_mask, coupling, virtual)
     # Under torch.export (hence torch.onnx.export) a ceil k-ary tree or quadtree is solved as standard aten ops
@@ -335,7 +339,8 @@ if _COMPILED:
         ctx.skew = skew
 
     def _backward(ctx, grad_x):
-        # The adjoint solve (spec §2.9) in the compiled myo_solve_bwd: grad_u = T⁻ᴴ grad_x plus grad_b.
+        # The adjoint solve (docs/myosotis.md, 'Backward pass') in the compiled myo_solve_bwd: grad_u = T⁻ᴴ grad_x
+        # plus grad_b.
         x, b, parent, b_index = ctx.saved_tensors
         grad_u, grad_b = getattr(torch.ops.ssm_plugins, _BWD)(grad_x, x, b, parent, b_index, ctx.skew)
         if grad_b.shape[0] != b.shape[0]:  # b shared by the batch

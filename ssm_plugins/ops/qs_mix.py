@@ -1,4 +1,5 @@
-"""Quasi-separable (non-causal) mixing y = Q x in linear time (spec mambamixer.md §1.2–1.4, kernels K2/K3)."""
+"""Quasi-separable (non-causal) mixing y = Q x in linear time (MambaMixer, arXiv:2403.19888 v2, Sec. 2.1 Eq. 6-8,
+App. D; kernels K2/K3 and our reading of Q: docs/mambamixer.md, 'QS operator', 'Kernels K1-K3')."""
 from __future__ import annotations
 
 import torch
@@ -89,8 +90,8 @@ def _normalise(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias, dt_b
 
 def qs_mix(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, *, dt_bias=None, dt_bias_rev=None,
            dt_softplus=False, qs_shift="exact"):
-    """Quasi-separable mixing y = Q x (mambamixer.md §1.2), in O(L) as a strict forward scan, a strict
-    reversed scan and the free diagonal:  y = L_s x + U_s x + γ ⊙ x, with
+    """Quasi-separable mixing y = Q x (paper Eq. 8; docs/mambamixer.md 'QS operator'), in O(L) as a strict
+    forward scan, a strict reversed scan and the free diagonal:  y = L_s x + U_s x + γ ⊙ x, with
 
         Q[t, k] = C_t·(Π_{j=k+1..t} Ā_j) B̄_k  (t > k),   γ_t  (t = k),   C'_t·(Π_{j=t..k-1} Ā'_j) B̄'_k  (t < k)
 
@@ -112,8 +113,8 @@ def qs_mix(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, *, dt_bias=None, 
         Returns (batch, dim, L).
 
     Args:
-        qs_shift: 'exact' (default, spec [D] A6): the strict scan reads C_t·(Ā_t h_{t-1}), the Q above (Eq. 8).
-            This equals the spec's "inclusive scan minus C_t·B̄_t x_t" but is computed directly (the
+        qs_shift: 'exact' (default, [D], docs/mambamixer.md 'QS operator'): the strict scan reads C_t·(Ā_t h_{t-1}),
+            the Q above (Eq. 8). This equals "inclusive scan minus C_t·B̄_t x_t" but is computed directly (the
             "shift" way), so nothing cancels. 'hydra': Hydra's roll of the inclusive scan, C_{t-1}·h_{t-1}
             (and C'_{t+1}·h'_{t+1} backward), a different but equally quasi-separable Q.
         dt_softplus, dt_bias, dt_bias_rev: Δ = softplus(dt + dt_bias) as in Mamba's fused scan, so layers
@@ -142,9 +143,9 @@ def qs_mix(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, *, dt_bias=None, 
 def _chunked_form(x, dt, A, B, C, dt_rev, A_rev, *_):
     """Whether a call runs the chunked matmul form (qs_mix_chunked) instead of the scan kernels: for scalar A on
     CUDA with at least _CHUNKED_MIN_FEATURES features a head, where its batched matmuls replace the kernels'
-    sequential scans (spec K2's tensor-core form), and for scalar A where the device has no compiled kernel (the
-    extension missing or built without CUDA), in place of the oracle's Python loop over L; unless SSM_PLUGINS_QS
-    says otherwise."""
+    sequential scans (K2's tensor-core form, docs/mambamixer.md), and for scalar A where the device has no
+    compiled kernel (the extension missing or built without CUDA), in place of the oracle's Python loop over L;
+    unless SSM_PLUGINS_QS says otherwise."""
     if _backend.reference_forced():
         return False
     choice = _backend.qs_algorithm()

@@ -1,4 +1,5 @@
-"""Quasi-separable mixing with scalar A in the chunked form of App. D / SSD (spec mambamixer.md §1.2, K2).
+"""Quasi-separable mixing with scalar A in the chunked form of App. D / SSD (MambaMixer, arXiv:2403.19888 v2; our
+kernel K2, docs/mambamixer.md 'Kernels K1-K3').
 
 Per chunk of ``chunk`` steps the strict-lower part of Q is a masked dense (chunk x chunk) matrix applied by a
 matmul; the blocks below the diagonal have rank N and are carried as an (N x P) state from chunk to chunk:

@@ -70,7 +70,8 @@ def _normalise(u, delta, A, B, C, D, z, delta_bias, delta_proj=None):
 
 def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
                    return_last_state=False, delta_proj=None, reverse=False):
-    """The S6 scan (mambamixer.md §1.1), same contract as ``mamba_ssm.selective_scan_fn``.
+    """The S6 scan (MambaMixer paper, arXiv:2403.19888 v2, Eq. 2, App. A.1-A.2), same contract as
+    ``mamba_ssm.selective_scan_fn``.
 
     Args:
         u, delta, z: (batch, dim, L). A: (dim, N), real. B, C: (batch, N, L) or (batch, groups, N, L); both in u's

@@ -1,4 +1,5 @@
-"""2-D SSM kernel (spec 2d-ssm.md §1.4-1.8) and zero-padded FFT convolution, backed by ssm_plugins._C."""
+"""2-D SSM kernel ("2-D SSM: A General Spatial Layer for Visual Transformers", arXiv:2306.06635, Sec. 3.1-3.3,
+App. D-E; choices beyond the paper: docs/2d-ssm.md) and zero-padded FFT convolution, backed by ssm_plugins._C."""
 from __future__ import annotations
 
 import math
@@ -13,7 +14,8 @@ _KERNEL_OP = "ssm2d_kernel_fwd"
 _CONV_OP = "fft_conv2d"
 PARAMETERISATIONS = ("real", "complex", "complex_polar", None)
 _COMPLEX_DTYPES = (torch.complex64, torch.complex128)
-# Direction d convolves the input flipped along these dims (§1.8); the flips are their own inverses.
+# Direction d convolves the input flipped along these dims (docs/2d-ssm.md, 'Directions and channel sharing'); the
+# flips are their own inverses.
 DIRECTION_FLIPS = {4: ((), (-2,), (-1,), (-2, -1)), 2: ((), (-2, -1))}
 
 
@@ -37,7 +39,8 @@ def _check_param(name, value, count, parameterisation):
 
 
 def _constrain(A, B, C, parameterisation):
-    """Stored parameters -> A1..A4, B1, B2, C1, C2 as used by the recurrence (§1.6)."""
+    """Stored parameters -> A1..A4, B1, B2, C1, C2 as used by the recurrence (paper Sec. 3.2, App. E.1;
+    docs/2d-ssm.md, 'Parameterisation')."""
     if parameterisation is None:
         return A, B, C
     if parameterisation == "real":
@@ -54,7 +57,8 @@ def _constrain(A, B, C, parameterisation):
 
 
 def fuse_directions(kernels: torch.Tensor) -> torch.Tensor:
-    """Per-direction kernels (dirs, n_ssm, H, W) -> one non-causal kernel Kfull (n_ssm, 2H-1, 2W-1) (§1.8).
+    """Per-direction kernels (dirs, n_ssm, H, W) -> one non-causal kernel Kfull (n_ssm, 2H-1, 2W-1) (docs/2d-ssm.md,
+    'Fused kernel').
 
     Kfull[a, b] (stored at [a + H - 1, b + W - 1]) sums K_d over the directions whose flips map it there, so
     ``fft_conv2d(x, Kfull, origin=(H-1, W-1))`` equals the sum over d of F_d(K_d (*) F_d(x)).
@@ -74,7 +78,8 @@ def fuse_directions(kernels: torch.Tensor) -> torch.Tensor:
 
 
 def ssm2d_kernel(A, B, C, height, width, *, directions=4, parameterisation="real", fused=False):
-    """Kernels of the 2-D SSM layer: normalised impulse responses of the Roesser system (spec §1.4-1.8).
+    """Kernels of the 2-D SSM layer: normalised impulse responses of the Roesser system (paper Sec. 3.1-3.2;
+    docs/2d-ssm.md, 'Normalisation and edge relaxation', 'Directions and channel sharing').
 
     There are S = directions * n_ssm independent parameter sets; set s = d * n_ssm + m serves direction d
     and channel group m (channel c uses group c mod n_ssm). Shapes by ``parameterisation``:
@@ -86,7 +91,7 @@ def ssm2d_kernel(A, B, C, height, width, *, directions=4, parameterisation="real
     * ``"complex_polar"`` (paper text): A as ``"complex"``; B = sigmoid(r) exp(2πi sigmoid(θ)) and
       C = r exp(2πi sigmoid(θ)) from (r, θ) pairs (2, S, N, 2).
     * ``None``: A (4, S, N), B (2, S, N), C (2, S, N) are the constrained values themselves, real or complex
-      tensors (the spec's Appendix A inputs).
+      tensors (the inputs of the NumPy reference, docs/2d-ssm.md, 'Reference implementation').
 
     K[i, j] = e(i, j) / sqrt(N) · Re Σ_n (C1 x^h[i,j] + C2 x^v[i,j]), with the official halving masks and
     edge factors e (2 on the first row and column except (0, 0)). ``height`` ≠ ``width`` is allowed; the
@@ -299,7 +304,7 @@ def fft_conv2d(x, kernel, origin=(0, 0)):
         y[..., i, j] = Σ_{a,b} kernel[..., a, b] · x[..., i + o1 - a, j + o2 - b]    (x = 0 outside its grid)
 
     The output has x's grid (H, W). ``origin`` = (o1, o2) is the kernel tap aligned with each output cell:
-    (0, 0) gives the causal-from-top-left convolution of the 2-D SSM (spec §1.8, a kernel of x's size);
+    (0, 0) gives the causal-from-top-left convolution of the 2-D SSM (paper App. B, a kernel of x's size);
     ((kh-1)//2, (kw-1)//2) a "same" convolution; (H-1, W-1) applies the fused kernel of
     :func:`fuse_directions`. The kernel may be larger than x.
 

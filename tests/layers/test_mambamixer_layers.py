@@ -1,4 +1,5 @@
-"""MambaMixer / QSMixer layers (spec mambamixer.md §2): shapes, gradients, equality with direct computations."""
+"""MambaMixer / QSMixer layers (MambaMixer, arXiv:2403.19888 v2, Sec. 2; docs/mambamixer.md): shapes, gradients,
+equality with direct computations."""
 
 import pytest
 import torch
@@ -412,7 +413,7 @@ def test_importance_loss_zero_when_balanced():
     assert SwitchOfScans.importance_loss(torch.eye(16)[:4]).item() > 0
 
 
-# ---- v1 weighted averaging of earlier features (§2.6) and the time-series block (§4.2) -------------------------
+# ---- v1 weighted averaging of earlier features (v1 Sec. 3.2) and the time-series block (App. H.3) ----------------
 
 
 def _blocks(depth, kind="mamba"):

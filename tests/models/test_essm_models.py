@@ -1,9 +1,12 @@
-"""eSSM family as timm models (spec essm.md §1.9 init, §1.11 layer, §1.12 block/model, §2 configs, §4.3 counts).
+"""eSSM family as timm models (Liang & Li, "Efficient State Space Model via Fast Tensor Convolution and Block
+Diagonalization", arXiv 2402.15290): init (App. B.3-B.4), layer, block and model (Sec. 4.3-4.6), configs (Table 10),
+counts (Tables 4 and 8); our readings of the gaps are in docs/essm.md.
 
 The timm contract of every registered model is tests/models/test_contract.py; here: training checkpoints,
 bfloat16 autocast, pruning, torch.compile, the paper's configs and counts, the models' structure.
-The layer: the spec's §1.11 pseudo-code written out in float64, the causal recurrence (§1.10), HiPPO init (§1.9),
-head independence (§7.5), the §4.3 parameter formula with the Table 4 and SC35 checks, the block (§1.12).
+The layer: its forward pass as docs/essm.md 'Layer forward pass' states it, written out in float64, the causal
+recurrence ('Recurrent mode'), HiPPO init ('Initialisation'), head independence ('Test oracles'), the parameter
+formula of 'Parameter counts' with the Table 4 and SC35 checks, the block ('Block and model').
 """
 import math
 
@@ -40,7 +43,7 @@ def test_training_checkpoint_loads_through_pretrained_file(tmp_path):
 
 @pytest.mark.parametrize('name', ['essm_scifar_tiny', 'essm_2d_tiny'])
 def test_bfloat16_autocast_forward_backward(name):
-    """The SSM core runs in float32 under autocast (§8.2); the Linear layers in bfloat16."""
+    """The SSM core runs in float32 under autocast (docs/essm.md, 'State kernel'); the Linear layers in bfloat16."""
     torch.manual_seed(0)
     kwargs = dict(depths=(1, 1, 1, 1)) if name == 'essm_2d_tiny' else {}
     model = timm.create_model(name, **kwargs).train()
@@ -81,9 +84,9 @@ def test_traces_with_torch_compile_fullgraph():
             torch.testing.assert_close(torch.compile(model, backend='eager', fullgraph=True)(x), model(x))
 
 
-# ---- the paper's configurations and parameter counts (§2, §4.3) --------------------------------------------------
+# ---- the paper's configurations (Table 10) and parameter counts (docs/essm.md, 'Parameter counts') ---------------
 
-# name: (depth, H, S, N, dropout, prenorm, in_chans, glu) from Table 10 / §2.3
+# name: (depth, H, S, N, dropout, prenorm, in_chans, glu) from Table 10 / docs/essm.md, 'Released configs'
 CONFIGS = {
     'essm_scifar': (6, 256, 64, 512, 0.1, True, 3, 'half_glu1'),
     'essm_lra_image': (6, 256, 64, 512, 0.1, False, 1, 'half_glu1'),
@@ -95,7 +98,8 @@ CONFIGS = {
     'essm_pathfinder_official': (6, 256, 32, 256, 0.05, True, 1, 'half_glu1'),
     'essm_pathx': (6, 192, 8, 256, 0.0, True, 1, 'half_glu1'),
 }
-# token tasks: (depth, H, S, N, dropout, prenorm, vocab, classes, glu, bidirectional, conj_sym) (Table 10 / §2.3)
+# token tasks: (depth, H, S, N, dropout, prenorm, vocab, classes, glu, bidirectional, conj_sym)
+# (Table 10 / 'Released configs')
 TOKEN_CONFIGS = {
     'essm_listops': (6, 256, 4, 256, 0.0, False, 17, 10, 'half_glu1', False, True),
     'essm_listops_official': (8, 128, 64, 256, 0.0, True, 17, 10, 'half_glu1', True, True),
@@ -107,7 +111,8 @@ TOKEN_CONFIGS = {
 
 
 def _sequence_param_count(depth, H, S, N, prenorm, in_chans, glu, num_classes=10):
-    """§4.3: depth x P_layer + Linear(d_in, H) encoder + Linear(H, classes) decoder + final norm if prenorm."""
+    """'Parameter counts': depth x P_layer + Linear(d_in, H) encoder + Linear(H, classes) decoder + final norm
+    if prenorm."""
     return (depth * essm_layer_param_count(H, N, S, glu) + in_chans * H + H + H * num_classes + num_classes
             + (2 * H if prenorm else 0))
 
@@ -129,8 +134,8 @@ def test_registered_config_and_exact_parameter_count(name):
 
 @pytest.mark.parametrize('name', sorted(TOKEN_CONFIGS))
 def test_token_task_configs_and_exact_parameter_count(name):
-    """§4.3 with an Embedding(vocab, H) encoder; Retrieval adds the Eq. 37 head Linear(4H, H) + Linear(H, 2)
-    instead of the Linear(H, classes) decoder."""
+    """'Parameter counts' with an Embedding(vocab, H) encoder; Retrieval adds the Eq. 37 head Linear(4H, H)
+    + Linear(H, 2) instead of the Linear(H, classes) decoder."""
     depth, H, S, N, drop, prenorm, vocab, classes, glu, bidirectional, conj_sym = TOKEN_CONFIGS[name]
     model = timm.create_model(name, device='meta')
     backbone = model.backbone if isinstance(model, ESSMRetrieval) else model
@@ -143,7 +148,7 @@ def test_token_task_configs_and_exact_parameter_count(name):
     head = (4 * H * H + H + H * classes + classes) if isinstance(model, ESSMRetrieval) else H * classes + classes
     assert sum(p.numel() for p in model.parameters()) == body + head
     assert model.num_classes == classes and PAPER_RECIPES[name]['lr_ssm'] > 0
-    if name == 'essm_listops':  # the paper-text preset (A9): LeakyReLU before the mixer, C from HiPPO
+    if name == 'essm_listops':  # the paper-text preset ('ListOps presets'): LeakyReLU before the mixer, C from HiPPO
         assert layer.pre_act == 'leakyrelu' and layer.C_init == 'hippo'
 
 
@@ -182,18 +187,19 @@ def test_retrieval_head_is_eq37_on_length_aware_pools():
 
 
 def test_sc35_parameter_count_within_3_percent_of_paper():
-    """§4.3 / A12: 6 layers, H = N = 128, S = 32, Linear(1 -> 128), Linear(128 -> 35): 213.7K vs 220K."""
+    """'Parameter counts': 6 layers, H = N = 128, S = 32, Linear(1 -> 128), Linear(128 -> 35): 213.7K vs 220K."""
     counts = {}
     for heads in (32, 16):
         model = ESSMSequence(in_chans=1, num_classes=35, d_model=128, depth=6, d_state=128, n_heads=heads,
                              device='meta')
         counts[heads] = sum(p.numel() for p in model.parameters())
     assert counts[32] == 213_667 and abs(counts[32] - 220e3) / 220e3 < 0.03
-    assert counts[16] == 219_811  # the spec's 16-head guess
+    assert counts[16] == 219_811  # our 16-head guess (docs/essm.md, 'Parameter counts')
 
 
 def test_table4_head_parameter_differences():
-    """§4.3: one layer, H = N = 128: S = 4 -> 16 saves 6,144 and 16 -> 64 saves 1,536 (Table 4: 6.2k, 1.5k)."""
+    """'Parameter counts': one layer, H = N = 128: S = 4 -> 16 saves 6,144 and 16 -> 64 saves 1,536
+    (Table 4: 6.2k, 1.5k)."""
     counts = {S: sum(p.numel() for p in ESSMBlock(128, d_state=128, n_heads=S, prenorm=True).parameters())
               for S in (4, 16, 64)}
     assert counts[4] - counts[16] == 6_144 and counts[16] - counts[64] == 1_536
@@ -206,7 +212,7 @@ def test_table4_head_parameter_differences():
 def test_layer_parameter_formula(d_model, d_state, heads, glu):
     layer = ESSM(d_model, d_state, heads, glu=glu)
     assert sum(p.numel() for p in layer.parameters()) == essm_layer_param_count(d_model, d_state, heads, glu, False)
-    assert (layer.head_mixer is None) == (heads == 1)  # the mixer only when S > 1 (A8)
+    assert (layer.head_mixer is None) == (heads == 1)  # the mixer only when S > 1 ('Head mixer')
 
 
 def test_param_groups_two_learning_rates():
@@ -245,7 +251,7 @@ def test_sequence_model_flattens_images_row_major():
 
 
 def test_sequence_model_structure_matches_spec():
-    """§1.12: encoder -> blocks -> final norm (prenorm) -> mean over time -> Linear."""
+    """Sec. 4.6: encoder -> blocks -> final norm (prenorm) -> mean over time -> Linear."""
     torch.manual_seed(0)
     model = timm.create_model('essm_scifar_tiny').eval()
     x = torch.randn(2, 3, 4, 6)
@@ -322,11 +328,12 @@ def test_2d_drop_path_and_dropout_only_in_training():
     assert torch.equal(model(x), model(x))
 
 
-# ---- the layer (§1.9, §1.11) ----------------------------------------------------------------------------------------
+# ---- the layer (Sec. 4.5-4.6; docs/essm.md, 'Initialisation', 'Layer forward pass') -------------------------------
 
 
 def _spec_layer(layer, x):
-    """§1.11 pseudo-code, literally, float64, eval mode; x (B, L, H) channels-last."""
+    """docs/essm.md 'Layer forward pass' (paper Listing 1, gain inside Re), literally, float64, eval mode;
+    x (B, L, H) channels-last."""
     u = x.transpose(1, 2)
     batch, H, L = u.shape
     S, n, h = layer.B.shape
@@ -375,7 +382,8 @@ def test_layer_equals_spec_pseudo_code(heads, bidirectional, conj_sym, glu):
 
 
 def test_layer_core_equals_dense_operator_and_passes_bidirectional_explicitly():
-    """The SSM core is the §1.7 double sum (bidirectional by default, although essm_conv defaults to causal)."""
+    """The SSM core is the 'Bidirectional kernel' double sum (bidirectional by default, although essm_conv
+    defaults to causal)."""
     torch.manual_seed(0)
     layer = ESSM(8, 8, 2).double()
     assert layer.bidirectional
@@ -398,7 +406,7 @@ def test_real_part_clip_and_its_gradient():
 
 
 def test_causal_step_equals_forward():
-    """§1.10 / §7.2: the complex-diagonal recurrence equals the causal convolution, mixing included."""
+    """'Recurrent mode': the complex-diagonal recurrence equals the causal convolution, mixing included."""
     torch.manual_seed(0)
     layer = ESSM(8, 16, 4, bidirectional=False, glu='full_glu').double().eval()
     with torch.no_grad():
@@ -414,7 +422,7 @@ def test_causal_step_equals_forward():
 
 
 def test_heads_are_independent_before_the_mixer():
-    """§7.5: changing the input channels of head s changes only head s's pre-mixer output."""
+    """'Test oracles': changing the input channels of head s changes only head s's pre-mixer output."""
     torch.manual_seed(0)
     layer = ESSM(12, 12, 3).double()
     u = torch.randn(2, 12, 10, dtype=torch.float64)
@@ -434,7 +442,7 @@ def test_padding_mask_stops_leaks_and_dt_scale_kwarg():
     noisy[:, 7:] = 100 * torch.randn(2, 3, 4)
     with torch.no_grad():
         torch.testing.assert_close(layer(noisy, padding_mask=mask)[:, :7], layer(x, padding_mask=mask)[:, :7])
-        assert not torch.allclose(layer(noisy)[:, :7], layer(x)[:, :7])  # the faithful layer leaks (A19)
+        assert not torch.allclose(layer(noisy)[:, :7], layer(x)[:, :7])  # the faithful layer leaks ('Padding mask')
         scaled = layer(x, dt_scale=2.0)
         layer.dt_scale = 2.0
         torch.testing.assert_close(layer(x), scaled)
@@ -443,8 +451,9 @@ def test_padding_mask_stops_leaks_and_dt_scale_kwarg():
 
 
 def test_sequence_model_padding_mask_pools_valid_steps_only():
-    """§1.12 length-aware decoder + A19: with a padding mask, a padded sequence gives the result of the unpadded one
-    (eval mode), through every block and the mean pool; pool-only masking (the official code) still leaks."""
+    """Length-aware decoder + 'Padding mask': with a padding mask, a padded sequence gives the result of the
+    unpadded one (eval mode), through every block and the mean pool; pool-only masking (the official code) still
+    leaks."""
     torch.manual_seed(0)
     model = ESSMSequence(in_chans=2, num_classes=3, d_model=8, depth=2, d_state=8, n_heads=2).eval()
     x = torch.randn(1, 12, 2)
@@ -462,8 +471,8 @@ def test_sequence_model_padding_mask_pools_valid_steps_only():
 
 
 def test_hippo_init_paper_semantics():
-    """§1.9: Λ = -1/2 + iω (ω > 0, one per pair), the same in every head; B = Re(V* B0), one draw for all heads;
-    C trunc-normal in [-2, 2]; D = 1; log Δ in [log dt_min, log dt_max]."""
+    """'Initialisation': Λ = -1/2 + iω (ω > 0, one per pair), the same in every head; B = Re(V* B0), one draw for
+    all heads; C trunc-normal in [-2, 2]; D = 1; log Δ in [log dt_min, log dt_max]."""
     torch.manual_seed(0)
     layer = ESSM(32, 64, 4, dt_min=1e-3, dt_max=1e-1)  # h = 8, n = 16, HiPPO size 32
     lam, V = hippo_diagonal_init(16)
@@ -486,7 +495,7 @@ def test_hippo_init_paper_semantics():
 
 def test_hippo_init_official_and_single_real_mode():
     lam, _ = hippo_diagonal_init(4, init='official')
-    assert torch.allclose(lam.real, torch.full((4,), -1.0, dtype=torch.float64))  # Re λ = -1 (A4)
+    assert torch.allclose(lam.real, torch.full((4,), -1.0, dtype=torch.float64))  # Re λ = -1 ('Initialisation')
     assert torch.all(lam.imag <= 0)
     paper, _ = hippo_diagonal_init(1, conj_sym=False)
     official, _ = hippo_diagonal_init(1, conj_sym=False, init='official')
@@ -533,7 +542,7 @@ def test_layer_bad_arguments():
         ESSM(8)(torch.randn(1, 5, 8), padding_mask=torch.zeros(1, 4, dtype=torch.bool))
 
 
-# ---- the block (§1.12) -----------------------------------------------------------------------------------------
+# ---- the block (docs/essm.md, 'Block and model') ---------------------------------------------------------------
 
 
 @pytest.mark.parametrize('prenorm', [True, False])
@@ -563,7 +572,7 @@ def test_block_batch_norm_is_over_channels_with_batch_and_time_statistics():
 
 
 def test_block_dropout_is_channel_tied():
-    """A17: Dropout1d on the layer output drops whole channels across time."""
+    """'Layer forward pass': Dropout1d on the layer output drops whole channels across time."""
     torch.manual_seed(0)
     block = ESSMBlock(16, prenorm=True, d_state=16, n_heads=4, dropout=0.5).train()
     block.ssm.drop.p = 0.0  # keep only the block's tied dropout

@@ -1,4 +1,5 @@
-"""Mega image backbone and the 2-D SSM paper's comparison layers (spec 2d-ssm.md §2.3, §3.2, §5.1, §5.4).
+"""Mega image backbone and the comparison layers of "2-D SSM: A General Spatial Layer for Visual Transformers"
+(arXiv:2306.06635: Sec. 5, Table 1, "Figure 5", App. F; docs/2d-ssm.md, 'Placement in the backbones').
 
 Layers: the EMA against its sequential recurrence, S4ND against per-axis sequential recurrences, the Mega
 block's Q/K-only filtering, relative position bias and laplace attention. Models: every ``spatial_mixer`` of

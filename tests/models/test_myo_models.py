@@ -1,9 +1,11 @@
-"""Myosotis family as timm models (spec myosotis.md §2.6-2.7 layer, §3 block, §7.2 mixer, §7.3 models).
+"""Myosotis family as timm models (Myosotis, arXiv 2509.20503; docs/myosotis.md: 'Edge weights' and 'Readout'
+for the layer, 'Block and GLU' for the block, 'Backbones' for the mixer and models).
 
 The timm contract of every registered model is tests/models/test_contract.py; here: the paper's configs, the
 models' structure, weight-decay groups, unpooled heads. The layer: MyoSSM equals a dense solve of T x = v built from the
-spec's edge-weight formula, and the reference ops. The paper reports no parameter counts (spec §4.1); the
-count test checks the S5-identical per-layer count instead (spec §2.6, §4.3).
+edge-weight formula of docs/myosotis.md ('Edge weights'), and the reference ops. The paper reports no parameter
+counts (Sec. 4); the count test checks the S5-identical per-layer count instead (docs/myosotis.md, 'Edge weights'
+and 'S5 settings').
 """
 import functools
 import math
@@ -111,7 +113,7 @@ def test_myopix_virtual_inputs_and_readout():
     model.readout_levels = None
     torch.testing.assert_close(model.forward_head(features, pre_logits=True), features.mean(1))
     embed = timm.create_model('myopix_zcifar', **SMALL['myopix_zcifar'])
-    assert torch.count_nonzero(embed.level_embed) == 0  # learned per-level inputs, zero init (A7)
+    assert torch.count_nonzero(embed.level_embed) == 0  # learned per-level inputs, zero init (docs/myosotis.md)
 
 
 def test_myopix_block_sequence_matches_manual_composition():
@@ -144,7 +146,7 @@ def test_myonet_configs_and_parameter_counts():
         assert math.isclose(last.drop_prob, drop_path, rel_tol=1e-6)
         mixer = model.stages[0].blocks[0].mixer
         assert mixer.ssm.num_heads == dims[0] // 2 and isinstance(mixer.dwconv, nn.Conv2d)
-    # no paper numbers (spec §7, [X]); the tiny model is in the Swin-T / ConvNeXt-T range by design
+    # no paper numbers (docs/myosotis.md 'Backbones', [X]); the tiny model is in the Swin-T / ConvNeXt-T range by design
     count = sum(p.numel() for p in timm.create_model('myonet_tiny', device='meta').parameters())
     assert 25e6 < count < 32e6, count
 
@@ -165,7 +167,8 @@ def test_myonet_mixer_sees_a_channels_last_stage_map():
 
 
 def _dense_edge_weights(layer, depth, arity):
-    """Spec §2.6 literally: b_{n,ℓ} = -exp(λ_n Δ_n k^(ℓ-1)) / (k_max + 1), λ = min(Λre, -1e-4) + iΛim."""
+    """docs/myosotis.md, 'Edge weights', literally: b_{n,ℓ} = -exp(λ_n Δ_n k^(ℓ-1)) / (k_max + 1),
+    λ = min(Λre, -1e-4) + iΛim."""
     lam = torch.complex(torch.minimum(layer.Lambda_re, torch.tensor(-1e-4, dtype=torch.float64)), layer.Lambda_im)
     step = layer.log_step.exp()
     rows = []
@@ -375,8 +378,9 @@ def test_myo_block_without_glu_is_plain_silu():
 
 
 def test_myopix_zcifar_parameter_count_equals_s5_cifar_network():
-    """The paper reports no parameter counts (spec §4.1); Myo's heads carry exactly S5's parameters (§2.6), so
-    myopix_zcifar = the S5 sCIFAR network (§4.3) + 5 learned virtual-level inputs of width 512."""
+    """The paper reports no parameter counts (Sec. 4); Myo's heads carry exactly S5's parameters (docs/myosotis.md,
+    'Edge weights'), so myopix_zcifar = the S5 sCIFAR network ('S5 settings') + 5 learned virtual-level inputs of
+    width 512."""
     depth, dim, heads = 6, 512, 192
     s5_layer = (3 * heads + 4 * heads * dim + dim) + 2 * dim + (dim * dim + dim)  # SSM, BatchNorm, GLU dense
     s5 = (3 * dim + dim) + depth * s5_layer + (dim * 10 + 10)  # encoder, layers, decoder

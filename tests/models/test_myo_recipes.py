@@ -1,7 +1,7 @@
 """The Myo hparams files of the sequence recipes (recipes_sequence/sequential_images and LRA, issue #11): each
-holds S5's settings for its task (spec myosotis.md §4.3, ``PAPER_RECIPES``) and builds the registered model; one
-file of each recipe runs one batch of its (generated, official-format) data through the recipe's train.py in the
-default suite, the others are marked slow. The runs use the files' own full-size models."""
+holds S5's settings for its task (docs/myosotis.md, 'S5 settings'; ``PAPER_RECIPES``) and builds the registered
+model; one file of each recipe runs one batch of its (generated, official-format) data through the recipe's train.py
+in the default suite, the others are marked slow. The runs use the files' own full-size models."""
 import json
 import subprocess
 import sys

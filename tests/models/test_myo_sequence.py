@@ -1,10 +1,12 @@
-"""Myo sequence classifiers (spec myosotis.md §3 MyoClassifier, §4.2-4.3, issue #11): the S5 network with Myo
-blocks on perfect (or ceil) trees for sMNIST / zMNIST / sCIFAR / zCIFAR / ListOps / Pathfinder / Path-X.
+"""Myo sequence classifiers (Myosotis, arXiv 2509.20503, Sec. 4; docs/myosotis.md, 'S5 settings'; issue #11): the
+S5 network with Myo blocks on perfect (or ceil) trees for sMNIST / zMNIST / sCIFAR / zCIFAR / ListOps / Pathfinder /
+Path-X.
 
 Checked here: the registered configs are S5's per-task settings; every model runs forward + backward at a small
-size with perfect and ceil trees (node counts of both); the input orders are the spec's (snake = S4/S5
-``snake_permutation``; Morton = the quadtree, equal to a 4-ary tree over Morton-ordered pixels); the perfect-tree
-padding is masked in the readout; token input and its errors; the S5 optimizer groups of ``myo_param_groups``.
+size with perfect and ceil trees (node counts of both); the input orders are those of docs/myosotis.md, 'Input
+orders' (snake = S4/S5 ``snake_permutation``; Morton = the quadtree, equal to a 4-ary tree over Morton-ordered
+pixels); the perfect-tree padding is masked in the readout; token input and its errors; the S5 optimizer groups
+of ``myo_param_groups``.
 """
 import math
 
@@ -21,7 +23,8 @@ SEQUENCE_MODELS = ['myo_smnist', 'myo_zmnist', 'myo_scifar', 'myo_zcifar', 'myo_
                    'myo_pathx']
 SMALL = dict(embed_dim=16, depth=2, state_size=8, blocks=1)
 
-# spec §4.3 (S5 configs): depth, H, P, J, dropout, C_init, GLU, PyTorch BN momentum (1 - flax), dt_min, arity, order
+# S5 configs (docs/myosotis.md, 'S5 settings'): depth, H, P, J, dropout, C_init, GLU, PyTorch BN momentum
+# (1 - flax), dt_min, arity, order
 S5_CONFIGS = {
     'myo_smnist': (4, 96, 128, 1, 0.1, 'trunc_standard_normal', 'half_glu1', 0.05, 1e-3, 4, 'snake'),
     'myo_zmnist': (4, 96, 128, 1, 0.1, 'trunc_standard_normal', 'half_glu1', 0.05, 1e-3, 4, 'morton'),
@@ -31,7 +34,7 @@ S5_CONFIGS = {
     'myo_pathfinder': (6, 192, 256, 8, 0.05, 'trunc_standard_normal', 'half_glu1', 0.1, 1e-3, 2, 'raster'),
     'myo_pathx': (6, 128, 256, 16, 0.0, 'complex_normal', 'half_glu1', 0.1, 1e-4, 2, 'raster'),
 }
-# parameters of the registered sizes (the paper reports none, spec §4.1), and the tree of the paper's input:
+# parameters of the registered sizes (the paper reports none, Sec. 4), and the tree of the paper's input:
 # (params, leaves after padding, all nodes with the perfect tree, all nodes with the ceil tree)
 SIZES = {
     'myo_smnist': (139_114, 1024, 1365, 1047),  # 784 snake pixels -> 1024
@@ -134,8 +137,9 @@ def test_snake_order_is_s5s_snake_permutation():
 
 
 def test_morton_quadtree_equals_a_4ary_tree_over_morton_ordered_pixels():
-    """zMNIST/zCIFAR: the quadtree over the raster grid is the 4-ary tree over Morton-ordered leaves (spec §2.3),
-    and the perfect tree pads the image on every side (28 -> 32: 2 px), masked in the readout."""
+    """zMNIST/zCIFAR: the quadtree over the raster grid is the 4-ary tree over Morton-ordered leaves
+    (docs/myosotis.md, 'Level-shared fast path'), and the perfect tree pads the image on every side (28 -> 32: 2 px),
+    masked in the readout."""
     torch.manual_seed(0)
     model = timm.create_model('myo_zmnist', **SMALL).eval()
     img = torch.rand(2, 1, 8, 8)

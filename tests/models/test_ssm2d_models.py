@@ -1,8 +1,9 @@
-"""2-D SSM family as timm models (spec 2d-ssm.md §1.6-1.9 layer, §2 placement, §3 configs, §5 parameter counts).
+"""2-D SSM family as timm models ("2-D SSM: A General Spatial Layer for Visual Transformers", arXiv:2306.06635:
+Sec. 5 placement, Tables 1-2 parameter counts, App. D-F; docs/2d-ssm.md for the layer, placement and configs).
 
 The timm contract of every registered model is tests/models/test_contract.py; here: the eval-mode kernel cache,
-options and placement, parameter counts vs the paper, and the layer (SSM2D equals the spec's per-direction sum
-computed with the reference ops).
+options and placement, parameter counts vs the paper, and the layer (SSM2D equals the per-direction sum of
+docs/2d-ssm.md, 'Directions and channel sharing', computed with the reference ops).
 """
 import functools
 import re
@@ -185,7 +186,7 @@ def test_plain_timm_checkpoint_loads_with_fresh_ssm(tmp_path):
     torch.testing.assert_close(model.blocks[1].attn.qkv.weight, plain.blocks[1].attn.qkv.weight)
 
 
-# ---- parameter counts vs the paper (§5) --------------------------------------------------------------------
+# ---- parameter counts vs the paper (Tables 1-2) -------------------------------------------------------------
 
 # (model, kwargs, paper's # params with SSM-r, with SSM-c); CelebA has 40 classes (Table 2), Table 1 is CIFAR-100
 PAPER_PARAMS = [
@@ -210,7 +211,8 @@ def test_parameter_count_within_10_percent_of_paper(name, kwargs, real, cplx):
 
 
 def _per_direction_reference(layer, x):
-    """Spec §1.8 literally: y = Σ_d F_d(K_d (*)causal F_d(x)) + D x, with the reference kernel and conv."""
+    """docs/2d-ssm.md, 'Directions and channel sharing', literally: y = Σ_d F_d(K_d (*)causal F_d(x)) + D x, with the
+    reference kernel and conv."""
     A, B, C = _constrain(layer.A_logit, layer.B_logit, layer.C, layer.parameterisation)
     height, width = x.shape[-2:]
     kernels = reference.ssm2d_kernel(A, B, C, height, width).view(layer.directions, layer.n_ssm, height, width)
@@ -244,9 +246,10 @@ def test_ssm2d_defaults_init_and_parameter_count():
     layer = SSM2D(192)
     assert (layer.d_state, layer.n_ssm, layer.directions, layer.complex, layer.fused) == (16, 8, 4, False, True)
     assert isinstance(layer.norm, nn.Identity)
-    assert sum(p.numel() for p in layer.parameters()) == 8 * 16 * 32 + 192  # spec §1.6: 8 N S + dim
+    # 8 N S + dim, real; 16 N S + dim, complex (docs/2d-ssm.md, 'Parameterisation')
+    assert sum(p.numel() for p in layer.parameters()) == 8 * 16 * 32 + 192
     assert sum(p.numel() for p in SSM2D(192, complex=True).parameters()) == 16 * 16 * 32 + 192
-    assert abs(torch.sigmoid(layer.A_logit).mean().item() - 0.5) < 0.02  # A ≈ 0.5 (§1.7)
+    assert abs(torch.sigmoid(layer.A_logit).mean().item() - 0.5) < 0.02  # A ≈ 0.5 (docs/2d-ssm.md, 'Initialisation')
     cplx = SSM2D(8, complex=True)
     assert cplx.A_logit.min() >= 0.5 and cplx.A_logit.max() <= 3.0
 

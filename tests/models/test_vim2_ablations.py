@@ -1,7 +1,7 @@
 """The ViM2 / ViQS options behind the paper's ablation and study configs (configs_mmpretrain/, configs_mmdet/):
 Table 4 "w/ f+b" (the naive forward + backward channel mixer) and "w/o Attn", Table 12's fixed scan sets, Table 13's
-kernel sets, Table 14's test at a higher resolution than the model was built for (spec mambamixer.md §6.4, §6.5,
-§6.8, §6.9)."""
+kernel sets, Table 14's test at a higher resolution than the model was built for (MambaMixer, arXiv:2403.19888 v2,
+Table 4, App. I.1-I.3)."""
 import functools
 
 import pytest

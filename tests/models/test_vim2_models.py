@@ -1,5 +1,6 @@
-"""ViM2 / ViQS timm models (spec mambamixer.md §3): registration, router behaviour, scan modes and ablation flags,
-no_weight_decay names, checkpoints at another resolution, the dense pyramid, constructor ValueErrors.
+"""ViM2 / ViQS timm models (MambaMixer, arXiv:2403.19888 v2, Sec. 3): registration, router behaviour, scan modes
+and ablation flags, no_weight_decay names, checkpoints at another resolution, the dense pyramid, constructor
+ValueErrors.
 The timm contract (forward/backward, features_only, round trip, ...) is tests/models/test_contract.py."""
 import functools
 
@@ -106,7 +107,8 @@ def test_pretrained_file_at_another_resolution(tmp_path):
 
 @pytest.mark.parametrize("name", ["vim2_t", "viqs_t"])
 def test_features_only_pyramid_trains(name):
-    """§3.6 pyramid at strides 4/8/16/32; every parameter of the dense backbone gets a gradient (DDP)."""
+    """Dense pyramid (docs/mambamixer.md, 'Dense outputs') at strides 4/8/16/32; every parameter of the dense
+    backbone gets a gradient (DDP)."""
     torch.manual_seed(0)
     model = timm.create_model(name, features_only=True, **{k: v for k, v in TINY.items() if k != "num_classes"})
     assert model.feature_info.reduction() == [4, 8, 16, 32] and model.feature_info.channels() == [32] * 4

@@ -1,5 +1,6 @@
 """ViM2 / ViQS sizes against Table 15 (issue 4), the "w/o SoS" mode's gradients, and the SViM2 / SViQS sequence
-backbones of Table 1 (spec mambamixer.md §3.2, §3.5, §4.1, §6.2)."""
+backbones of Table 1 (MambaMixer, arXiv:2403.19888 v2: Sec. 3, App. G, App. H.1, App. I.5; our sizes:
+docs/mambamixer.md, 'Variant sizes', 'Plain sequence backbones')."""
 import pytest
 import timm
 import torch

@@ -1,4 +1,6 @@
-"""eSSM fast tensor convolution (spec essm.md §1.5-1.8, §4.3, §7): oracles vs naive definitions, kernel vs oracle."""
+"""eSSM fast tensor convolution (Liang & Li, "Efficient State Space Model via Fast Tensor Convolution and Block
+Diagonalization", arXiv 2402.15290, Sec. 4.2-4.4; docs/essm.md, 'Test oracles'): oracles vs naive definitions,
+kernel vs oracle."""
 from __future__ import annotations
 
 import math
@@ -34,7 +36,7 @@ def make_input(batch, width, length, dtype=torch.float64, seed=1, device="cpu"):
 # ---- oracles against the naive definitions -----------------------------------------------------------
 
 def test_toy_example_matches_dense_real_system():
-    """§7.1: A = [[-0.2, 1], [-1, -3]], B = C = I, D = 0, Δ = 0.005, 2000 steps, float64."""
+    """The toy system of paper Sec. 5.1: A = [[-0.2, 1], [-1, -3]], B = C = I, D = 0, Δ = 0.005, 2000 steps, float64."""
     A = torch.tensor([[-0.2, 1.0], [-1.0, -3.0]], dtype=torch.float64)
     dt, steps = 0.005, 2000
     time = dt * torch.arange(steps, dtype=torch.float64)
@@ -65,7 +67,8 @@ def test_toy_example_matches_dense_real_system():
 
 
 def test_dense_operator_is_the_spec_double_sum():
-    """The dense oracle is exactly §1.7: x_t = Σ_{j<=t} k_j v_{t-j} + Σ_{j=1}^{L-1-t} k_{j-1} v_{t+j}."""
+    """The dense oracle is exactly docs/essm.md 'Bidirectional kernel':
+    x_t = Σ_{j<=t} k_j v_{t-j} + Σ_{j=1}^{L-1-t} k_{j-1} v_{t+j}."""
     lambda_re, lambda_im, log_dt, B, C, D = make_params(1, 2, 1)
     length = 6
     u = make_input(1, 1, length)
@@ -85,7 +88,7 @@ def test_dense_operator_is_the_spec_double_sum():
 @pytest.mark.parametrize("conj_sym", [True, False])
 @pytest.mark.parametrize("length", [1, 2, 13])
 def test_causal_conv_equals_recurrence(heads, conj_sym, length):
-    """§1.10 / §7.2: the causal FFT convolution is the complex-diagonal recurrence (S = H is the SISO stack)."""
+    """'Recurrent mode': the causal FFT convolution is the complex-diagonal recurrence (S = H is the SISO stack)."""
     width = modes = 4
     params = make_params(heads, modes // heads, width // heads)
     u = make_input(2, width, length)
@@ -95,7 +98,7 @@ def test_causal_conv_equals_recurrence(heads, conj_sym, length):
 
 
 def test_causal_conv_equals_recurrence_float32():
-    """§7.2 at float32: max abs error below 1e-4 with S > 1."""
+    """'Test oracles', at float32: max abs error below 1e-4 with S > 1."""
     params = make_params(2, 8, 4, dtype=torch.float32)
     u = make_input(2, 8, 64, dtype=torch.float32)
     expected = reference.essm_recurrent(u.double(), *[p.double() for p in params])
@@ -106,7 +109,7 @@ def test_causal_conv_equals_recurrence_float32():
 @pytest.mark.parametrize("conj_sym", [True, False])
 @pytest.mark.parametrize("length", [1, 2, 13])
 def test_bidirectional_equals_dense_operator(heads, conj_sym, length):
-    """§1.7 / §7.4: the packed FFT convolution is the dense operator with the shifted-by-one future term."""
+    """'Bidirectional kernel': the packed FFT convolution is the dense operator with the shifted-by-one future term."""
     params = make_params(heads, 8 // heads, 4 // heads)
     u = make_input(2, 4, length)
     expected = reference.essm_dense(u, *params, bidirectional=True, conj_sym=conj_sym)
@@ -119,7 +122,7 @@ def test_bidirectional_equals_dense_operator(heads, conj_sym, length):
 
 @pytest.mark.parametrize("bidirectional", [False, True])
 def test_any_fft_size_from_2L_gives_the_same_result(bidirectional):
-    """§1.7: with the flipped kernel at the buffer's tail, every n_fft >= 2L is equivalent."""
+    """'Bidirectional kernel': with the flipped kernel at the buffer's tail, every n_fft >= 2L is equivalent."""
     length = 11
     params = make_params(2, 3, 2)
     u = make_input(2, 4, length)
@@ -135,7 +138,8 @@ def test_fft_size_is_a_fast_size_of_at_least_2L():
 
 
 def test_conj_sym_is_the_explicit_conjugate_pair_system():
-    """§7.3: γ = 2 with Re(.) equals the 2n-state complex system with modes (λ, λ*) and tied B, C rows/columns."""
+    """'Heads and state size': γ = 2 with Re(.) equals the 2n-state complex system with modes (λ, λ*) and tied
+    B, C rows/columns."""
     lambda_re, lambda_im, log_dt, B, C, D = make_params(2, 3, 2)
     u = make_input(2, 4, 9)
     pair = lambda t: torch.cat([t, t], dim=1)
@@ -153,7 +157,7 @@ def test_conj_sym_is_the_explicit_conjugate_pair_system():
 
 @pytest.mark.parametrize("bidirectional", [False, True])
 def test_heads_only_see_their_own_channels(bidirectional):
-    """§7.5: changing the input channels of head s changes only head s's pre-mixer output."""
+    """'Test oracles': changing the input channels of head s changes only head s's pre-mixer output."""
     heads, per_head = 3, 2
     params = make_params(heads, 2, per_head)
     u = make_input(1, heads * per_head, 10)
@@ -165,7 +169,7 @@ def test_heads_only_see_their_own_channels(bidirectional):
 
 
 def test_one_head_per_channel_is_a_stack_of_siso_convolutions():
-    """§1.8 / §7.5: S = H folds into H scalar kernels K_c[j] = γ Σ_i C_{c,i} k_{c,i,j} B_{c,i}."""
+    """Sec. 4.3 / 'Test oracles': S = H folds into H scalar kernels K_c[j] = γ Σ_i C_{c,i} k_{c,i,j} B_{c,i}."""
     width, length = 3, 8
     lambda_re, lambda_im, log_dt, B, C, D = make_params(width, 2, 1)
     u = make_input(2, width, length)
@@ -181,7 +185,7 @@ def test_one_head_per_channel_is_a_stack_of_siso_convolutions():
 
 @pytest.mark.parametrize("alpha", [0.0, 0.5, 1.0])
 def test_gbt_discretization_matches_its_recurrence(alpha):
-    """§1.2: GBT option, λ̄ = (1 + (1-α)Δλ)/(1 - αΔλ), g = Δ/(1 - αΔλ), kernel g λ̄^j."""
+    """App. B.2.2 (Eq. 29): GBT option, λ̄ = (1 + (1-α)Δλ)/(1 - αΔλ), g = Δ/(1 - αΔλ), kernel g λ̄^j."""
     lambda_re, lambda_im, log_dt, B, C, D = make_params(2, 3, 2)
     g, z = reference.essm_discretize(lambda_re, lambda_im, log_dt, discretization="gbt", gbt_alpha=alpha)
     lam, dt = torch.complex(lambda_re, lambda_im), log_dt.exp()
@@ -202,7 +206,8 @@ def test_dt_scale_multiplies_the_step():
 
 @pytest.mark.parametrize("bidirectional", [False, True])
 def test_dt_scale_2_on_half_rate_input_reproduces_the_full_rate_output(bidirectional):
-    """§7.7 / A20: zero-shot resampling. Smooth input, small Δ; without the rescale the output is far off."""
+    """'Δ scaling' (paper Sec. 5.6): zero-shot resampling. Smooth input, small Δ; without the rescale the output
+    is far off."""
     lambda_re, lambda_im, _, B, C, D = make_params(2, 3, 2)
     log_dt = math.log(1e-3) + math.log(10) * torch.rand(2, 3, generator=torch.Generator().manual_seed(2),
                                                       dtype=torch.float64)
@@ -220,7 +225,7 @@ def test_dt_scale_2_on_half_rate_input_reproduces_the_full_rate_output(bidirecti
 @pytest.mark.parametrize("heads, width, modes", [(4, 128, 128), (16, 128, 128), (64, 128, 128),
                                                  (64, 256, 512), (32, 128, 128)])
 def test_parameter_count_formula(heads, width, modes):
-    """§4.3: the SSM core has 2N (Λ) + N (log Δ) + NH/S (B) + MN/S (C) + M (D) parameters (M = H)."""
+    """'Parameter counts': the SSM core has 2N (Λ) + N (log Δ) + NH/S (B) + MN/S (C) + M (D) parameters (M = H)."""
     params = make_params(heads, modes // heads, width // heads, dtype=torch.float32)
     core = sum(p.numel() for p in params)
     assert core == 2 * modes + modes + modes * width // heads + width * modes // heads + width
@@ -229,7 +234,8 @@ def test_parameter_count_formula(heads, width, modes):
 
 
 def test_parameter_count_reproduces_table_4_differences():
-    """§4.3: H = N = 128 with S = 4, 16, 64 differ by 2NH(1/4 - 1/16) = 6144 and 2NH(1/16 - 1/64) = 1536."""
+    """'Parameter counts': H = N = 128 with S = 4, 16, 64 differ by 2NH(1/4 - 1/16) = 6144 and
+    2NH(1/16 - 1/64) = 1536."""
     def core(heads):
         return sum(p.numel() for p in make_params(heads, 128 // heads, 128 // heads, dtype=torch.float32))
     assert (core(4) - core(16), core(16) - core(64)) == (6144, 1536)

@@ -1,5 +1,5 @@
-"""Myosotis tree solve (spec myosotis.md §2, §6.1, test plan §9): oracles vs a dense solve, kernel vs oracle,
-gradients, bad input, FLOP count."""
+"""Myosotis tree solve (Myosotis, arXiv 2509.20503, Sec. 3.2-3.5; test plan T1-T10 of docs/myosotis.md, 'Test plan'):
+oracles vs a dense solve, kernel vs oracle, gradients, bad input, FLOP count."""
 from __future__ import annotations
 
 import pytest
@@ -25,7 +25,7 @@ def backend(request, monkeypatch):
 
 # ---- the naive definition: the tree matrix written out densely --------------------------------------------
 def dense_tree_matrix(b_node, parent, skew=False):
-    """T with 1 on the diagonal, b_v at (v, parent v) and ±conj(b_v) at (parent v, v) (spec §2.1, §2.3)."""
+    """T with 1 on the diagonal, b_v at (v, parent v) and ±conj(b_v) at (parent v, v) (paper Sec. 3.2, Sec. 3.5)."""
     n = parent.numel()
     T = torch.eye(n, dtype=b_node.dtype)
     child = torch.nonzero(parent >= 0).flatten()
@@ -51,7 +51,7 @@ def level_shared_to_nodes(b, tree):
 
 
 def random_weights(shape, dtype, arity, generator=None):
-    """Edge weights in the stable regime |b| <= 1/(k+1) of spec §2.6 / §2.8."""
+    """Edge weights in the stable regime |b| <= 1/(k+1) (docs/myosotis.md, 'Edge weights', 'Numerical stability')."""
     scale = 1.0 / (arity + 1)
     if dtype.is_complex:
         rho = torch.rand(shape, dtype=torch.float64, generator=generator)
@@ -161,7 +161,7 @@ def test_quadtree_equals_4ary_tree_on_morton_order():
 @pytest.mark.parametrize("block", [1, 2, 3])
 @pytest.mark.parametrize("num_leaves,arity", [(50, 4), (13, 3), (1, 2)])
 def test_general_block_oracle_equals_dense_solve(block, num_leaves, arity):
-    # T1: random complex non-Hermitian blocks A, B, C (reference path only, spec A20).
+    # T1: random complex non-Hermitian blocks A, B, C (reference path only, docs/myosotis.md 'General blocks').
     g = torch.Generator().manual_seed(block)
     parent = myo_tree(num_leaves, arity).parent
     n, d, r = parent.numel(), block, 2
@@ -267,7 +267,7 @@ def test_leaf_block_is_real_for_level_shared_hermitian(backend):
     unit = torch.eye(n, dtype=torch.complex128)[:leaves].unsqueeze(-1)  # leaf unit vectors
     x = myo_solve(unit, b, 2)[:, :leaves, 0]
     assert x.imag.abs().max() <= 1e-12
-    assert x.real.min() > 0  # dense and positive (an M-matrix up to a diagonal phase, spec A14)
+    assert x.real.min() > 0  # dense and positive (an M-matrix up to a diagonal phase, docs/myosotis.md 'Real mode')
 
 
 def test_inverse_entries_are_path_products(backend):
@@ -421,7 +421,8 @@ def test_gradcheck_masked_transient(backend):
 
 @needs_kernel
 def test_backward_is_the_adjoint_solve():
-    # §2.9: grad_u = T⁻ᴴ grad_x, i.e. for Hermitian T one more forward solve with the same weights.
+    # docs/myosotis.md, 'Backward pass': grad_u = T⁻ᴴ grad_x, i.e. for Hermitian T one more forward solve with the
+    # same weights.
     tree = myo_tree(20, 4)
     n = tree.parent.numel()
     b = random_weights((3, len(tree.level_sizes) - 1), torch.complex128, 4)

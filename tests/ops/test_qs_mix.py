@@ -1,4 +1,5 @@
-"""qs_mix (mambamixer.md §1.2–1.4): dense Q, chunked algorithm, f+b S6 identity, kernels vs oracle, gradients."""
+"""qs_mix (MambaMixer, arXiv:2403.19888 v2, Eq. 8, App. D; docs/mambamixer.md 'QS operator'): dense Q, chunked
+algorithm, f+b S6 identity, kernels vs oracle, gradients."""
 from __future__ import annotations
 
 import importlib
@@ -43,7 +44,8 @@ def positional(t):
 
 
 def dense_apply(t, **kw):
-    """y = Q x with Q built entry by entry (§1.2), Q per (batch, head) mixing every feature of the head."""
+    """y = Q x with Q built entry by entry (Eq. 8, docs 'QS operator'), one Q per (batch, head) mixing every
+    feature of the head."""
     A, A_rev = t["A"], t["A_rev"]
     n_state = t["B"].shape[-1]
     if A.dim() == 1:
@@ -301,7 +303,7 @@ def _fb_s6(x_bdl, dt_bdl, A, B_bnl, C_bnl, dt_rev, A_rev, B_rev, C_rev):
 
 
 def test_fb_s6_identity_diagonal_a_mamba_layout(monkeypatch):
-    """QS with gamma_t = C_t·B̄_t + C'_t·B̄'_t is forward + backward S6 (§1.2), Mamba layout (K3)."""
+    """QS with gamma_t = C_t·B̄_t + C'_t·B̄'_t is forward + backward S6 (docs 'QS operator'), Mamba layout (K3)."""
     gen = torch.Generator().manual_seed(1)
     batch, dim, length, n_state = 2, 6, 9, 4
     r = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)  # noqa: E731

@@ -1,6 +1,6 @@
 """ssm_plugins.ops.selective_scan: compiled kernels (forward and backward) against the reference scan,
-the reference against the dense matrix of mambamixer.md §1.1, gradcheck, fake kernels, FLOP counts,
-bad input, and the reference fallback."""
+the reference against the dense matrix of MambaMixer (arXiv:2403.19888 v2) Sec. 2.1 (Eq. 8's α_f), gradcheck,
+fake kernels, FLOP counts, bad input, and the reference fallback."""
 from __future__ import annotations
 
 import pytest
@@ -267,7 +267,7 @@ def test_empty_shapes():
 # ---- the reference against the definition -------------------------------------------------------------
 
 def test_reference_matches_dense_matrix_view():
-    """mambamixer.md §1.1: for one channel y = M x with M_{t,k} = C_t^T (prod_{j=k+1..t} Abar_j) Bbar_k."""
+    """Paper Sec. 2.1 (α_f of Eq. 8): for one channel y = M x with M_{t,k} = C_t^T (prod_{j=k+1..t} Abar_j) Bbar_k."""
     torch.manual_seed(0)
     length, n_state, dim, channel = 12, 4, 3, 1
     kw = make(1, dim, length, n_state, None, torch.float64, D=True, z=False, bias=True)

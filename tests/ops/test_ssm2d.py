@@ -1,5 +1,7 @@
-"""2-D SSM kernel and FFT convolution: spec 2d-ssm.md §1.4 test vector, Appendix A NumPy reference, the
-Roesser recurrence run directly, dense convolution, gradcheck, bad input, FLOP counts."""
+"""2-D SSM kernel and FFT convolution ("2-D SSM: A General Spatial Layer for Visual Transformers",
+arXiv:2306.06635): the test vector and the NumPy reference of docs/2d-ssm.md ('Test vector', 'Reference
+implementation'), the Roesser recurrence (paper Eq. 2) run directly, dense convolution, gradcheck, bad input, FLOP
+counts."""
 from __future__ import annotations
 
 import math
@@ -17,7 +19,7 @@ needs_kernel = pytest.mark.skipif(not _backend.has_kernel("ssm2d_kernel_fwd", "c
                                   reason="ssm_plugins._C not built")
 
 
-# ---- spec Appendix A, transcribed (ground truth: verified against the official SymPy tables) -----------
+# ---- the NumPy reference (docs/2d-ssm.md, 'Reference implementation'; verified against the official SymPy tables)
 
 def halve_h(i, j): return (i == 0 and j == 1) or (i >= 1 and j >= 2)
 def halve_v(i, j): return (j == 0 and i == 1) or (j >= 1 and i >= 2)
@@ -60,11 +62,11 @@ def np_ssm2d_layer(x, kernels, D, n_ssm, dirs):
 
 
 def np_kernels(A, B, C, height, width):
-    """Appendix A per kernel set: A (4, S, N), B, C (2, S, N) numpy (constrained) -> (S, H, W)."""
+    """The NumPy reference per kernel set: A (4, S, N), B, C (2, S, N) numpy (constrained) -> (S, H, W)."""
     return np.stack([np_ssm2d_kernel(*A[:, s], *B[:, s], *C[:, s], height, width) for s in range(A.shape[1])])
 
 
-# ---- the plain (un-normalised) Roesser recurrence of §1.2, run directly on an input --------------------
+# ---- the plain (un-normalised) Roesser recurrence (paper Eq. 2-4; docs/2d-ssm.md, 'Grid convention') -------
 
 def roesser(u, A1, A2, A3, A4, B1, B2, C1, C2):
     """y[i,j] = C1 x^h[i,j] + C2 x^v[i,j] with x^h[i,j] = A1 x^h[i,j-1] + A2 x^v[i,j-1] + B1 u[i,j] and
@@ -143,7 +145,8 @@ TEST_VECTOR_4x4 = [
 
 
 def test_spec_test_vector(backend):
-    """§1.4 test vector (N = 1, real, no sigmoid) on 4x4, and the 3x5 continuation (prefix consistency)."""
+    """docs/2d-ssm.md, 'Test vector' (N = 1, real, no sigmoid) on 4x4, and the 3x5 continuation (prefix
+    consistency)."""
     one = lambda v: torch.tensor([[v, v]], dtype=torch.float64).T  # (S=2, N=1): two identical sets
     A = torch.stack([one(v) for v in (0.9, 0.5, 0.3, 0.7)])
     B = torch.stack([one(v) for v in (0.6, 0.4)])
@@ -163,7 +166,7 @@ GRIDS = [(5, 7), (7, 4), (1, 6), (6, 1), (1, 1), (3, 3), (2, 9)]
 @pytest.mark.parametrize("is_complex", [False, True], ids=["real", "complex"])
 @pytest.mark.parametrize("grid", GRIDS, ids=lambda g: f"{g[0]}x{g[1]}")
 def test_appendix_a_vs_oracle_vs_kernel(grid, is_complex):
-    """Appendix A NumPy reference == our oracle == the compiled kernel (N = 9: two CPU chunks)."""
+    """The NumPy reference == our oracle == the compiled kernel (N = 9: two CPU chunks)."""
     H, W = grid
     A, B, C = random_constrained(4, 9, is_complex, seed=H * 10 + W)
     expected = torch.from_numpy(np_kernels(A, B, C, H, W))
@@ -178,7 +181,7 @@ def test_appendix_a_vs_oracle_vs_kernel(grid, is_complex):
 
 
 def coefficient_table(height, width):
-    """The paper's generalised Pascal table (§1.5), built without SymPy by running the normalised recurrence
+    """The paper's generalised Pascal table (App. A, Eq. 16), built without SymPy by running the normalised recurrence
     on dictionaries {(z1, z2, z3, z4, b): c}: x^h[i][j] = Σ c A1^z1 A2^z2 A3^z3 A4^z4 B_b (same for x^v)."""
     def merged(*terms):
         out = {}
@@ -205,8 +208,8 @@ def coefficient_table(height, width):
 
 
 def test_coefficient_table_method_gives_the_same_kernel():
-    """Paper §3.3 / App. B (Vandermonde powers times table coefficients) == the compiled recurrence; every
-    coefficient is in (0, 1] and a cell has at most 2 L_max - 2 terms (§1.3)."""
+    """Paper Sec. 3.3 / App. B (Vandermonde powers times table coefficients) == the compiled recurrence; every
+    coefficient is in (0, 1] and a cell has at most 2 L_max - 2 terms (docs/2d-ssm.md, 'Kernel computation')."""
     H, W, N = 6, 8, 4
     A, B, C = random_constrained(2, N, True, seed=6)
     XH, XV = coefficient_table(H, W)
@@ -227,8 +230,8 @@ def test_coefficient_table_method_gives_the_same_kernel():
 
 @pytest.mark.parametrize("N", [1, 16])
 def test_first_row_and_column_are_the_plain_roesser_impulse_response(backend, N):
-    """§1.4 consequence: edge relaxation undoes the single halving, so the first row and column equal the
-    un-normalised recurrence (run directly on a delta), up to the 1/sqrt(N) scale."""
+    """docs/2d-ssm.md, 'Normalisation and edge relaxation': edge relaxation undoes the single halving, so the first
+    row and column equal the un-normalised recurrence (run directly on a delta), up to the 1/sqrt(N) scale."""
     A, B, C = random_constrained(2, N, False, seed=N)
     H, W = 6, 5
     K = kernel_from_numpy(A, B, C, H, W)[0].numpy()
@@ -248,7 +251,7 @@ def test_roesser_oracle_gives_the_pascal_kernel_of_eq_28():
 
 
 def test_causal_convolution_with_the_impulse_response_is_the_recurrence(backend):
-    """§1.2: running the (plain) Roesser recurrence on an input equals the causal convolution with its
+    """Paper Eq. 9-11: running the (plain) Roesser recurrence on an input equals the causal convolution with its
     impulse response, which is what fft_conv2d with origin (0, 0) computes."""
     A, B, C = random_constrained(1, 3, False, seed=3)
     params = (*A[:, 0], *B[:, 0], *C[:, 0])
@@ -261,7 +264,8 @@ def test_causal_convolution_with_the_impulse_response_is_the_recurrence(backend)
 
 
 def test_states_and_kernel_bounded_for_unit_parameters(backend):
-    """§1.3: with A = B = 1 every normalised state is <= 1, so K / e stays in [0, 1] on a large grid."""
+    """docs/2d-ssm.md, 'Normalisation and edge relaxation': with A = B = 1 every normalised state is <= 1, so K / e
+    stays in [0, 1] on a large grid."""
     A = torch.ones(4, 2, 1, dtype=torch.float64)
     C = torch.zeros(2, 2, 1, dtype=torch.float64)
     C[0] = 1  # K reads x^h only
@@ -273,7 +277,7 @@ def test_states_and_kernel_bounded_for_unit_parameters(backend):
 # ---- parameterisations and directions -------------------------------------------------------------------
 
 def stored_params(S, N, parameterisation, seed=0):
-    """Stored (unconstrained) parameters, initialised as §1.7."""
+    """Stored (unconstrained) parameters, initialised as code-v1 (docs/2d-ssm.md, 'Initialisation')."""
     g = torch.Generator().manual_seed(seed)
     normal = lambda *shape, std=1.0: torch.randn(*shape, generator=g, dtype=torch.float64) * std
     if parameterisation == "real":
@@ -283,7 +287,7 @@ def stored_params(S, N, parameterisation, seed=0):
 
 
 def constrain_numpy(A, B, C, parameterisation):
-    """§1.6 written out in NumPy."""
+    """The parameterisation (paper Sec. 3.2, App. E.1; docs/2d-ssm.md, 'Parameterisation') written out in NumPy."""
     A, B, C = A.numpy(), B.numpy(), C.numpy()
     sig = lambda z: 1 / (1 + np.exp(-z))
     if parameterisation == "real":
@@ -309,7 +313,8 @@ def test_parameterisations_and_direction_layout(backend, parameterisation, direc
 @pytest.mark.parametrize("directions", [2, 4])
 @pytest.mark.parametrize("grid", [(5, 7), (4, 4), (1, 5)], ids=lambda g: f"{g[0]}x{g[1]}")
 def test_fused_kernel_equals_appendix_a_layer(backend, directions, grid):
-    """§1.8: one convolution with the fused (2H-1, 2W-1) kernel == Appendix A's per-direction layer."""
+    """docs/2d-ssm.md, 'Fused kernel': one convolution with the fused (2H-1, 2W-1) kernel == the NumPy reference's
+    per-direction layer."""
     n_ssm, N, C = 2, 4, 5
     H, W = grid
     A, B, Cp = stored_params(directions * n_ssm, N, "real", seed=7)

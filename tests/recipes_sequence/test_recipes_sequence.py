@@ -216,7 +216,8 @@ def test_two_learning_rates_reach_the_optimizer(lra_root, tmp_path):
 
 def test_cosine_schedule_is_the_official_warmup_cosine_clamped_at_zero(tmp_path):
     """essm_retrieval.yaml's scheduler on the two LR groups: linear warmup from 0 over 1,000 steps, then HF's
-    ``get_cosine_schedule_with_warmup`` cosine to step 50,000, then 0 (spec A11: the HF curve would rise again)."""
+    ``get_cosine_schedule_with_warmup`` cosine to step 50,000, then 0 (docs/essm.md,
+    'Optimiser and schedules': the HF curve would rise again)."""
     from hyperpyyaml import load_hyperpyyaml
 
     with open(ROOT / "LRA/hparams/essm_retrieval.yaml") as f:
@@ -254,7 +255,7 @@ def test_hparams_match_the_paper_recipes_of_their_model(recipe, hparams, tmp_pat
                                                                          paper["weight_decay"])
     assert tuple(values["lr_other_params"]) == tuple(paper["lr_other_params"])
     assert values.get("limit_train_batches", 1.0) == paper.get("limit_train_batches", 1.0)
-    assert values["max_grad_norm"] == float("inf")  # no clipping (essm.md §2.1)
+    assert values["max_grad_norm"] == float("inf")  # no clipping (docs/essm.md, 'Optimiser and schedules')
 
 
 # MambaMixer Table 1's sCIFAR column: the timm image models (patch 1 over the 1024 pixels) through as_image;

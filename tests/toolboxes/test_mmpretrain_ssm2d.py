@@ -362,7 +362,8 @@ def test_derived_config_changes_only_the_model_options_of_its_row(path):
 
 
 # the paper's parameter counts (Tables 1, 2, "Figure 5"), for the rows whose SSM settings the paper's counts pin
-# down (App. F: n_ssm 8, N 16, 4 directions); the ViT / DeiT SSM rows report smaller deltas (spec §3.1, A10)
+# down (App. F: n_ssm 8, N 16, 4 directions); the ViT / DeiT SSM rows report smaller deltas (docs/2d-ssm.md,
+# 'Defaults and parameter counts')
 PAPER_PARAMS = {
     "vit_1xb128_cifar100": 2.71e6, "vit-s4nd_1xb128_cifar100": 2.72e6, "mega_1xb128_cifar100": 2.98e6,
     "mega-ablate_1xb128_cifar100": 2.75e6, "mega-s4nd_1xb128_cifar100": 2.80e6,

@@ -1,5 +1,6 @@
 """configs_mmdet / configs_mmseg: the papers' COCO Mask R-CNN and ADE20K UperNet configs build, predict, follow the
-papers' protocol (mambamixer.md §5.3-5.4) and reference nothing to download."""
+papers' protocol (MambaMixer, arXiv:2403.19888 v2, App. G; docs/mambamixer.md, 'COCO and ADE20K protocol') and
+reference nothing to download."""
 import re
 
 import pytest

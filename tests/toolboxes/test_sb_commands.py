@@ -75,8 +75,9 @@ def test_classifier_outputs_log_probabilities_per_utterance():
 
 @pytest.mark.parametrize("n_classes, prenorm", [(10, True), (35, False)])
 def test_paper_size_parameter_count_matches_the_spec_formula(n_classes, prenorm):
-    # essm.md §4.3: 6 layers at H = N = 128, S = 32; Linear(1 -> 128) encoder, Linear(128 -> classes), final norm
-    # when prenorm. SC35 gives 213,667 (the paper reports 220K, A12).
+    # docs/essm.md, 'Parameter counts': 6 layers at H = N = 128, S = 32; Linear(1 -> 128) encoder,
+    # Linear(128 -> classes), final norm when prenorm. SC35 gives 213,667 (the eSSM paper, arXiv 2402.15290,
+    # Table 8, reports 220K).
     model = ESSMWaveformClassifier(n_classes, prenorm=prenorm)
     expected = 6 * essm_layer_param_count(128, 128, 32) + 2 * 128 + 128 * n_classes + n_classes + prenorm * 256
     assert sum(p.numel() for p in model.parameters()) == expected
@@ -117,8 +118,8 @@ def test_bad_input_raises_value_error_naming_the_argument():
 
 
 def test_zero_shot_dt_scale_tracks_the_full_rate_model():
-    # a smooth clip subsampled x2 with delta x2 stays close to the full-rate output (A20); without the rescaling
-    # it does not
+    # a smooth clip subsampled x2 with delta x2 stays close to the full-rate output (docs/essm.md, 'Δ scaling');
+    # without the rescaling it does not
     model = _tiny().eval()
     t = torch.linspace(0, 1, 800)
     clip = (torch.sin(2 * torch.pi * 6 * t) * torch.exp(-3 * t))[None]
@@ -141,7 +142,7 @@ def test_warmup_cosine_scheduler_keeps_group_ratio_and_ends_at_zero():
     assert lrs[8][0] > lrs[2][0]  # warm-up rises
     assert abs(max(l[0] for l in lrs) - 0.008) < 1e-9
     assert all(abs(a / b - 8) < 1e-6 for a, b in lrs[:25])
-    assert lrs[-1] == [0.0, 0.0]  # held at 0 past the total (A11), not rising again
+    assert lrs[-1] == [0.0, 0.0]  # held at 0 past the total (docs/essm.md, 'Optimiser and schedules'), not rising again
     with pytest.raises(ValueError, match="warmup_steps"):
         warmup_cosine_scheduler(opt, 10, 5)
 

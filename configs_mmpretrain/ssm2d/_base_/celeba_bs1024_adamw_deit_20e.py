@@ -1,9 +1,10 @@
-# The 2-D SSM paper's CelebA recipe (2d-ssm.md §4.2, A17): DeiT's hyperparameters for 20 epochs (as S4ND's
-# CelebA protocol), from scratch, BCE-with-logits on the 40 attributes. DeiT: AdamW lr 5e-4 x batch / 512
+# The 2-D SSM paper's CelebA recipe (arXiv:2306.06635, App. F): DeiT's hyperparameters for 20 epochs (as S4ND's
+# CelebA protocol); from scratch and BCE-with-logits on the 40 attributes are our choices (docs/2d-ssm.md, 'CelebA
+# choices'). DeiT: AdamW lr 5e-4 x batch / 512
 # (1e-3 at 8 x 128), weight decay 0.05 (0 on norms, biases, position embedding, class token and the SSM's A, B, C),
 # 5 linear warm-up epochs from 1e-6, cosine to 1e-5, Mixup 0.8 / CutMix 1.0 (one per batch), stochastic depth 0.1.
 # Not DeiT's label smoothing: MMPretrain's multi-label smoothing (mode='multi_label') maps every positive target to
-# 1 - eps, so it would undo the mixed targets of Mixup/CutMix; plain BCE keeps them (spec A17).
+# 1 - eps, so it would undo the mixed targets of Mixup/CutMix; plain BCE keeps them (docs/2d-ssm.md, 'CelebA choices').
 # Reported metric: the best validation mean attribute accuracy over the epochs, kept as best_*.pth.
 _base_ = ['mmpretrain::_base_/default_runtime.py']
 

@@ -1,4 +1,4 @@
-# CelebA, 40 binary attributes (multi-label), 224 px, DeiT's augmentations (2d-ssm.md §4.2): the aligned
+# CelebA, 40 binary attributes (multi-label), 224 px, DeiT's augmentations (arXiv:2306.06635, App. F): the aligned
 # 178x218 images resized to 224x224 [paper], horizontal flip, RandAugment (2 ops, magnitude 9, std 0.5), random
 # erasing 0.25, repeated augmentation x3 [DeiT]. Not DeiT's RandomResizedCrop: the attributes sit at fixed places
 # of an aligned face (hat, beard, ...) and a crop of 8-100 % of the image would cut them away.

@@ -1,10 +1,11 @@
 # CIFAR-100, the small-dataset pipeline of Lee et al. 2021 ("ViT for small-size datasets") that the 2-D SSM paper
-# trains with (2d-ssm.md §4.1): 32 px, random crop (pad 4) + flip, RandAugment, random erasing 0.25, repeated
-# augmentation x3, batch 128. Mixup/CutMix and label smoothing are in lee2021_bs128_adamw_100e.py (model side).
+# (arXiv:2306.06635, App. F; details: docs/2d-ssm.md, 'Training recipes') trains with: 32 px, random crop (pad 4)
+# + flip, RandAugment, random erasing 0.25, repeated augmentation x3, batch 128. Mixup/CutMix and label smoothing
+# are in lee2021_bs128_adamw_100e.py (model side).
 #
 # Auto-augmentation: the paper's text says RandAugment; its code (code-v1) uses AutoAugment's CIFAR policy, which
 # MMPretrain does not ship (its AutoAugment presets: 'imagenet' only). So CIFAR-100 uses RandAugment, the paper's
-# text (spec A18), with DeiT's setting (2 ops, magnitude 9, std 0.5).
+# text (docs/2d-ssm.md, 'Training recipes'), with DeiT's setting (2 ops, magnitude 9, std 0.5).
 #
 # Data: the unpacked official archive, data/cifar100/cifar-100-python/{train,test,meta}; LocalCIFAR100 (our
 # adapter) is MMPretrain's CIFAR100 reader without its md5 check of the official files (so a local or generated

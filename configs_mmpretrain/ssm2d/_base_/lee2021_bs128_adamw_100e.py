@@ -1,7 +1,8 @@
-# The 2-D SSM paper's CIFAR-100 / Tiny-ImageNet recipe (2d-ssm.md §4.1, Lee et al. 2021; "no tuning except
-# stochastic depth"): AdamW lr 3e-3 [paper; code-v1 default 1e-3], batch 128, weight decay 0.05 (0 on the SSM
-# parameters), 100 epochs, 10 linear warm-up epochs from 1e-6 then cosine to 1e-6, per iteration; label smoothing
-# 0.1; Mixup (alpha 1) or CutMix (alpha 1) on half of the batches, one of the two at random; stochastic depth 0.1.
+# The 2-D SSM paper's CIFAR-100 / Tiny-ImageNet recipe (arXiv:2306.06635, App. F, and Lee et al. 2021; details
+# not in the paper: docs/2d-ssm.md, 'Training recipes'; "no tuning except stochastic depth"): AdamW lr 3e-3
+# [paper; code-v1 default 1e-3], batch 128, weight decay 0.05 (0 on the SSM parameters), 100 epochs, 10 linear
+# warm-up epochs from 1e-6 then cosine to 1e-6, per iteration; label smoothing 0.1; Mixup (alpha 1) or CutMix
+# (alpha 1) on half of the batches, one of the two at random; stochastic depth 0.1.
 # Reported metric: the best validation top-1 over the epochs (code-v1 best_acc1), kept as best_*.pth.
 _base_ = ['mmpretrain::_base_/default_runtime.py']
 
@@ -12,7 +13,7 @@ custom_hooks = [dict(type='RandomStateHook')]
 # each row config sets model_name (a timm model of ssm_plugins) and the row's options
 model = dict(
     type='TimmClassifier',
-    drop_path_rate=0.1,  # 0.2 "helped the SSM models in certain scenarios" (spec A19): --cfg-options to try it
+    drop_path_rate=0.1,  # doubled (0.2) "in certain scenarios" (paper App. F): --cfg-options to try it
     loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1, mode='original'),
     # probabilities 0.25 + 0.25: a batch is mixed with p 0.5, by Mixup or CutMix 50/50
     train_cfg=dict(augments=[dict(type='Mixup', alpha=1.0), dict(type='CutMix', alpha=1.0)], probs=[0.25, 0.25]))

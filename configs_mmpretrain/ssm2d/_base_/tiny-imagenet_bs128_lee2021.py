@@ -1,10 +1,11 @@
-# Tiny-ImageNet-200, the small-dataset pipeline of Lee et al. 2021 that the 2-D SSM paper trains with
-# (2d-ssm.md §4.1): 64 px, random crop (pad 4) + flip, AutoAugment (ImageNet policy), random erasing 0.25,
-# repeated augmentation x3, batch 128. Mixup/CutMix and label smoothing: lee2021_bs128_adamw_100e.py.
+# Tiny-ImageNet-200, the small-dataset pipeline of Lee et al. 2021 that the 2-D SSM paper (arXiv:2306.06635,
+# App. F; details: docs/2d-ssm.md, 'Training recipes') trains with: 64 px, random crop (pad 4) + flip, AutoAugment
+# (ImageNet policy), random erasing 0.25, repeated augmentation x3, batch 128. Mixup/CutMix and label smoothing:
+# lee2021_bs128_adamw_100e.py.
 #
 # Auto-augmentation: the paper's text says RandAugment; its code (code-v1) uses AutoAugment's ImageNet policy for
 # Tiny-ImageNet, which MMPretrain ships ('imagenet'), so that is used here (the CIFAR-100 twin uses RandAugment
-# for want of a CIFAR policy; spec A18).
+# for want of a CIFAR policy; docs/2d-ssm.md, 'Training recipes').
 #
 # Data: the unpacked official tiny-imagenet-200.zip at data/tiny-imagenet-200 (wnids.txt, train/<wnid>/images/,
 # val/images/ + val/val_annotations.txt). TinyImageNet (our adapter) reads the flat official val/ folder through

@@ -1,4 +1,5 @@
-// eSSM state-kernel CUDA kernels (contract in ssm_plugins/csrc/essm.cpp; spec essm.md §1.6-1.7, §8.2-8.3).
+// eSSM state-kernel CUDA kernels (contract in ssm_plugins/csrc/essm.cpp; eSSM paper, arXiv 2402.15290, and
+// docs/essm.md, 'State kernel', 'Bidirectional kernel', 'GPU kernels').
 //
 // Work is split into (mode, tile) items, a tile being kTile = kThreads * kLagsPerThread consecutive positions
 // of the mode's n_fft buffer (forward) or lags (backward), so long kernels spread over many blocks. Thread t of
@@ -9,13 +10,14 @@
 // Powers e^{jz}: each thread evaluates e^{jz} directly (exp, sincos) at the first lag of its chunk and reaches
 // its other kLagsPerThread - 1 lags by multiplying with e^{kThreads z}, which is also evaluated directly
 // (kThreads * Im z is exact: a power of two). The error of a walk is bounded by kLagsPerThread - 1 complex
-// products whatever L is; there is no product chained along L (spec §8.2). The phase j Im z is formed with its
-// rounding error recovered by an fma and applied to the sine and cosine, so long kernels in float32 keep the
-// phase to about an ulp (rounding j Im z alone loses up to half an ulp of j Im z, e.g. 2e-3 rad at j Im z ~ 5e4).
+// products whatever L is; there is no product chained along L (docs/essm.md, 'State kernel'). The phase j Im z is
+// formed with its rounding error recovered by an fma and applied to the sine and cosine, so long kernels in
+// float32 keep the phase to about an ulp (rounding j Im z alone loses up to half an ulp of j Im z, e.g. 2e-3 rad
+// at j Im z ~ 5e4).
 //
 // The forward writes the whole n_fft buffer in one pass: the kernel, its flip at the tail (bidirectional) and
-// the zero padding, so no pad/flip/add temporaries are needed (spec §8.3.1). The backward reduces a tile's
-// four parameter gradients within the block (warp shuffles, then shared memory) and stores them, or, when L
+// the zero padding, so no pad/flip/add temporaries are needed (docs/essm.md, 'GPU kernels'). The backward reduces a
+// tile's four parameter gradients within the block (warp shuffles, then shared memory) and stores them, or, when L
 // spans several tiles, adds them with one atomicAdd per block and gradient into outputs the launcher zeroed.
 // The FFT convolution itself runs on torch's cuFFT (ssm_plugins/ops/essm.py). No torch headers here.
 #include <cuda_runtime.h>

@@ -1,11 +1,12 @@
-// Myosotis tree-solve CUDA kernel (spec myosotis.md §2.3, §2.9, §6.2). A block per (batch element, tile of up
-// to 32 channels) sweeps the tree level by level: the nodes of a level (a window of consecutive nodes no one of
-// which is another's parent) are solved in parallel, a node's channels by adjacent threads (coalesced), with
-// each thread's consecutive siblings summed before one atomic into their parent; barriers separate the levels.
-// Up-sweep pivots and right-hand sides, down-sweep back-substitution, then (backward) the edge gradients,
-// summed per thread while the level-shared row repeats before one atomic. Linear in N; the sums into a parent
-// are atomics, so results may differ between runs by rounding. The tiled subtree decomposition of spec §6.2
-// (several blocks per tree) is not done. No torch headers here (see setup.py).
+// Myosotis tree-solve CUDA kernel (Myosotis, arXiv 2509.20503, Sec. 3.3; docs/myosotis.md, 'Scalar Hermitian solve',
+// 'Backward pass', 'Kernel'). A block per (batch element, tile of up to 32 channels) sweeps the tree level by level:
+// the nodes of a level (a window of consecutive nodes no one of which is another's parent) are solved in parallel, a
+// node's channels by adjacent threads (coalesced), with each thread's consecutive siblings summed before one atomic
+// into their parent; barriers separate the levels. Up-sweep pivots and right-hand sides, down-sweep
+// back-substitution, then (backward) the edge gradients, summed per thread while the level-shared row repeats before
+// one atomic. Linear in N; the sums into a parent are atomics, so results may differ between runs by rounding. A
+// tiled subtree decomposition (several blocks per tree; docs/myosotis.md, 'Kernel') is not done. No torch headers
+// here (see setup.py).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

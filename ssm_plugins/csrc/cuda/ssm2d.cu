@@ -1,5 +1,6 @@
-// 2-D SSM kernel-generation CUDA kernels (contract in ssm_plugins/csrc/ssm2d.cpp; spec 2d-ssm.md §1.4, §1.5,
-// §1.10). A warp owns one system (kernel set s, state coordinate n) and sweeps the grid a row at a time, its
+// 2-D SSM kernel-generation CUDA kernels (contract in ssm_plugins/csrc/ssm2d.cpp; "2-D SSM", arXiv:2306.06635,
+// Sec. 3.2; docs/2d-ssm.md, 'Normalisation and edge relaxation', 'Kernel computation', 'Backward pass').
+// A warp owns one system (kernel set s, state coordinate n) and sweeps the grid a row at a time, its
 // 32 lanes on 32 consecutive columns, so every read and write of a row tile (states, K, grad_K) is one
 // coalesced segment. Within a row, x^v[i, j] = sv (A3 x^h[i-1, j] + A4 x^v[i-1, j]) only needs the row above
 // (same column: elementwise); x^h[i, j] = sh A1 x^h[i, j-1] + sh A2 x^v[i, j-1] is a first-order linear
@@ -10,11 +11,12 @@
 // Forward: a block holds up to kMaxWarps systems of one set s; each row tile's contributions
 // e(i, j) / sqrt(N) Re(C1 x^h + C2 x^v) are summed over the block's warps in shared memory and the sum is
 // stored into K by one warp (added with one atomicAdd per cell when N spans several blocks; K comes
-// zero-filled from the glue). Backward: a forward pass stores every state, then the adjoint recurrence (§1.5)
-// runs bottom-up, each row right to left: lam_v needs lam_h[i, j+1] (a shuffle) and lam_v[i+1, j] (a row
-// buffer), lam_h is a reverse warp scan. The gradients are sums over the grid of one system: each lane
-// accumulates its columns, the warp reduces with shuffles and lane 0 stores (a system is one warp's, so no
-// atomics). Real and complex variants share the code through the Real / Complex value types. No torch headers.
+// zero-filled from the glue). Backward: a forward pass stores every state, then the adjoint recurrence
+// ('Backward pass') runs bottom-up, each row right to left: lam_v needs lam_h[i, j+1] (a shuffle) and
+// lam_v[i+1, j] (a row buffer), lam_h is a reverse warp scan. The gradients are sums over the grid of one
+// system: each lane accumulates its columns, the warp reduces with shuffles and lane 0 stores (a system is one
+// warp's, so no atomics). Real and complex variants share the code through the Real / Complex value types. No
+// torch headers.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -66,7 +68,8 @@ template <typename T> __device__ inline Complex<T> shfl_up(Complex<T> v, int d) 
 template <typename T> __device__ inline Complex<T> shfl_down(Complex<T> v, int d) { return {shfl_down(v.re, d), shfl_down(v.im, d)}; }
 template <typename T> __device__ inline Complex<T> shfl_from(Complex<T> v, int lane) { return {shfl_from(v.re, lane), shfl_from(v.im, lane)}; }
 
-// Official normalisation (§1.4): halve an update exactly when both incoming states are non-zero.
+// Official normalisation (docs/2d-ssm.md, 'Normalisation and edge relaxation'): halve an update exactly when
+// both incoming states are non-zero.
 __device__ inline bool halve_h(int64_t i, int64_t j) { return (i == 0 && j == 1) || (i >= 1 && j >= 2); }
 __device__ inline bool halve_v(int64_t i, int64_t j) { return (j == 0 && i == 1) || (j >= 1 && i >= 2); }
 __device__ inline int edge_factor(int64_t i, int64_t j) { return (i == 0) != (j == 0) ? 2 : 1; }

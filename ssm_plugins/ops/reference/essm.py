@@ -1,4 +1,6 @@
-"""eSSM core (spec essm.md §1.2-1.11): discretisation, state kernel, FFT convolution, recurrence, dense operator.
+"""eSSM core (Liang & Li, "Efficient State Space Model via Fast Tensor Convolution and Block Diagonalization",
+arXiv 2402.15290, Sec. 3.3-4.4; docs/essm.md): discretisation, state kernel, FFT convolution, recurrence, dense
+operator.
 
 Shapes, per head s of S: u (batch, S*h, L) channels-first; lambda_re, lambda_im, log_dt (S, n);
 B (S, n, h); C (S, m, n); D (S, m) with m == h. Output y (batch, S*m, L), before the head mixer.
@@ -19,9 +21,9 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 def essm_discretize(lambda_re, lambda_im, log_dt, dt_scale=1.0, discretization="zoh", gbt_alpha=0.5):
     """Per-mode gain g and log discrete eigenvalue z, complex (S, n), so that the kernel is Re(g e^{jz}).
 
-    ZOH (§1.2, the default): z = λΔ, g = (e^z - 1)/λ.
-    GBT: λ̄ = (1 + (1-α)Δλ)/(1 - αΔλ), z = Log λ̄ (principal branch), g = Δ/(1 - αΔλ).
-    Δ = exp(log_dt) · dt_scale (§1.9, A20).
+    ZOH (Eq. 4, the default): z = λΔ, g = (e^z - 1)/λ.
+    GBT (App. B.2.2, Eq. 29): λ̄ = (1 + (1-α)Δλ)/(1 - αΔλ), z = Log λ̄ (principal branch), g = Δ/(1 - αΔλ).
+    Δ = exp(log_dt) · dt_scale (docs/essm.md, 'Δ scaling').
     """
     lam = torch.complex(lambda_re, lambda_im)
     dt = torch.exp(log_dt) * dt_scale
@@ -35,10 +37,12 @@ def essm_discretize(lambda_re, lambda_im, log_dt, dt_scale=1.0, discretization="
 
 
 def essm_state_kernel(g, z, length, n_fft=None, bidirectional=False):
-    """k_j = Re(g e^{jz}), j = 0..L-1 (§1.6), as (S, n, L); packed into an n_fft buffer when n_fft is given.
+    """k_j = Re(g e^{jz}), j = 0..L-1 (docs/essm.md, 'State kernel'), as (S, n, L); packed into an n_fft buffer
+    when n_fft is given.
 
-    Packing (§1.7): lags 0..L-1 at the front; with ``bidirectional`` the flipped kernel k_{L-1}..k_0 at the
-    tail [n_fft-L, n_fft), which a circular convolution reads as weight k_{j-1} on the future sample t+j.
+    Packing (docs/essm.md, 'Bidirectional kernel'): lags 0..L-1 at the front; with ``bidirectional`` the flipped
+    kernel k_{L-1}..k_0 at the tail [n_fft-L, n_fft), which a circular convolution reads as weight k_{j-1} on the
+    future sample t+j.
     """
     lags = torch.arange(length, dtype=g.real.dtype, device=g.device)
     k = torch.real(g[..., None] * torch.exp(z[..., None] * lags))
@@ -57,7 +61,8 @@ def _split_heads(u, B):
 
 
 def _project_out(x, u4, C, D, conj_sym):
-    """y = γ C x + D ⊙ u per head, concatenated in head order (§1.6, §1.8); γ = 2 under conj_sym."""
+    """y = γ C x + D ⊙ u per head, concatenated in head order (Eq. 14; docs/essm.md, 'Heads and state size');
+    γ = 2 under conj_sym."""
     gamma = 2.0 if conj_sym else 1.0
     y = gamma * torch.einsum("smn,bsnl->bsml", C, x)
     if D is not None:
@@ -71,7 +76,7 @@ def _cast(acc, *tensors):
 
 def essm_conv(u, lambda_re, lambda_im, log_dt, B, C, D=None, *, bidirectional=False, conj_sym=True,
               dt_scale=1.0, discretization="zoh", gbt_alpha=0.5, n_fft=None):
-    """The fast tensor convolution (§1.5, §1.11): v = B u, x_i = k_i * v_i by rFFT over the N state channels,
+    """The fast tensor convolution (Sec. 4.2, Eq. 9-13): v = B u, x_i = k_i * v_i by rFFT over the N state channels,
     y = γ C x + D u. Linear convolution by zero padding to n_fft >= 2L (default 2L)."""
     acc = _acc_dtype(u.dtype)
     u_acc, lambda_re, lambda_im, log_dt, B, C, D = _cast(acc, u, lambda_re, lambda_im, log_dt, B, C, D)
@@ -87,7 +92,7 @@ def essm_conv(u, lambda_re, lambda_im, log_dt, B, C, D=None, *, bidirectional=Fa
 
 def essm_recurrent(u, lambda_re, lambda_im, log_dt, B, C, D=None, *, conj_sym=True, dt_scale=1.0,
                    discretization="zoh", gbt_alpha=0.5):
-    """Causal recurrent mode (§1.10), one step at a time:
+    """Causal recurrent mode (docs/essm.md, 'Recurrent mode'), one step at a time:
     σ_t = e^{z} ⊙ σ_{t-1} + g ⊙ (B u_t),  y_t = γ C Re(σ_t) + D ⊙ u_t,  σ_{-1} = 0."""
     acc = _acc_dtype(u.dtype)
     u_acc, lambda_re, lambda_im, log_dt, B, C, D = _cast(acc, u, lambda_re, lambda_im, log_dt, B, C, D)
@@ -107,7 +112,7 @@ def essm_recurrent(u, lambda_re, lambda_im, log_dt, B, C, D=None, *, conj_sym=Tr
 
 def essm_dense(u, lambda_re, lambda_im, log_dt, B, C, D=None, *, bidirectional=False, conj_sym=True,
                dt_scale=1.0, discretization="zoh", gbt_alpha=0.5):
-    """The explicit dense Toeplitz operator per mode (§1.7), O(L²):
+    """The explicit dense Toeplitz operator per mode (docs/essm.md, 'Bidirectional kernel'), O(L²):
     x_t = Σ_{j=0}^{t} k_j v_{t-j}  +  [bidirectional] Σ_{j=1}^{L-1-t} k_{j-1} v_{t+j}."""
     acc = _acc_dtype(u.dtype)
     u_acc, lambda_re, lambda_im, log_dt, B, C, D = _cast(acc, u, lambda_re, lambda_im, log_dt, B, C, D)

@@ -1,15 +1,18 @@
-"""Myosotis tree solve x = T⁻¹u, level by level (spec myosotis.md §2.1–2.3).
+"""Myosotis tree solve x = T⁻¹u, level by level (Myosotis, arXiv 2509.20503, Sec. 3.2-3.3, App. A.2).
 
-Storage is level-major (§1): node arrays hold the leaves first and the root(s) last, so every node's
-parent has a larger index (``parent[v] > v``, ``-1`` at roots). Row v of the system T x = u reads
+Storage is level-major (docs/myosotis.md, 'Storage order'): node arrays hold the leaves first and the root(s)
+last, so every node's parent has a larger index (``parent[v] > v``, ``-1`` at roots). Row v of the system T x = u
+reads
 
     A_v x_v + B_v x_par(v) + Σ_{c ∈ ch(v)} C_c x_c = u_v .
 
-Oracles, each written like the spec's equations:
-    myo_solve_general    any blocks A, B, C (§2.2): Schur-complement up-sweep, back-substitution down-sweep
-    myo_solve            scalar, gauge-fixed A = 1, C_v = ±conj(b_v) (§2.3), per-node weights
+Oracles, each written like the equations they implement:
+    myo_solve_general    any blocks A, B, C (paper Sec. 3.3, Eqs. 9-12, Algorithms 1-3): Schur-complement up-sweep,
+                         back-substitution down-sweep
+    myo_solve            scalar, gauge-fixed A = 1, C_v = ±conj(b_v) (paper Sec. 3.5; docs/myosotis.md, 'Scalar
+                         Hermitian solve'), per-node weights
     myo_solve_pyramid    the same with weights shared per (channel, level) on a ceil k-ary tree: SumPool_k
-                         going up, Up_k (nearest repeat) coming down (§2.3 "level-shared fast path")
+                         going up, Up_k (nearest repeat) coming down (docs/myosotis.md, 'Level-shared fast path')
     myo_solve_pyramid2d  the same on a ceil quadtree stored as a pyramid of grids: 2×2 sum-pool going up,
                          2× nearest up-sampling coming down
     myo_solve_levels     ``myo_solve`` on a tree stored level by level, scheduled by the level sizes (Python
@@ -23,7 +26,7 @@ import torch
 def tree_waves(parent: torch.Tensor) -> list[torch.Tensor]:
     """Node indices grouped by height (leaves = 1): every node's children lie in earlier waves.
 
-    For the spec's trees (all leaves on level 1) the waves are exactly the levels ℓ = 1..D.
+    For the paper's trees and ours (all leaves on level 1) the waves are exactly the levels ℓ = 1..D.
     """
     n = parent.numel()
     height = torch.ones(n, dtype=torch.long, device=parent.device)
@@ -38,7 +41,7 @@ def tree_waves(parent: torch.Tensor) -> list[torch.Tensor]:
 
 
 def myo_solve_general(u, A, B, C, parent):
-    """x = T⁻¹u for any tree-structured block matrix (§2.2), block size d, r right-hand sides.
+    """x = T⁻¹u for any tree-structured block matrix (paper Sec. 3.3, App. A.1-A.2), block size d, r right-hand sides.
 
     u: (..., N, d, r); A, B, C: (..., N, d, d) with A_v at (v, v), B_v at (v, par v), C_v at (par v, v)
     (B, C of roots are ignored); parent: (N,) long. Returns x: (..., N, d, r).
@@ -64,7 +67,8 @@ def myo_solve_general(u, A, B, C, parent):
 
 
 def myo_solve(u, b, parent, b_index=None, skew=False):
-    """Scalar gauge-fixed solve (§2.3): A_v = 1, B_v = b_v, C_v = s·conj(b_v), s = -1 if ``skew`` else 1.
+    """Scalar gauge-fixed solve (docs/myosotis.md, 'Scalar Hermitian solve'): A_v = 1, B_v = b_v,
+    C_v = s·conj(b_v), s = -1 if ``skew`` else 1.
 
     u: (batch, N, channels); b: (batch or 1, Nb, channels) with node v using row ``b_index[v]``
     (Nb = N and row v without ``b_index``); parent: (N,) long. Accumulates in float32 (float64 for
@@ -150,7 +154,8 @@ def myo_solve_levels(u, b, parent, level_sizes, b_index=None, skew=False):
 
 
 def kary_level_sizes(num_leaves: int, arity: int) -> list[int]:
-    """Level sizes n_1 = L, n_{ℓ+1} = ⌈n_ℓ / k⌉ down to the single root (ceil k-ary tree, §2.3)."""
+    """Level sizes n_1 = L, n_{ℓ+1} = ⌈n_ℓ / k⌉ down to the single root (ceil k-ary tree, docs/myosotis.md,
+    'Ceil trees')."""
     sizes = [num_leaves]
     while sizes[-1] > 1:
         sizes.append(-(-sizes[-1] // arity))
@@ -158,8 +163,8 @@ def kary_level_sizes(num_leaves: int, arity: int) -> list[int]:
 
 
 def myo_solve_pyramid(u, b, arity, skew=False):
-    """Level-shared solve on a ceil k-ary 1-D tree (§2.3 fast path): the same system as ``myo_solve``
-    with every edge from level ℓ to ℓ+1 weighted b[:, ℓ-1]. u: (batch, N, channels) level-major;
+    """Level-shared solve on a ceil k-ary 1-D tree (docs/myosotis.md, 'Level-shared fast path'): the same system
+    as ``myo_solve`` with every edge from level ℓ to ℓ+1 weighted b[:, ℓ-1]. u: (batch, N, channels) level-major;
     b: (channels, D-1). SumPool_k sums each group of k consecutive children (zero-padding a ragged end),
     Up_k repeats each parent k times (truncated to the child count)."""
     sizes = kary_level_sizes(kary_num_leaves(u.shape[1], arity), arity)
@@ -176,8 +181,8 @@ def myo_solve_pyramid(u, b, arity, skew=False):
 
 
 def myo_solve_pyramid2d(u, b, grid_sizes, skew=False):
-    """Level-shared solve on a ceil quadtree (§2.3 "2-D quadtree"): level ℓ is a grid (H_ℓ, W_ℓ) stored
-    in raster order, H_{ℓ+1} = ⌈H_ℓ/2⌉, W_{ℓ+1} = ⌈W_ℓ/2⌉. SumPool_4 is a 2×2 sum-pool (zero-padded at
+    """Level-shared solve on a ceil quadtree (docs/myosotis.md, 'Level-shared fast path'): level ℓ is a grid
+    (H_ℓ, W_ℓ) stored in raster order, H_{ℓ+1} = ⌈H_ℓ/2⌉, W_{ℓ+1} = ⌈W_ℓ/2⌉. SumPool_4 is a 2×2 sum-pool (zero-padded at
     odd borders), Up_4 a 2× nearest up-sampling. u: (batch, N, channels); b: (channels, D-1)."""
 
     def sum_pool(t, grid):
@@ -242,7 +247,7 @@ def kary_num_leaves(num_nodes: int, arity: int) -> int:
 
 
 def _abs2(t):
-    """|t|² as re² + im² (real for complex t; spec §2.8: never via a square root)."""
+    """|t|² as re² + im² (real for complex t; docs/myosotis.md, 'Numerical stability': never via a square root)."""
     return t.real ** 2 + t.imag ** 2 if t.is_complex() else t ** 2
 
 

@@ -1,5 +1,6 @@
-"""Quasi-separable (non-causal) mixing y = Q x, two ways (spec mambamixer.md §1.2–1.4); the third, the chunked
-algorithm of App. D, is an implementation of the op itself (ssm_plugins/ops/qs_mix_chunked.py).
+"""Quasi-separable (non-causal) mixing y = Q x, two ways (MambaMixer, arXiv:2403.19888 v2, Sec. 2.1 Eq. 8, App. D;
+Q as written in docs/mambamixer.md, 'QS operator'); the third, the chunked algorithm of App. D, is an
+implementation of the op itself (ssm_plugins/ops/qs_mix_chunked.py).
 
 All functions take the op's normalised layout (see ``ssm_plugins.ops.qs_mix``):
     x (batch, L, H, P); dt, dt_rev, gamma (batch, L, H); A, A_rev (H, N) (diagonal A per head) or (H, 1)
@@ -7,7 +8,7 @@ All functions take the op's normalised layout (see ``ssm_plugins.ops.qs_mix``):
 Everything is computed in float32 (float64 for float64 x) and returned in x's dtype.
 
     qs_mix          sequential strict scans, the oracle: L_s x + U_s x + γ ⊙ x            O(L)
-    qs_matrix       the dense Q of §1.2, entry by entry                                     O(L²)
+    qs_matrix       the dense Q (docs 'QS operator'), entry by entry                        O(L²)
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def _prepare(x, dt, A, B, C, dt_bias, dt_softplus):
 
 
 def _strict_scan(x, delta, A, B, C, hydra_shift):
-    """Causal scan leaving out the current token (§1.2 S_strict), per head h and feature p:
+    """Causal scan leaving out the current token (the strict part S_strict), per head h and feature p:
 
         h_t = exp(Δ_t A) ⊙ h_{t-1} + Δ_t B_t x_tᵀ
         exact: y_t = C_tᵀ (exp(Δ_t A) ⊙ h_{t-1})        hydra: y_t = C_{t-1}ᵀ h_{t-1}  (roll of the inclusive scan)
@@ -53,7 +54,7 @@ def _strict_scan(x, delta, A, B, C, hydra_shift):
 
 def qs_mix(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias=None, dt_bias_rev=None,
            dt_softplus=False, qs_shift="exact"):
-    """y = S_strict(x) + flip(S'_strict(flip x)) + γ ⊙ x  (§1.2 "How to compute Qx in linear time")."""
+    """y = S_strict(x) + flip(S'_strict(flip x)) + γ ⊙ x  (App. D, Q = L + D + U with L, U strict)."""
     hydra = qs_shift == "hydra"
     xs, delta, A, B, C = _prepare(x, dt, A, B, C, dt_bias, dt_softplus)
     _, delta_rev, A_rev, B_rev, C_rev = _prepare(x, dt_rev, A_rev, B_rev, C_rev, dt_bias_rev, dt_softplus)
@@ -66,7 +67,8 @@ def qs_mix(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias=None, dt_
 
 def qs_matrix(dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias=None, dt_bias_rev=None,
               dt_softplus=False, qs_shift="exact"):
-    """The dense (batch, H, L, L) matrix Q of §1.2 built entry by entry; y[b, :, h, p] = Q[b, h] @ x[b, :, h, p].
+    """The dense (batch, H, L, L) matrix Q (Eq. 8, in original positions) built entry by entry;
+    y[b, :, h, p] = Q[b, h] @ x[b, :, h, p].
 
         t > k:  C_tᵀ (Π_{j=k+1..t} Ā_j) B̄_k          t = k: γ_t          t < k:  C'_tᵀ (Π_{j=t..k-1} Ā'_j) B̄'_k
     with Ā_j = exp(Δ_j A), B̄_k = Δ_k B_k. qs_shift='hydra' instead uses C_{t-1}ᵀ(Π_{j=k+1..t-1} Ā_j) B̄_k below

@@ -1,4 +1,4 @@
-"""S6 selective scan, sequential in L (spec mambamixer.md §1.1; mamba_ssm ``selective_scan_ref``)."""
+"""S6 selective scan, sequential in L (MambaMixer, arXiv:2403.19888 v2, Eq. 2; mamba_ssm ``selective_scan_ref``)."""
 from __future__ import annotations
 
 import torch

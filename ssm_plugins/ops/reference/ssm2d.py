@@ -1,6 +1,8 @@
-"""2-D SSM kernel and zero-padded FFT convolution (spec 2d-ssm.md §1.2-1.5, §1.8).
+"""2-D SSM kernel and zero-padded FFT convolution ("2-D SSM: A General Spatial Layer for Visual Transformers",
+arXiv:2306.06635, Sec. 3.1-3.3, App. B; choices beyond the paper: docs/2d-ssm.md).
 
-The kernel is the impulse response of the normalised Roesser recurrence (§1.4)
+The kernel is the impulse response of the normalised Roesser recurrence (docs/2d-ssm.md, 'Grid convention' and
+'Normalisation and edge relaxation')
 
     x^h[0,0] = B1,  x^v[0,0] = B2
     x^h[i,j] = sh(i,j) (A1 x^h[i,j-1] + A2 x^v[i,j-1])      (j >= 1, else 0)
@@ -8,7 +10,7 @@ The kernel is the impulse response of the normalised Roesser recurrence (§1.4)
     K[i,j]   = e(i,j) / sqrt(N) · Re Σ_n (C1 x^h[i,j] + C2 x^v[i,j])
 
 run here as an anti-diagonal wavefront: every cell of the diagonal d = i + j depends only on diagonal
-d - 1, so each of the H + W - 1 steps is one vectorised update (spec §1.5 alternative (a)).
+d - 1, so each of the H + W - 1 steps is one vectorised update (docs/2d-ssm.md, 'Kernel computation').
 """
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ import torch
 
 
 def halving_masks(height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """sh, sv of §1.4 as (H, W) float64 tensors: 1/2 where both incoming states are non-zero, else 1."""
+    """sh, sv as (H, W) float64 tensors: 1/2 where both incoming states are non-zero, else 1 (docs/2d-ssm.md,
+    'Normalisation and edge relaxation')."""
     i = torch.arange(height)[:, None]
     j = torch.arange(width)[None, :]
     sh = ((i == 0) & (j == 1)) | ((i >= 1) & (j >= 2))
@@ -28,7 +31,7 @@ def halving_masks(height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def edge_factors(height: int, width: int) -> torch.Tensor:
-    """e of §1.4: 2 on the first row and column except (0, 0), 1 elsewhere."""
+    """e ('Normalisation and edge relaxation'): 2 on the first row and column except (0, 0), 1 elsewhere."""
     i = torch.arange(height)[:, None]
     j = torch.arange(width)[None, :]
     return 1.0 + ((i == 0) ^ (j == 0)).double()
@@ -73,7 +76,7 @@ def ssm2d_kernel(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, height: int,
 def fft_conv2d(x: torch.Tensor, kernel: torch.Tensor, origin: tuple[int, int] = (0, 0)) -> torch.Tensor:
     """y[..., i, j] = Σ_{a,b} kernel[..., a, b] · x[..., i + o1 - a, j + o2 - b], x zero outside its grid.
 
-    With origin (0, 0) this is the causal convolution of §1.8, computed as there: rfft2 of both operands
+    With origin (0, 0) this is the layer's causal convolution (paper App. B, Eq. 22-23): rfft2 of both operands
     zero-padded to the full linear-convolution size (H + kh - 1, W + kw - 1), so nothing wraps around;
     product, irfft2, crop. Accumulates in float32 (float64 if either input is float64); returns x's dtype.
     """

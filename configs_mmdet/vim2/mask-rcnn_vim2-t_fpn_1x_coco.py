@@ -5,7 +5,7 @@
 _base_ = ['mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py']
 
 custom_imports = dict(imports=['ssm_plugins.mmdet'], allow_failed_imports=False)
-# --resume continues the interrupted run's random streams (ssm_plugins.openmmlab.RandomStateHook)
+# --resume continues the interrupted run's random streams (ssm_plugins.openmmlab.hooks.RandomStateHook)
 custom_hooks = [dict(type='RandomStateHook')]
 
 # ImageNet-1K checkpoint of the timm model (vim2_t) on local disk; nothing is downloaded. Set it with
@@ -26,26 +26,13 @@ model = dict(
     # the dense pyramid (docs/mambamixer.md, 'Dense outputs'): all four levels have the embedding width D
     neck=dict(in_channels=[192, 192, 192, 192]))
 
-# AdamW lr 1e-4 [paper], weight decay 0.05 [VMamba/Swin]; no decay on norms, position/level embeddings, the class
-# token and the SSM parameters (A_log, D, dt bias, channel-mixer gamma, QS gamma bias, lambda_v; 2-D SSM A/B/C/D)
+# AdamW lr 1e-4 [paper], weight decay 0.05 [VMamba/Swin]; no decay on norms (paramwise_cfg, and the Swin base
+# config's custom_keys: 'norm', its position tables) and on exactly the parameters the backbone's timm model
+# names in no_weight_decay() (position / level embeddings, the class token, the SSM parameters): one list, the
+# one our timm and MMPretrain training use (TimmNoDecayOptimWrapperConstructor, ssm_plugins.openmmlab.optimizers)
 optim_wrapper = dict(
-    paramwise_cfg=dict(
-        norm_decay_mult=0.,
-        custom_keys={
-            'pos_embed': dict(decay_mult=0.),
-            'cls_token': dict(decay_mult=0.),
-            'level_embed': dict(decay_mult=0.),
-            'A_log': dict(decay_mult=0.),
-            'token_mixer.D': dict(decay_mult=0.),
-            'token_mixer.gamma_bias': dict(decay_mult=0.),
-            'dt_bias': dict(decay_mult=0.),
-            'channel_mixer.gamma': dict(decay_mult=0.),
-            'lambda_v': dict(decay_mult=0.),
-            'ssm.A_logit': dict(decay_mult=0.),
-            'ssm.B_logit': dict(decay_mult=0.),
-            'ssm.C': dict(decay_mult=0.),
-            'ssm.D': dict(decay_mult=0.),
-        }))
+    constructor='TimmNoDecayOptimWrapperConstructor',
+    paramwise_cfg=dict(norm_decay_mult=0.))
 
 # mmdet's CocoDataset, except that a corrupt annotation file raises an error naming it (ssm_plugins.mmdet)
 train_dataloader = dict(dataset=dict(type='NamedCocoDataset'))

@@ -6,7 +6,7 @@
 _base_ = ['mmseg::swin/swin-tiny-patch4-window7-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py']
 
 custom_imports = dict(imports=['ssm_plugins.mmseg'], allow_failed_imports=False)
-# --resume continues the interrupted run's random streams (ssm_plugins.openmmlab.RandomStateHook)
+# --resume continues the interrupted run's random streams (ssm_plugins.openmmlab.hooks.RandomStateHook)
 custom_hooks = [dict(type='RandomStateHook')]
 
 # ImageNet-1K checkpoint of the timm model (vim2_t) on local disk; nothing is downloaded. Set it with
@@ -27,26 +27,13 @@ model = dict(
     decode_head=dict(in_channels=[192, 192, 192, 192]),
     auxiliary_head=dict(in_channels=192))
 
-# no decay on norms, position/level embeddings, the class token and the SSM parameters (A_log, D, dt bias,
-# channel-mixer gamma, QS gamma bias, lambda_v; 2-D SSM A/B/C/D)
+# no decay on norms (paramwise_cfg, and the Swin base config's custom_keys: 'norm',
+# its position tables) and on exactly the parameters the backbone's timm model names in no_weight_decay()
+# (position / level embeddings, the class token, the SSM parameters): one list, the one our timm and MMPretrain
+# training use (TimmNoDecayOptimWrapperConstructor, ssm_plugins.openmmlab.optimizers)
 optim_wrapper = dict(
-    paramwise_cfg=dict(
-        norm_decay_mult=0.,
-        custom_keys={
-            'pos_embed': dict(decay_mult=0.),
-            'cls_token': dict(decay_mult=0.),
-            'level_embed': dict(decay_mult=0.),
-            'A_log': dict(decay_mult=0.),
-            'token_mixer.D': dict(decay_mult=0.),
-            'token_mixer.gamma_bias': dict(decay_mult=0.),
-            'dt_bias': dict(decay_mult=0.),
-            'channel_mixer.gamma': dict(decay_mult=0.),
-            'lambda_v': dict(decay_mult=0.),
-            'ssm.A_logit': dict(decay_mult=0.),
-            'ssm.B_logit': dict(decay_mult=0.),
-            'ssm.C': dict(decay_mult=0.),
-            'ssm.D': dict(decay_mult=0.),
-        }))
+    constructor='TimmNoDecayOptimWrapperConstructor',
+    paramwise_cfg=dict(norm_decay_mult=0.))
 
 # 4 GPUs x 4 images = 16 [paper]
 train_dataloader = dict(batch_size=4)

@@ -1,5 +1,5 @@
 """mmengine's FLOP counter (get_model_complexity_info, MMDetection's get_flops.py) counts our ops and torch's FFTs
-(ssm_plugins.openmmlab_flops), as torch's FlopCounterMode does, at mmengine's one FLOP per multiply-add."""
+(ssm_plugins.openmmlab.flops), as torch's FlopCounterMode does, at mmengine's one FLOP per multiply-add."""
 import logging
 
 import pytest

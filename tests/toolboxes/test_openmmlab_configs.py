@@ -45,10 +45,7 @@ def test_mmdet_config_follows_the_paper_protocol(path):
     assert cfg.train_cfg.max_epochs == epochs and decay.milestones == steps and decay.end == epochs
     assert warmup.type == "LinearLR" and warmup.end == 1000 and warmup.start_factor == 0.001
     assert cfg.train_dataloader.batch_size == 2 and cfg.auto_scale_lr.base_batch_size == 16  # 8 GPUs x 2
-    keys = cfg.optim_wrapper.paramwise_cfg.custom_keys
-    assert cfg.optim_wrapper.paramwise_cfg.norm_decay_mult == 0
-    for key in ("pos_embed", "A_log", "dt_bias", "token_mixer.D", "token_mixer.gamma_bias", "ssm.A_logit"):
-        assert keys[key].decay_mult == 0, key
+    _check_no_decay_from_the_model(cfg)
     assert cfg.model.backbone.drop_path_rate == (0.3 if "-s_" in path.name else 0.2)
 
 
@@ -74,6 +71,44 @@ def test_mmseg_config_follows_the_paper_protocol(path):
     assert cfg.model.backbone.img_size == 512 and cfg.crop_size == (512, 512)
     assert cfg.model.auxiliary_head.type == "FCNHead" and cfg.model.auxiliary_head.loss_decode.loss_weight == 0.4
     assert cfg.model.decode_head.type == "UPerHead" and cfg.model.decode_head.num_classes == 150
+    _check_no_decay_from_the_model(cfg)
+
+
+def _check_no_decay_from_the_model(cfg):
+    """Weight decay has one source: the backbone's timm ``no_weight_decay()`` (our constructor), not a second
+    hand-kept list of name substrings in the configs (which also matched ``blocks.10`` for ``blocks.1``)."""
+    assert cfg.optim_wrapper.constructor == "TimmNoDecayOptimWrapperConstructor"
+    assert cfg.optim_wrapper.paramwise_cfg.norm_decay_mult == 0
+    ours = {"pos_embed", "A_log", "dt_bias", "token_mixer.D", "lambda_v", "ssm.A_logit", "ssm.D"}
+    assert not ours & set(cfg.optim_wrapper.paramwise_cfg.get("custom_keys", {}))
+
+
+@pytest.mark.parametrize("path", [p for p in ALL_CONFIGS if "_1x_coco" in p.name or "upernet" in p.name],
+                         ids=config_id)
+def test_optimiser_exempts_exactly_no_weight_decay_and_norms(path):
+    """The optimiser the config builds, on its backbone at a small size: weight decay 0 on exactly the norms, the
+    Swin base config's custom_keys ('norm', position tables) and what the timm model's no_weight_decay() names."""
+    from mmengine.optim import build_optim_wrapper
+    from torch.nn.modules.batchnorm import _BatchNorm
+    from test_mm_backbones import SMALL
+
+    from ssm_plugins import openmmlab
+
+    cfg = load(path)
+    cls = getattr(openmmlab, cfg.model.backbone.type)
+    torch.manual_seed(0)
+    backbone = cls(**{**SMALL[cls], "arch": cfg.model.backbone.get("arch", "tiny")})
+    optim = build_optim_wrapper(backbone, cfg.optim_wrapper)
+    decay = {id(p): g["weight_decay"] for g in optim.optimizer.param_groups for p in g["params"]}
+    named_nwd = {f"model.{n}" for n in backbone.model.no_weight_decay()}
+    assert any(n.endswith(("A_log", "A_logit")) for n in named_nwd), sorted(named_nwd)[:5]
+    norms = {id(p) for m in backbone.modules() if isinstance(m, (_BatchNorm, torch.nn.GroupNorm, torch.nn.LayerNorm))
+             for p in m.parameters(recurse=False)}
+    base_keys = tuple(cfg.optim_wrapper.paramwise_cfg.get("custom_keys", {}))  # the base config's
+    full = cfg.optim_wrapper.optimizer.weight_decay
+    for name, p in backbone.named_parameters():
+        exempt = name in named_nwd or id(p) in norms or any(k in name for k in base_keys)
+        assert decay[id(p)] == (0.0 if exempt else full), name
 
 
 def _predict_detection(model, height, width):

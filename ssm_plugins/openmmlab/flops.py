@@ -73,7 +73,7 @@ def jit_flop_handle(op: torch._ops.OpOverload):
 
 def _fft_handle(kind: str, default_dim):
     """An mmengine FLOP handle for one of torch's FFT ops (``_ATEN_FFT``), counted as ``ops._flops.fft_flops``."""
-    from .ops._flops import fft_flops
+    from ..ops._flops import fft_flops
 
     def handle(inputs, outputs) -> int:
         size, dim = _constant(inputs[1]), _constant(inputs[2])  # (n or s, dim) in every torch.fft signature

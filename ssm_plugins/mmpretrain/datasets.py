@@ -1,51 +1,21 @@
-"""MMPretrain 1.x adapter: our timm models as MMPretrain classifiers, our backbones in ``mmpretrain.registry.MODELS``.
+"""The 2-D SSM paper's data sets as released: CIFAR-100 (python pickles), Tiny-ImageNet (its own folder layout),
+CelebA (the aligned images, ``list_attr_celeba.txt``, ``list_eval_partition.txt``); configs: configs_mmpretrain/ssm2d/.
 
-Configs load it with ``custom_imports=dict(imports=['ssm_plugins.mmpretrain'], allow_failed_imports=False)``. Then
-
-* ``model=dict(type='TimmClassifier', model_name='vim2_t', num_classes=1000, ...)`` is MMPretrain's own wrapper of a
-  timm model (loss, Mixup/CutMix through ``train_cfg.augments``); importing this module registers our models in timm,
-  so every name of ``timm.list_models()`` that ssm_plugins adds works there. Its checkpoints hold the timm model's
-  own keys (TimmClassifier strips its ``model.`` prefix when saving), so the Mask R-CNN / UperNet configs'
-  ``init_cfg=dict(type='Pretrained', checkpoint=...)`` load them as they are (``_TimmBackbone.load_pretrained``).
-* ``ViM2``, ``ViQS``, ``SwinSSM2D``, ``ESSM2D``, ``MyoNet`` (``ssm_plugins.openmmlab``) are registered as backbones
-  too, for ``ImageClassifier`` with an MMPretrain neck/head or for feature extraction.
-* ``optim_wrapper=dict(constructor='TimmNoDecayOptimWrapperConstructor', ...)`` (``ssm_plugins.openmmlab``, registered
-  in mmengine's root registry, so MMDetection/MMSegmentation configs can use it too) exempts from weight decay exactly the
-  parameters the model's ``no_weight_decay()`` names (position/class tokens, SSM parameters ...), as timm's own
-  training script does, on top of ``paramwise_cfg`` (norms, biases).
-
-It is the only module of the package that imports mmpretrain; ``import ssm_plugins`` never does.
+Readers of the official on-disk layouts, on MMPretrain's base classes (``ssm_plugins.data.{cifar,tiny_imagenet,
+celeba}_digits`` generate the same layouts offline for the tests).
 """
 from __future__ import annotations
 
-from mmpretrain.registry import MODELS
+import os
+import pickle
+from typing import Dict, List, Optional, Tuple
 
-from .openmmlab import (BACKBONES, ESSM2D, MyoNet, SwinSSM2D, TimmNoDecayOptimWrapperConstructor, ViM2, ViQS,
-                        no_weight_decay_parameters)  # also registers our timm models and the constructor
+from mmengine.fileio import exists, get, get_text, join_path, list_dir_or_file
+from mmpretrain.datasets import CIFAR100, BaseDataset, MultiLabelDataset
+from mmpretrain.registry import DATASETS
 
-for _backbone in BACKBONES:
-    MODELS.register_module(module=_backbone)
-
-
-__all__ = ["MODELS", "ViM2", "ViQS", "SwinSSM2D", "ESSM2D", "MyoNet", "TimmNoDecayOptimWrapperConstructor",
-           "no_weight_decay_parameters"]
-
-
-# ---- 2-D SSM paper data: CIFAR-100, Tiny-ImageNet, CelebA (datasets, multi-label classifier and metric) --------
-# Readers of the official on-disk layouts (ssm_plugins.data.{cifar,tiny_imagenet,celeba}_digits generate the same
-# layouts offline), MMPretrain base classes and registries; configs: configs_mmpretrain/ssm2d/.
-
-import os  # noqa: E402
-import pickle  # noqa: E402
-from typing import Dict, List, Optional, Sequence, Tuple  # noqa: E402
-
-import torch  # noqa: E402
-from mmengine.evaluator import BaseMetric  # noqa: E402
-from mmengine.fileio import exists, get, get_text, join_path, list_dir_or_file  # noqa: E402
-from mmpretrain.datasets import CIFAR100, BaseDataset, MultiLabelDataset  # noqa: E402
-from mmpretrain.models import TimmClassifier  # noqa: E402
-from mmpretrain.registry import DATASETS, METRICS  # noqa: E402
-from mmpretrain.structures import label_to_onehot  # noqa: E402
+__all__ = ["LocalCIFAR100", "TinyImageNet", "CelebA", "CELEBA_ATTRIBUTES", "read_celeba_attributes",
+           "read_celeba_partition"]
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.ppm', '.bmp', '.pgm', '.tif')
 
@@ -237,85 +207,3 @@ class CelebA(MultiLabelDataset):
         return [{'img_path': join_path(self.data_prefix['img_path'], name),
                  'gt_label': [i for i, v in enumerate(values) if v == 1]}
                 for name, values in rows.items() if partition[name] == wanted]
-
-
-@MODELS.register_module()
-class TimmMultiLabelClassifier(TimmClassifier):
-    """MMPretrain's ``TimmClassifier`` for multi-label targets: a sigmoid per label instead of a softmax.
-
-    Trains on the multi-hot ``gt_score`` that ``ClsDataPreprocessor(to_onehot=True)`` makes from ``gt_label``
-    (Mixup/CutMix mix those multi-hot vectors); the default loss is BCE with logits. Predictions: ``pred_score`` =
-    sigmoid(logits), ``pred_label`` = the labels with score >= ``thr``."""
-
-    def __init__(self, *args, loss=dict(type='CrossEntropyLoss', use_sigmoid=True, loss_weight=1.0),
-                 thr: float = 0.5, data_preprocessor: Optional[dict] = None, **kwargs):
-        if not 0.0 < thr < 1.0:
-            raise ValueError(f'thr must be in (0, 1), got {thr}')
-        data_preprocessor = dict(data_preprocessor or {})
-        if 'num_classes' in kwargs:
-            data_preprocessor.setdefault('num_classes', kwargs['num_classes'])
-        data_preprocessor['to_onehot'] = True
-        super().__init__(*args, loss=loss, data_preprocessor=data_preprocessor, **kwargs)
-        self.thr = thr
-
-    def _get_loss(self, cls_score, data_samples, **kwargs):
-        if 'gt_score' not in data_samples[0]:
-            raise ValueError('TimmMultiLabelClassifier needs multi-hot gt_score targets: the data preprocessor must '
-                             'have to_onehot=True and num_classes')
-        return super()._get_loss(cls_score, data_samples, **kwargs)
-
-    def _get_predictions(self, cls_score, data_samples=None):
-        scores = torch.sigmoid(cls_score)
-        if data_samples is None:
-            from mmpretrain.structures import DataSample
-            data_samples = [DataSample() for _ in range(len(scores))]
-        for data_sample, score in zip(data_samples, scores):
-            data_sample.set_pred_score(score).set_pred_label(torch.where(score >= self.thr)[0])
-        return data_samples
-
-
-@METRICS.register_module()
-class MultiLabelAccuracy(BaseMetric):
-    """Accuracy of each label's binary decision (score >= ``thr``), averaged over the labels: CelebA's "mean
-    accuracy over the 40 attributes". MMPretrain's ``MultiLabelMetric`` gives precision / recall / F1 and
-    ``AveragePrecision`` mAP, neither this.
-
-    Keys: ``multi-label/mean_accuracy`` (percent) and, with ``classwise=True``, ``multi-label/accuracy_classwise``
-    (percent per label)."""
-
-    default_prefix = 'multi-label'
-
-    def __init__(self, thr: float = 0.5, classwise: bool = False, collect_device: str = 'cpu',
-                 prefix: Optional[str] = None):
-        super().__init__(collect_device=collect_device, prefix=prefix)
-        self.thr = thr
-        self.classwise = classwise
-
-    def process(self, data_batch, data_samples: Sequence[dict]):
-        for data_sample in data_samples:
-            score = data_sample['pred_score'].detach().cpu()
-            if 'gt_score' in data_sample:
-                target = data_sample['gt_score'].detach().cpu()
-            else:
-                target = label_to_onehot(data_sample['gt_label'], score.numel())
-            self.results.append(((score >= self.thr), target >= 0.5))
-
-    def compute_metrics(self, results: List) -> dict:
-        return self.calculate(torch.stack([p for p, _ in results]), torch.stack([t for _, t in results]),
-                              classwise=self.classwise)
-
-    @staticmethod
-    def calculate(pred: torch.Tensor, target: torch.Tensor, classwise: bool = False) -> dict:
-        """``pred``, ``target``: (N, labels) booleans."""
-        if pred.shape != target.shape or pred.dim() != 2:
-            raise ValueError(f'pred and target must both be (N, labels), got {tuple(pred.shape)} and '
-                             f'{tuple(target.shape)}')
-        per_label = (pred == target).float().mean(dim=0) * 100
-        metrics = {'mean_accuracy': float(per_label.mean())}
-        if classwise:
-            metrics['accuracy_classwise'] = per_label.tolist()
-        return metrics
-
-
-__all__ += ["LocalCIFAR100", "TinyImageNet", "CelebA", "CELEBA_ATTRIBUTES", "read_celeba_attributes",
-            "read_celeba_partition", "TimmMultiLabelClassifier", "MultiLabelAccuracy"]

@@ -9,10 +9,10 @@ Configs load it with ``custom_imports=dict(imports=['ssm_plugins.mmpretrain'], a
   ``init_cfg=dict(type='Pretrained', checkpoint=...)`` load them as they are (``_TimmBackbone.load_pretrained``).
 * ``ViM2``, ``ViQS``, ``SwinSSM2D``, ``ESSM2D``, ``MyoNet`` (``ssm_plugins.openmmlab``) are registered as backbones
   too, for ``ImageClassifier`` with an MMPretrain neck/head or for feature extraction.
-* ``optim_wrapper=dict(constructor='TimmNoDecayOptimWrapperConstructor', ...)`` (``ssm_plugins.openmmlab``, registered
-  in mmengine's root registry, so MMDetection/MMSegmentation configs can use it too) exempts from weight decay exactly the
-  parameters the model's ``no_weight_decay()`` names (position/class tokens, SSM parameters ...), as timm's own
-  training script does, on top of ``paramwise_cfg`` (norms, biases).
+* ``optim_wrapper=dict(constructor='TimmNoDecayOptimWrapperConstructor', ...)`` (``ssm_plugins.openmmlab``,
+  registered in mmengine's root registry; our MMDetection/MMSegmentation configs use it too) exempts from weight decay
+  exactly the parameters the model's ``no_weight_decay()`` names (position/class tokens, SSM parameters ...), as
+  timm's own training script does, on top of ``paramwise_cfg`` (norms, biases).
 
 Laid out as MMPretrain lays out its own: ``datasets`` (CIFAR-100, Tiny-ImageNet, CelebA as released), ``classifiers``
 (``TimmMultiLabelClassifier``), ``metrics`` (``MultiLabelAccuracy``). It is the only package of ours that imports

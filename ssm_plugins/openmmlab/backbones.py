@@ -284,7 +284,8 @@ class _Hierarchical(_TimmBackbone):
 
 
 class SwinSSM2D(_Hierarchical):
-    __doc__ = "Swin-T with a 2-D SSM in every block (2d-ssm.md §2.2).\n\n" + _Hierarchical.__doc__ + \
+    __doc__ = ("Swin-T with a 2-D SSM in every block (2-D SSM paper, arXiv 2306.06635; docs/2d-ssm.md, 'Placement in "
+               "the backbones').\n\n") + _Hierarchical.__doc__ + \
         _TimmBackbone.__doc__
     arch_zoo = {"tiny": "swin_tiny_patch4_window7_224_ssm2d"}
     min_pad_divisor = 4
@@ -295,16 +296,16 @@ class SwinSSM2D(_Hierarchical):
 
 
 class ESSM2D(_Hierarchical):
-    __doc__ = "Hierarchical 2-D eSSM backbone (essm.md, extension).\n\n" + _Hierarchical.__doc__ + \
-        _TimmBackbone.__doc__
+    __doc__ = "Hierarchical 2-D eSSM backbone (an extension of ours: docs/essm.md, '2-D backbone').\n\n" + \
+        _Hierarchical.__doc__ + _TimmBackbone.__doc__
     arch_zoo = {"tiny": "essm_2d_tiny"}
     stem_names = ("patch_embed",)
     filter_fn = staticmethod(essm.checkpoint_filter_fn)
 
 
 class MyoNet(_Hierarchical):
-    __doc__ = "Hierarchical Myosotis backbone (myosotis.md §7.3).\n\n" + _Hierarchical.__doc__ + \
-        _TimmBackbone.__doc__
+    __doc__ = "Hierarchical Myosotis backbone (an extension of ours: docs/myosotis.md, 'Backbones').\n\n" + \
+        _Hierarchical.__doc__ + _TimmBackbone.__doc__
     arch_zoo = {"tiny": "myonet_tiny", "small": "myonet_small", "base": "myonet_base"}
     stem_names = ("stem", "stem_norm")
 

@@ -9,11 +9,12 @@ torch.utils.flop_counter.FlopCounterMode, 2 x multiply-adds, with our ops' formu
 (``ssm_plugins.ops._flops``) counted; elementwise work is not. "SSM ops" is the part of our compiled ops.
 Attention is built unfused so that its matmuls are counted. Paper figures come from the per-family tables of
 benchmarks/models_{vim2,ssm2d,essm,myo}.py (those scripts print the families' detailed breakdowns):
-  * ViM2/ViQS: Table 15 params and FLOPs. The paper's FLOPs are fvcore MACs (spec mambamixer.md, "FLOPs
-    convention"), so the ratio compares our GMACs (= GFLOPs / 2) with them.
-  * 2-D SSM: the Table 1/2 parameter counts with SSM-r (the paper reports no FLOPs).
-  * eSSM and Myo: the papers print no parameter counts or FLOPs for these models; myopix_zcifar is shown next
-    to the S5 sCIFAR network it copies (spec myosotis.md §4.3), which is not a paper figure.
+  * ViM2/ViQS (MambaMixer, arXiv 2403.19888 v2): Table 15 params and FLOPs. The paper's FLOPs are fvcore MACs
+    (our reading: docs/mambamixer.md, 'Variant sizes'), so the ratio compares our GMACs (= GFLOPs / 2) with them.
+  * 2-D SSM (arXiv 2306.06635): the Table 1/2 parameter counts with SSM-r (the paper reports no FLOPs).
+  * eSSM (arXiv 2402.15290) and Myo (Myosotis, arXiv 2509.20503): the papers print no parameter counts or FLOPs
+    for these models; myopix_zcifar is shown next to the S5 sCIFAR network it copies (docs/myosotis.md,
+    'S5 settings'), which is not a paper figure.
 """
 from __future__ import annotations
 

@@ -6,15 +6,20 @@ package that imports speechbrain; ``import ssm_plugins`` never does.
 Dual-path blocks (``speechbrain.lobes.models.dual_path.Dual_Path_Model`` ``intra_model`` / ``inter_model``) map
 ``[B*S, K, N] -> [B*S, K, N]`` (intra: K frames of each of the S chunks; inter: S chunks at each of the K
 positions), like SpeechBrain's ``SBTransformerBlock`` / ``SBRNNBlock``. Any number of sequences and any length
-work. Each is ``num_layers`` residual layers of one paper:
+work. Each is ``num_layers`` residual layers of one paper: MambaMixer (arXiv 2403.19888 v2), eSSM ("Efficient
+State Space Model via Fast Tensor Convolution and Block Diagonalization", arXiv 2402.15290) or Myosotis (arXiv
+2509.20503); what the papers leave open is in docs/mambamixer.md, docs/essm.md and docs/myosotis.md.
 
-    SBMambaMixerBlock  MambaMixer blocks (mambamixer.md §2.3, §4.4): bidirectional S6 token mixer + QS channel mixer
-    SBQSMixerBlock     QSMixer blocks (§2.4): QS token mixer + QS channel mixer
-    SBESSMBlock        eSSM residual blocks (essm.md §1.12), bidirectional kernel
-    SBMyoBlock         Myo blocks (myosotis.md §3) on a ceil k-ary tree over the sequence (§2.4), virtual
-                       nodes carried through the layers and dropped at the end
+    SBMambaMixerBlock  MambaMixer blocks (MambaMixer Sec. 2.1, App. H.5): bidirectional S6 token mixer + QS channel
+                       mixer
+    SBQSMixerBlock     QSMixer blocks (MambaMixer Sec. 2.2, Eq. 9-10): QS token mixer + QS channel mixer
+    SBESSMBlock        eSSM residual blocks (eSSM Sec. 4.6), bidirectional kernel
+    SBMyoBlock         Myo blocks (Myosotis Sec. 4: S5's blocks with the Myo layer) on a ceil k-ary tree over the
+                       sequence (Myosotis Sec. 3.2; docs/myosotis.md, 'Ceil trees'), virtual nodes carried through
+                       the layers and dropped at the end
 
-Classifier: ``ESSMWaveformClassifier`` (eSSM on raw waveforms, essm.md §2.2: Speech Commands SC10/SC35).
+Classifier: ``ESSMWaveformClassifier`` (eSSM on raw waveforms, eSSM Table 10, App. E.2.8-E.2.9: Speech Commands
+SC10/SC35).
 """
 from __future__ import annotations
 
@@ -50,7 +55,8 @@ def _check_chunks(x, d_model):
 
 class _SBMixerStack(nn.Module):
     """``num_layers`` MambaMixer/QSMixer blocks; the channel mixer's token-axis weights are built for
-    ``num_tokens`` steps and linearly resampled for other lengths (spec §4.4 ``channel_res_mode='resample'``)."""
+    ``num_tokens`` steps and linearly resampled for other lengths (``channel_res_mode='resample'``: docs/mambamixer.md,
+    'Channel mixer at other token counts', 'Speech separation')."""
 
     block_cls = MambaMixerBlock
 
@@ -73,8 +79,8 @@ class _SBMixerStack(nn.Module):
 
 
 class SBMambaMixerBlock(_SBMixerStack):
-    """Dual-path intra/inter model of MambaMixer blocks (mambamixer.md §4.4 [D]: DPMamba with each bidirectional
-    Mamba replaced by a MambaMixer block).
+    """Dual-path intra/inter model of MambaMixer blocks (MambaMixer paper App. H.5; our layout [D], docs/mambamixer.md,
+    'Speech separation': DPMamba with each bidirectional Mamba replaced by a MambaMixer block).
 
     Args:
         num_layers: MambaMixer blocks in a row (DPMamba-M: 1 per intra/inter model).
@@ -85,7 +91,8 @@ class SBMambaMixerBlock(_SBMixerStack):
         bidirectional: forward + backward S6 (``token_mixer='s6_bi'``, 'same' padding) or causal S6 [True]. The
             channel mixer's selection reads every step, so only ``channel_mixer=False`` makes a causal block.
         channel_mixer: the selective channel mixer over the N encoder channels [True]; False = plain
-            (bidirectional) Mamba-style blocks with the multi-resolution gate (spec's ``inter_channel_mixer``).
+            (bidirectional) Mamba-style blocks with the multi-resolution gate (``inter_channel_mixer`` of
+            docs/mambamixer.md, 'Speech separation').
         norm: 'rmsnorm' (DPMamba's RMSNorm) or 'layernorm' [D: 'rmsnorm'].
         drop_path: stochastic depth on both branches [0].
         **mixer_kwargs: other MambaMixerBlock / SelectiveTokenMixer options (gate_kernels, dt_rank, ...).
@@ -100,8 +107,9 @@ class SBMambaMixerBlock(_SBMixerStack):
 
 
 class SBQSMixerBlock(_SBMixerStack):
-    """Dual-path intra/inter model of QSMixer blocks (mambamixer.md §2.4, §4.4): scalar-A quasi-separable token
-    mixer (non-causal by construction, so no ``bidirectional`` switch) and the QS channel mixer.
+    """Dual-path intra/inter model of QSMixer blocks (MambaMixer paper Sec. 2.2, Eq. 9-10, App. H.5; docs/mambamixer.md,
+    'Block layout', 'Speech separation'): scalar-A quasi-separable token mixer (non-causal by construction, so no
+    ``bidirectional`` switch) and the QS channel mixer.
 
     Args: as :class:`SBMambaMixerBlock`, plus ``headdim`` (features per QS head; must divide expand*d_model) [64].
     """
@@ -116,7 +124,8 @@ class SBQSMixerBlock(_SBMixerStack):
 
 
 class SBESSMBlock(nn.Module):
-    """Dual-path intra/inter model of ``num_layers`` eSSM residual blocks (essm.md §1.11-1.12).
+    """Dual-path intra/inter model of ``num_layers`` eSSM residual blocks (eSSM paper Sec. 4.6, Fig. 3; docs/essm.md,
+    'Layer forward pass', 'Block and model').
 
     Args:
         num_layers, d_model: as :class:`SBMambaMixerBlock`.
@@ -146,12 +155,14 @@ class SBESSMBlock(nn.Module):
 
 
 class SBMyoBlock(nn.Module):
-    """Dual-path intra/inter model of ``num_layers`` Myo blocks (myosotis.md §3) over a ceil ``arity``-ary tree of
-    the K steps (§2.4: leaves = steps in order; internal nodes are virtual).
+    """Dual-path intra/inter model of ``num_layers`` Myo blocks (Myosotis paper Sec. 4; docs/myosotis.md, 'Block and
+    GLU') over a ceil ``arity``-ary tree of the K steps (paper Sec. 3.2, Fig. 3: leaves = steps in order; internal
+    nodes are virtual; docs/myosotis.md, 'Ceil trees').
 
-    The virtual nodes start at zero (the spec's "zero" option for layer-1 virtual inputs) and are persistent
-    through the ``num_layers`` blocks (their outputs are the next block's inputs); the leaves are returned.
-    The layer is non-causal by construction (child->parent and parent->child coupling).
+    The virtual nodes start at zero (the ``"zero"`` option for layer-1 virtual inputs, docs/myosotis.md,
+    'Virtual-node inputs') and are persistent through the ``num_layers`` blocks (their outputs are the next block's
+    inputs); the leaves are returned. The layer is non-causal by construction (child->parent and parent->child
+    coupling).
 
     Args:
         num_layers, d_model: as :class:`SBMambaMixerBlock`.
@@ -187,13 +198,13 @@ class SBMyoBlock(nn.Module):
         return nodes[:, :steps]
 
 
-# ---- eSSM raw-waveform keyword classifier (Speech Commands SC10 / SC35, essm.md §2.2, §3.2-3.3) ----------------
+# ---- eSSM raw-waveform keyword classifier (Speech Commands SC10 / SC35: eSSM Table 10, App. E.2.8-9, Tables 3, 8) --
 
 
 
 
 class ESSMWaveformClassifier(nn.Module):
-    """eSSM keyword classifier on raw waveforms, as in the paper's SC10/SC35 16 kHz setting (essm.md §2.2, §8.4).
+    """eSSM keyword classifier on raw waveforms, as in the paper's SC10/SC35 16 kHz setting (Table 10, App. E.2.8-9).
 
     The model is :class:`ssm_plugins.models.essm.ESSMSequence` with ``in_chans=1``: every sample is one step of
     the sequence, Linear(1 -> H) encoder, ``depth`` residual eSSM blocks at width H, [final norm if prenorm],
@@ -201,8 +212,8 @@ class ESSMWaveformClassifier(nn.Module):
     dropout 0.1, BatchNorm, bidirectional, half_glu1; SC10 prenorm, SC35 post-norm.
 
     Variable lengths: SpeechBrain pads a batch to its longest clip and passes relative lengths. The mean pool
-    covers each clip's valid samples only, and with ``mask_padding=True`` [D, spec A19's recommendation for
-    SpeechBrain] each block also zeroes the padded steps before its SSM convolution, so that padding cannot leak
+    covers each clip's valid samples only, and with ``mask_padding=True`` [D, our choice for SpeechBrain: docs/essm.md,
+    'Padding mask'] each block also zeroes the padded steps before its SSM convolution, so that padding cannot leak
     into valid steps through the bidirectional kernel: in eval mode a clip's output does not depend on how much
     padding the batch adds. ``mask_padding=False`` is the official behaviour (mask only in the pool). In train
     mode BatchNorm statistics still include padded steps.
@@ -219,7 +230,7 @@ class ESSMWaveformClassifier(nn.Module):
 
     Forward: ``wavs`` (B, T) float, ``wav_lens`` (B,) relative lengths in (0, 1] (SpeechBrain's convention; None:
     every clip fills T), ``dt_scale`` (Δ multiplier for this call: 2.0 for the zero-shot evaluation of a 16 kHz
-    model at 8 kHz, essm.md §3.2) -> (B, 1, n_classes).
+    model at 8 kHz, paper Sec. 5.6; docs/essm.md, 'Δ scaling') -> (B, 1, n_classes).
     """
 
     def __init__(
@@ -252,7 +263,8 @@ class ESSMWaveformClassifier(nn.Module):
 
     def param_groups(self, lr: float, lr_ssm: float, weight_decay: float = 0.,
                      lr_other_params: Sequence[str] = ("C",)):
-        """The paper's two-learning-rate AdamW groups (essm.md §2.1; see ``essm_param_groups``)."""
+        """The paper's two-learning-rate AdamW groups (App. E.1; docs/essm.md, 'Optimiser and schedules'; see
+        ``essm_param_groups``)."""
         return essm_param_groups(self, lr=lr, lr_ssm=lr_ssm, weight_decay=weight_decay,
                                  lr_other_params=tuple(lr_other_params))
 
@@ -290,10 +302,10 @@ class ESSMWaveformClassifier(nn.Module):
 
 def warmup_cosine_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int,
                             total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
-    """Per-step schedule of the SC35 recipe (essm.md §2.2-2.3): linear warm-up over ``warmup_steps``, then a
-    half cosine to 0 at ``total_steps``, held at 0 afterwards (the HF schedule the official code uses would rise
-    again past its end, A11). Scales every parameter group's own learning rate, so LR_SSM / LR_other keep their
-    ratio."""
+    """Per-step schedule of the SC35 recipe (eSSM paper App. E.2.9: cosine, 270,000 steps; the warm-up is the released
+    config's): linear warm-up over ``warmup_steps``, then a half cosine to 0 at ``total_steps``, held at 0 afterwards
+    (the HF schedule the official code uses would rise again past its end: docs/essm.md, 'Optimiser and schedules').
+    Scales every parameter group's own learning rate, so LR_SSM / LR_other keep their ratio."""
     if warmup_steps < 0 or total_steps <= warmup_steps:
         raise ValueError(f"need 0 <= warmup_steps < total_steps, got {warmup_steps} and {total_steps}")
 

@@ -52,6 +52,7 @@ def test_main_job_short_run_repeats(family, one_thread):
 SPEECH_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "main_speech.py"
 
 
+@pytest.mark.exhaustive  # make test: the recipe learns (test_sb_separation.py::test_short_training_improves_si_snri)
 def test_main_job_speech_separation_learns(tmp_path):
     """scripts/main_speech.py end to end through the recipe's command line, at 2 of its epochs."""
     spec = importlib.util.spec_from_file_location("ssm_plugins_main_speech", SPEECH_SCRIPT)

@@ -187,7 +187,8 @@ class SequentialImages(torch.utils.data.Dataset):
         order: a name of ``ORDERS`` or an explicit index tensor from ``pixel_order`` (e.g. a saved permutation).
         mean, std: per-channel normalisation of the [0, 1] pixel values (one value per channel).
         pad_to: zero-pad each image symmetrically to ``pad_to`` x ``pad_to`` before ordering (zMNIST: 32).
-        augment: RandomCrop(size, padding 4, symmetric) + RandomHorizontalFlip (LRA-Image / sCIFAR, spec §2.1).
+        augment: RandomCrop(size, padding 4, symmetric) + RandomHorizontalFlip (LRA-Image / sCIFAR: eSSM paper,
+            arXiv 2402.15290, App. E.2.4 and E.2.12; padding 4 from the S4 loaders, docs/essm.md 'Data preprocessing').
         seed: the seed of ``order='permuted'``.
         as_image: items hold the normalised (C, H, W) image instead (row order only; models that take images,
             e.g. Mega-ISO).

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import timm
 import torch
@@ -13,6 +13,7 @@ from mmengine.logging import print_log
 from mmengine.model import BaseModule
 from mmengine.runner.checkpoint import CheckpointLoader
 from timm.layers import LayerNorm2d
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..models import essm, ssm2d, vim2  # also registers our timm models
 

@@ -419,8 +419,10 @@ def test_fx_features_only_equal_the_getters(name):
             torch.testing.assert_close(model.leaf_map(out, model._embed(x)[1]), expected)
 
 
-# ViM2 / ViQS with the conv branch: features_only builds the §3.6 pyramid, whose 4 levels the traced graph computes
-# under FX tracing only (pyramid_norms.<i> nodes); without it (noconv) the blocks' tokens, class token first.
+# ViM2 / ViQS with the conv branch: features_only builds the dense-output pyramid (docs/mambamixer.md, 'Dense
+# outputs': ViT-CoMer style; the MambaMixer paper, arXiv 2403.19888 v2, does not describe it), whose 4 levels the
+# traced graph computes under FX tracing only (pyramid_norms.<i> nodes); without it (noconv) the blocks' tokens,
+# class token first.
 FX_PYRAMID_MODELS = [n for n in IMAGE_MODELS if re.fullmatch(r'(vim2|viqs)_t(_noconv)?', n)]
 
 

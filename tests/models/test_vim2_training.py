@@ -35,7 +35,7 @@ def _worker(rank, world, init_file, result_dir, scan_mode, top_n):
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("top_n", [1, 2])
+@pytest.mark.parametrize("top_n", [1, pytest.param(2, marks=pytest.mark.exhaustive)])
 def test_sos_trains_under_ddp_without_unused_parameters(tmp_path, top_n):
     mp.spawn(_worker, args=(2, str(tmp_path / "init"), str(tmp_path), "sos", top_n), nprocs=2, join=True)
     rank0, rank1 = torch.load(tmp_path / "rank0.pt"), torch.load(tmp_path / "rank1.pt")

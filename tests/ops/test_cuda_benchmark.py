@@ -47,6 +47,7 @@ def test_op_cases_run_on_the_cpu(capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.exhaustive  # make test: the op rows above run the same script
 def test_model_rows_run_on_the_cpu(capsys):
     assert gpu.main(["--device", "cpu", "--only", "models", "--quick", "--batch", "2"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
@@ -55,6 +56,7 @@ def test_model_rows_run_on_the_cpu(capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.exhaustive
 def test_compiled_model_rows_run_on_the_cpu(monkeypatch):
     """--models / --compile: the compiled row sits beside the eager one, ratios against the peer run the same way
     (aot_eager stands in for inductor, whose C++ build of DeiT-S takes minutes on two cores; DeiT-Ti as its own peer

@@ -568,6 +568,7 @@ def test_kernels_are_right_with_all_warps_running_concurrently(cuda, op):
 
 
 @pytest.mark.slow
+@pytest.mark.exhaustive
 @pytest.mark.parametrize("dtype", [torch.bfloat16])
 def test_qs_mix_and_myo_long_sequences_stay_finite(cuda, dtype):
     """QS mixing with large steps (dt up to ~10 after softplus) over L = 16384 forward (256 chunks carried

@@ -98,13 +98,16 @@ def _models_run(report):
     return names
 
 
-# make test: one model per model class, the cheapest in timm's suite of each (timm's tests check a class's contract:
-# default_cfg, features, intermediates, FX; the sizes are the class's defaults). Seconds per model, one thread
-# (2026-11-29): viqs_t 59 (vim2_t 235), sviqs_scifar 131, vit_cifar 15, swin_cifar 17, mega_cifar 17, essm_2d_tiny
-# 11, essm_scifar 38, myopix 30, myo_zcifar 28, myonet_tiny 22.
-SUITE_MODELS = ("viqs_t", "sviqs_scifar", "vit_cifar_patch4_32_ssm2d", "swin_cifar_patch2_window4_32_ssm2d",
+# make test-all: one model per model class, the cheapest in timm's suite of each (timm's tests check a class's
+# contract: default_cfg, features, intermediates, FX; the sizes are the class's defaults). Seconds per model, one
+# thread (2026-11-29): viqs_t 59 (vim2_t 235), sviqs_scifar 131, vit_cifar 15, swin_cifar 17, mega_cifar 17,
+# essm_2d_tiny 11, essm_scifar 38, myopix 30, myo_zcifar 28, myonet_tiny 22.
+CLASS_MODELS = ("viqs_t", "sviqs_scifar", "vit_cifar_patch4_32_ssm2d", "swin_cifar_patch2_window4_32_ssm2d",
                 "mega_cifar_patch4_32_ssm2d", "essm_2d_tiny", "essm_scifar", "myopix_zcifar", "myo_zcifar",
                 "myonet_tiny")
+# make test: one model of each paper's family, the cheapest of its image backbones
+FAMILY_MODELS = ("viqs_t", "vit_cifar_patch4_32_ssm2d", "essm_2d_tiny", "myonet_tiny")
+SELECTIONS = {"one model per family": FAMILY_MODELS, "one model per class": CLASS_MODELS}
 
 
 def _model_class(name):
@@ -114,20 +117,25 @@ def _model_class(name):
 def test_the_suite_selection_holds_every_model_class():
     excluded = {name for target, op, entries, _ in suite.FILTERS if target == "EXCLUDE_FILTERS"
                 for name in OUR_MODELS if any(fnmatch.fnmatch(name, entry) for entry in entries)}
-    assert not set(SUITE_MODELS) & excluded
+    assert not set(CLASS_MODELS) & excluded
     classes = {_model_class(n) for n in OUR_MODELS - excluded}
-    assert {_model_class(n) for n in SUITE_MODELS} == classes
+    assert {_model_class(n) for n in CLASS_MODELS} == classes
+    assert set(FAMILY_MODELS) <= set(CLASS_MODELS)
+    families = {timm.models.model_entrypoint(n).__module__ for n in FAMILY_MODELS}
+    assert len(families) == len(FAMILY_MODELS)  # one model of each family's model file
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("models", [
-    # make test-all: all 74 models, 31 minutes on 2 cores (2026-11-27)
-    "one model per class", pytest.param("every model", marks=pytest.mark.exhaustive)])
+    # make test-all: one model per class, and all 74 models (31 minutes on 2 cores, 2026-11-27)
+    "one model per family", pytest.param("one model per class", marks=pytest.mark.exhaustive),
+    pytest.param("every model", marks=pytest.mark.exhaustive)])
 def test_timm_model_suite_passes(timm_tests, tmp_path, models):
     """The adapted suite: every applicable test of timm's test_models.py for our models."""
     report = tmp_path / "junit.xml"
     start = time.perf_counter()
-    others = "^(?!(" + "|".join(SUITE_MODELS) + ")$)"  # every model but the selection
+    selection = SELECTIONS.get(models, ())
+    others = "^(?!(" + "|".join(selection) + ")$)"  # every model but the selection
     exclude = [] if models == "every model" else ["--exclude", others]
     # -n auto: one pytest-xdist worker per core (timm's CI runs this file with xdist too); --durations: where the
     # time goes, printed in the CI log
@@ -140,8 +148,8 @@ def test_timm_model_suite_passes(timm_tests, tmp_path, models):
     assert result.returncode == 0, f"timm's suite failed after {minutes:.1f} min:\n{summary}"
     ran = _models_run(report)
     if models == "every model":
-        assert {"vim2_t", "viqs_t", "essm_2d_tiny", "myonet_tiny"} <= ran and len(ran) > 3 * len(SUITE_MODELS), \
+        assert {"vim2_t", "viqs_t", "essm_2d_tiny", "myonet_tiny"} <= ran and len(ran) > 3 * len(CLASS_MODELS), \
             sorted(ran)
     else:
-        assert ran == set(SUITE_MODELS), sorted(ran ^ set(SUITE_MODELS))
+        assert ran == set(selection), sorted(ran ^ set(selection))
     print(f"timm's suite passed in {minutes:.1f} min for {len(ran)} models:\n{summary}")

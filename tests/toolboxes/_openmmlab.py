@@ -1,6 +1,7 @@
 """Shared by the OpenMMLab config tests: where the configs are, and how to build one without weights."""
 import copy
 import functools
+import re
 import subprocess
 from pathlib import Path
 from typing import Optional
@@ -28,6 +29,18 @@ def succeeded(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 
 def config_id(path: Path) -> str:
     return path.stem
+
+
+def one_per_config_family(paths):
+    """``paths`` as test parameters: the first config of each family (folder, model, data set; the resolution
+    variants of a data set count as one) as it is, the others ``exhaustive`` (make test-all runs them)."""
+    seen, params = set(), []
+    for path in paths:
+        stem = path.stem
+        family = (path.parent.name, stem.split("-")[0].split("_")[0], re.sub(r"-\d+px$", "", stem.split("_")[-1]))
+        params.append(pytest.param(path, id=config_id(path), marks=pytest.mark.exhaustive if family in seen else ()))
+        seen.add(family)
+    return params
 
 
 def toolbox_of(path: Path) -> str:

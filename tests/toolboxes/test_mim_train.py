@@ -121,7 +121,9 @@ def test_inferencer_runs_the_checkpoint_mim_train_wrote(run, checkpoint, request
         assert tuple(result.pred_sem_seg.data.shape) == (1, height, width)
 
 
-@pytest.mark.parametrize("run, checkpoint", [("mmdet_run", "epoch_2.pth"), ("mmseg_run", "iter_8.pth")])
+# the Mask R-CNN case under exhaustive: test_resume.py's mid-epoch resume of the same detector checks more (weights)
+@pytest.mark.parametrize("run, checkpoint", [pytest.param("mmdet_run", "epoch_2.pth", marks=pytest.mark.exhaustive),
+                                             ("mmseg_run", "iter_8.pth")])
 def test_mim_train_resume_continues_iterations_and_loss(run, checkpoint, request):
     run = request.getfixturevalue(run)
     # one more epoch / 4 more iterations, from the work dir's last checkpoint, without validating again

@@ -10,7 +10,8 @@ import torch
 import torch.nn as nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from _openmmlab import MMPRETRAIN_CONFIGS, MMPRETRAIN_VIM2, REPO, config_id, config_strings, load, succeeded
+from _openmmlab import (MMPRETRAIN_CONFIGS, MMPRETRAIN_VIM2, REPO, config_strings, load, one_per_config_family,
+                       succeeded)
 from ssm_plugins.data.openmmlab_tiny import (logged_runs, mim, mmdet_tiny_options, mmpretrain_tiny_options,
                                              mmseg_tiny_options)
 
@@ -34,7 +35,7 @@ def _built(model_cfg: str):
         return MODELS.build(ConfigDict(eval(model_cfg)))  # noqa: S307 (our own repr of a config dict)
 
 
-@pytest.mark.parametrize("path", MMPRETRAIN_CONFIGS, ids=config_id)
+@pytest.mark.parametrize("path", one_per_config_family(MMPRETRAIN_CONFIGS))
 def test_config_is_offline_and_its_pipelines_build(path):
     """Parses with its _base_ chain, imports only our adapter, references no URL, names a registered model (or
     backbone), and every pipeline step builds."""
@@ -58,7 +59,7 @@ def test_config_is_offline_and_its_pipelines_build(path):
 
 
 @pytest.mark.slow  # full-size models (up to 157M parameters): 102 configs in 2-7 min on 2 cores
-@pytest.mark.parametrize("path", MMPRETRAIN_CONFIGS, ids=config_id)
+@pytest.mark.parametrize("path", one_per_config_family(MMPRETRAIN_CONFIGS))
 def test_config_builds_model_and_optimizer(path):
     """The model builds at its paper size and the configured optimiser (constructor, paramwise_cfg) covers every
     trainable parameter exactly once."""

@@ -178,13 +178,20 @@ def test_config_builds_and_predicts_at_an_odd_size(path):
 # one config per backbone family at the papers' input size: 1333x800 (COCO 1x) and 512x512 (ADE20K crop)
 
 
-@pytest.mark.slow  # about 10-14 s each on 2 cores
-@pytest.mark.parametrize("path", [p for p in ONE_X if p.name.startswith(("mask-rcnn_vim2-t_", "mask-rcnn_viqs-t_",
-                                                                            "mask-rcnn_swin"))], ids=config_id)
+def _vim2_t_first(paths):
+    """make test: the ViM2-T config (the sizes are the point; test_config_builds_and_predicts_at_an_odd_size builds
+    every family); make test-all: the others too."""
+    return [pytest.param(p, id=config_id(p), marks=() if "_vim2-t_" in p.name else pytest.mark.exhaustive)
+            for p in paths]
+
+
+@pytest.mark.slow  # about 10-25 s each on 2 cores
+@pytest.mark.parametrize("path", _vim2_t_first([p for p in ONE_X if p.name.startswith(
+    ("mask-rcnn_vim2-t_", "mask-rcnn_viqs-t_", "mask-rcnn_swin"))]))
 def test_detector_predicts_at_coco_size(path):
     _predict(path, build(path)[1], (800, 1333))
 
 
-@pytest.mark.parametrize("path", [p for p in MMSEG_CONFIGS if "-s_" not in p.name], ids=config_id)
+@pytest.mark.parametrize("path", _vim2_t_first([p for p in MMSEG_CONFIGS if "-s_" not in p.name]))
 def test_segmentor_predicts_at_ade20k_crop_size(path):
     _predict(path, build(path)[1], (512, 512))

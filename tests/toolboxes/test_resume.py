@@ -59,6 +59,7 @@ def _adamw_steps(path: Path) -> set:
     return {float(s["step"]) for s in state.values()}
 
 
+@pytest.mark.exhaustive  # make test: the Mask R-CNN case (same hook, more random streams)
 def test_mmpretrain_resumed_mid_epoch_ends_with_the_uninterrupted_weights(tmp_path):
     from ssm_plugins.data.imagenet_digits import imagenet_digits
 

@@ -392,6 +392,7 @@ def test_sdr_survives_a_thread_count_toggle():
 
 @pytest.mark.parametrize("recipe", ["mambamixer", "qsmixer", "essm", "myo"])
 def test_dynamic_mixing_is_on_by_default(recipe):
-    """SpeechBrain's WSJ0Mix recipes and the DPMamba-M protocol of Table 11 remix every epoch; the flag turns it off."""
+    """SpeechBrain's WSJ0Mix recipes and the DPMamba-M protocol of Table 11 (MambaMixer, arXiv 2403.19888 v2) remix
+    every epoch; the flag turns it off."""
     text = (RECIPE / "hparams" / f"{recipe}.yaml").read_text(encoding="utf-8")
     assert re.search(r"^dynamic_mixing: True$", text, re.M)

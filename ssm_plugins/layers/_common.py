@@ -12,7 +12,7 @@ import torch.nn as nn
 from ..ops._validate import traced_int
 
 __all__ = ["is_positive_int", "positive_int", "probability", "choice", "shape_or_type", "drop_path", "DropPath",
-           "MIXER_NORMS", "make_mixer_norm"]
+           "MIXER_NORMS", "make_mixer_norm", "check_tokens"]
 
 
 # ---- argument checks -------------------------------------------------------------------------------------------
@@ -88,3 +88,13 @@ def make_mixer_norm(norm: str, dim: int) -> nn.Module:
     """The MambaMixer-family norm over the last dimension: "layernorm" or "rmsnorm", both with eps 1e-6."""
     choice("norm", norm, MIXER_NORMS)
     return nn.LayerNorm(dim, eps=1e-6) if norm == "layernorm" else nn.RMSNorm(dim, eps=1e-6)
+
+
+def check_tokens(name: str, x, dim: int, num_tokens=None, why: str = "") -> None:
+    """x must be a (batch, L, dim) tensor with L >= 1 (and L == num_tokens when given; ``why`` says where that
+    count comes from); otherwise a ValueError naming ``name``."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != dim or x.shape[1] < 1:
+        shape = shape_or_type(x)
+        raise ValueError(f"{name} must have shape (batch, L, dim={dim}) with L >= 1, got {shape}")
+    if num_tokens is not None and x.shape[1] != num_tokens:
+        raise ValueError(f"{name} must have L = {num_tokens} tokens{why}, got shape {tuple(x.shape)}")

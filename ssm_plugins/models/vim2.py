@@ -42,8 +42,9 @@ from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from .. import ops
 from ..layers._common import drop_path, make_mixer_norm
-from ..layers.mambamixer import (ConvTokenInteraction, ForwardBackwardChannelMixer, MultiResolutionConvGate,
-                                 SelectiveChannelMixer, SelectiveTokenMixer, SpatialPriorModule, SwitchOfScans)
+from ..layers.mambamixer import ForwardBackwardChannelMixer, SelectiveChannelMixer, SelectiveTokenMixer
+from ..layers.multires_conv import ConvTokenInteraction, MultiResolutionConvGate, SpatialPriorModule
+from ..layers.switch_of_scans import SwitchOfScans
 from ._common import check_image, local_weights_cfg, new_head, no_weight_decay_names
 
 __all__ = ["VisionMambaMixer", "VisionTokenMixer", "VisionMixerBlock"]

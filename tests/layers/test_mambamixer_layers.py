@@ -5,10 +5,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ssm_plugins.layers.mambamixer import (SCAN_NAMES, MambaMixerBlock, MixerStack, QSMixerBlock,
-                                           SelectiveChannelMixer, SelectiveTokenMixer, SwitchOfScans,
-                                           TimeVariateMixerBlock, gather_tokens, scan_orders,
-                                           ConvTokenInteraction, MultiResolutionConvGate, SpatialPriorModule)
+from ssm_plugins.layers.mambamixer import (MambaMixerBlock, MixerStack, QSMixerBlock, SelectiveChannelMixer,
+                                           SelectiveTokenMixer, TimeVariateMixerBlock)
+from ssm_plugins.layers.multires_conv import ConvTokenInteraction, MultiResolutionConvGate, SpatialPriorModule
+from ssm_plugins.layers.switch_of_scans import SCAN_NAMES, SwitchOfScans, gather_tokens, scan_orders
 from ssm_plugins.ops import reference
 
 DIM, TOKENS, BATCH = 8, 7, 2  # odd token count on purpose
@@ -524,7 +524,7 @@ def test_scan_order_cache_holds_real_cpu_tensors_whoever_fills_it():
     torch.compile) must not leave tensors there that break the next eager call."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from ssm_plugins.layers.mambamixer import scan_orders
+    from ssm_plugins.layers.switch_of_scans import scan_orders
 
     with torch.device("meta"):
         orders, inverses = scan_orders(3, 13, (2, 7))

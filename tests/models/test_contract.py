@@ -282,13 +282,13 @@ def test_bad_input_raises_value_error(name):
 def test_training_after_an_inference_mode_forward(name):
     """Nothing an inference_mode forward caches (trees, scan orders, kernels) may hold inference tensors: a later
     forward at the same size under autograd would fail to save them for backward (timm's FX tests do this)."""
-    from ssm_plugins.layers import mambamixer
+    from ssm_plugins.layers import switch_of_scans
     from ssm_plugins.ops import myo as myo_ops
 
     # empty, so this test's inference_mode call fills them (an earlier test's normal tensors would hide the bug)
     for cache in (myo_ops._kary_tree, myo_ops._quadtree):
         cache.cache_clear()
-    mambamixer._INDEX_CACHE.clear()
+    switch_of_scans._INDEX_CACHE.clear()
     model = _create(name)
     x = _input(model, family(name).sizes[0], batch=2)
     with torch.inference_mode():

@@ -9,8 +9,8 @@ import timm
 import torch
 
 import ssm_plugins  # noqa: F401  (registers the models)
-from ssm_plugins.layers.mambamixer import (SCAN_NAMES, SCAN_SETS, ForwardBackwardChannelMixer, SwitchOfScans,
-                                           resolve_scans, scan_orders)
+from ssm_plugins.layers.mambamixer import ForwardBackwardChannelMixer
+from ssm_plugins.layers.switch_of_scans import SCAN_NAMES, SCAN_SETS, SwitchOfScans, resolve_scans, scan_orders
 from ssm_plugins.models.vim2 import checkpoint_filter_fn
 
 TINY = dict(img_size=64, embed_dim=32, depth=4, n_interactions=2, spm_inplanes=8, headdim=16, d_state=4,

@@ -112,7 +112,7 @@ def test_config_changes_one_thing_against_its_base(path):
 
 
 def test_derived_configs_hold_what_they_name():
-    from ssm_plugins.layers.mambamixer import SCAN_SETS
+    from ssm_plugins.layers.switch_of_scans import SCAN_SETS
 
     from mmengine.config import ConfigDict
 

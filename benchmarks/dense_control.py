@@ -46,8 +46,8 @@ FAMILIES: Dict[str, tuple] = {
     "ViM2": ("ViM2", CPU_PLAIN_MIXER, MMDET_VIM2, MMSEG_VIM2),
     "ViQS": ("ViQS", CPU_PLAIN_MIXER, REPO / "configs_mmdet/viqs/mask-rcnn_viqs-t_fpn_1x_coco.py",
              REPO / "configs_mmseg/viqs/upernet_viqs-t_4xb4-160k_ade20k-512x512.py"),
-    "SwinSSM2D": ("SwinSSM2D", {}, REPO / "configs_mmdet/swin_ssm2d/mask-rcnn_swin-t-p4-w7-ssm2d_fpn_1x_coco.py",
-                  REPO / "configs_mmseg/swin_ssm2d/upernet_swin-t-p4-w7-ssm2d_4xb4-160k_ade20k-512x512.py"),
+    "SwinSSM2D": ("SwinSSM2D", {}, REPO / "configs_mmdet/ssm2d/mask-rcnn_swin-t-p4-w7-ssm2d_fpn_1x_coco.py",
+                  REPO / "configs_mmseg/ssm2d/upernet_swin-t-p4-w7-ssm2d_4xb4-160k_ade20k-512x512.py"),
     "ESSM2D": ("ESSM2D", {}, None, None),
     "MyoNet": ("MyoNet", {}, None, None),
 }

@@ -20,12 +20,12 @@ PAPER = [
     ("configs_mmdet/vim2/mask-rcnn_vim2-s_fpn_1x_coco.py", 80),
     ("configs_mmdet/viqs/mask-rcnn_viqs-t_fpn_1x_coco.py", 40),
     ("configs_mmdet/viqs/mask-rcnn_viqs-s_fpn_1x_coco.py", 68),
-    ("configs_mmdet/swin_ssm2d/mask-rcnn_swin-t-p4-w7-ssm2d_fpn_1x_coco.py", None),
+    ("configs_mmdet/ssm2d/mask-rcnn_swin-t-p4-w7-ssm2d_fpn_1x_coco.py", None),
     ("configs_mmseg/vim2/upernet_vim2-t_4xb4-160k_ade20k-512x512.py", 51),
     ("configs_mmseg/vim2/upernet_vim2-s_4xb4-160k_ade20k-512x512.py", 74),
     ("configs_mmseg/viqs/upernet_viqs-t_4xb4-160k_ade20k-512x512.py", 51),
     ("configs_mmseg/viqs/upernet_viqs-s_4xb4-160k_ade20k-512x512.py", 68),
-    ("configs_mmseg/swin_ssm2d/upernet_swin-t-p4-w7-ssm2d_4xb4-160k_ade20k-512x512.py", None),
+    ("configs_mmseg/ssm2d/upernet_swin-t-p4-w7-ssm2d_4xb4-160k_ade20k-512x512.py", None),
 ]
 
 

@@ -21,8 +21,8 @@ The hparams contract (keys this module reads; the recipe READMEs repeat it):
                      any torch LRScheduler, or timm.scheduler.CosineLRScheduler (``step_update`` per step)
     lr_scheduler_interval   "epoch" or "step"
     mask_padding     True: padded steps are zeroed before every SSM convolution and excluded from the mean pool
-                     (essm.md A19); False: masked in the pool only (the official code); ignored when the batch has
-                     no padding (images)
+                     (docs/essm.md, 'Padding mask'); False: masked in the pool only (the official code); ignored
+                     when the batch has no padding (images)
     compute_cost     !name: loss f(log_probs (B, C), labels (B,)), e.g. speechbrain.nnet.losses.nll_loss
     error_stats      !name:speechbrain.utils.metric_stats.MetricStats (metric: classification_error)
     epoch_counter, checkpointer, train_logger   SpeechBrain's own

@@ -24,7 +24,7 @@ import ssm_plugins  # noqa: F401  (registers the models)
 from _contract import assert_checkpoint_round_trip, assert_grad_checkpointing_is_exact
 
 # Not image classifiers, each with its own contract tests: the TSM2/TSQS forecasters ((B, L, M) -> (B, H, M);
-# tests/recipes_forecasting/test_tsm2_models.py) and Myo's token-id ListOps model (tests/models/test_myo_sequence.py).
+# tests/models/test_tsm2_models.py) and Myo's token-id ListOps model (tests/models/test_myo_sequence.py).
 NOT_IMAGE_MODELS = {'tsm2', 'tsqs', 'myo_listops'}
 MODELS = sorted(n for n in timm.list_models()
                 if timm.models.model_entrypoint(n).__module__.startswith('ssm_plugins.') and n not in NOT_IMAGE_MODELS)

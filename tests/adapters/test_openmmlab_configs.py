@@ -6,7 +6,8 @@ import re
 import pytest
 import torch
 
-from _openmmlab import MMDET_CONFIGS, MMSEG_CONFIGS, build, config_id, config_strings, load, toolbox_of
+from _openmmlab import (CONFIG_ALIASES, MMDET_CONFIGS, MMSEG_CONFIGS, REPO, build, config_id, config_strings,
+                        is_alias, load, toolbox_of)
 
 pytest.importorskip("mmdet")
 pytest.importorskip("mmseg")
@@ -24,13 +25,27 @@ def test_every_model_has_its_three_configs():
                 f"upernet_{model}_4xb4-160k_ade20k-512x512.py"} <= names, model
 
 
+def test_every_config_folder_is_named_after_its_family():
+    """One folder name per family across configs_mmpretrain, configs_mmdet and configs_mmseg (ssm2d, vim2, ...)."""
+    pretrain = {p.name for p in (REPO / "configs_mmpretrain").iterdir() if p.is_dir() and p.name != "_base_"}
+    assert {p.parent.name for p in ALL_CONFIGS} <= pretrain
+
+
+@pytest.mark.parametrize("path", CONFIG_ALIASES, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_a_moved_configs_former_path_loads_the_same_config(path):
+    (base,) = re.findall(r"^_base_ = \['(.+)'\]$", path.read_text(), flags=re.M)
+    target = (path.parent / base).resolve()
+    assert target.parent.name == "ssm2d" and target.name == path.name and not is_alias(target)
+    assert load(path).to_dict() == load(target).to_dict()
+
+
 @pytest.mark.parametrize("path", ALL_CONFIGS, ids=config_id)
 def test_config_is_offline_and_loads_its_adapter(path):
     cfg = load(path)
     urls = [(key, value) for key, value in config_strings(cfg.to_dict()) if "://" in value]
     assert urls == [], f"downloadable references left in {path.name}: {urls}"
     assert cfg.custom_imports == dict(imports=[f"ssm_plugins.{toolbox_of(path)}"], allow_failed_imports=False)
-    assert dict(type="RandomStateHook") in cfg.custom_hooks  # exact --resume (tests/toolboxes/test_resume.py)
+    assert dict(type="RandomStateHook") in cfg.custom_hooks  # exact --resume (tests/adapters/test_resume.py)
     assert cfg.load_from is None
     init = cfg.model.backbone.init_cfg
     assert init["type"] == "Pretrained" and init["checkpoint"].startswith("checkpoints/")

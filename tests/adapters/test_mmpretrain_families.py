@@ -1,7 +1,7 @@
 """configs_mmpretrain/{vim2,viqs,essm,myo} and the Table 13 configs of configs_mmdet/{vim2,viqs}: every derived config
 changes exactly the one thing its comment names against the config it inherits; and the eSSM and Myo ImageNet
 configs train end to end through the real ``mim train mmpretrain`` command line on the embedded imagenet_digits
-(a checkpoint written, accuracy logged). That every config builds its model is tests/toolboxes' generic config test.
+(a checkpoint written, accuracy logged). That every config builds its model is tests/adapters' generic config test.
 """
 import ast
 import functools

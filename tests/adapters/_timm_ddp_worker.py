@@ -1,6 +1,6 @@
-"""timm's DDP training loop on CPUs for tests/toolboxes/test_timm_ddp.py; run it under torchrun:
+"""timm's DDP training loop on CPUs for tests/adapters/test_timm_ddp.py; run it under torchrun:
 
-    torchrun --standalone --nproc_per_node 2 tests/toolboxes/_timm_ddp_worker.py --out DIR --data ROOT --models ...
+    torchrun --standalone --nproc_per_node 2 tests/adapters/_timm_ddp_worker.py --out DIR --data ROOT --models ...
 
 Each model is built at its family's test size (``tests/models/test_contract.py``'s FAMILIES row) and trained for
 ``--steps`` steps of ``--global-batch`` images the way timm's ``train.py`` trains:

@@ -47,7 +47,7 @@ def test_config_is_offline_and_its_pipelines_build(path):
     urls = [(key, value) for key, value in config_strings(cfg.to_dict()) if "://" in value]
     assert urls == [], f"downloadable references left in {path.name}: {urls}"
     assert cfg.custom_imports == dict(imports=["ssm_plugins.mmpretrain"], allow_failed_imports=False)
-    assert dict(type="RandomStateHook") in cfg.custom_hooks  # exact --resume (tests/toolboxes/test_resume.py)
+    assert dict(type="RandomStateHook") in cfg.custom_hooks  # exact --resume (tests/adapters/test_resume.py)
     assert cfg.default_scope == "mmpretrain"
     init_default_scope(cfg.default_scope)
     assert MODELS.get(cfg.model.type) is not None, cfg.model.type

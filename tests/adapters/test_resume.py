@@ -7,7 +7,7 @@
 * MMDetection (Mask R-CNN ViM2-T, iteration-based, random flip): equal weights. Mask R-CNN draws from the torch
   RNG at every step (RPN anchor and RoI sampling) and the flip from NumPy's; mmengine checkpoints the seed, not the
   generators, so the configs add ``RandomStateHook`` (ssm_plugins.openmmlab), which saves them and restores them
-  after the loop's skip (its own tests, with the control without it: tests/toolboxes/test_random_state_hook.py).
+  after the loop's skip (its own tests, with the control without it: tests/adapters/test_random_state_hook.py).
 * SpeechBrain (separation recipe): the process is killed after an intra-epoch checkpoint (``--ckpt_interval_steps``)
   and started again with the same command: equal weights (SpeechBrain checkpoints the dataloader position; the
   recipe draws no random numbers without speed perturbation / dynamic mixing / random cuts).

@@ -239,6 +239,27 @@ def test_cosine_schedule_is_the_official_warmup_cosine_clamped_at_zero(tmp_path)
     np.testing.assert_allclose(factor(12345), hf, rtol=1e-9)
 
 
+@pytest.mark.parametrize("model_name, no_pos_embed, ssm_complex", [
+    ("mega_iso_lra_cifar10_ssm2d", True, True), ("mega_iso_lra_cifar10_ssm2d", False, False),
+    ("mega_iso_lra_cifar10", True, False)])
+def test_mega_iso_hparams_reach_table_3s_position_embedding_and_complex_rows(model_name, no_pos_embed, ssm_complex,
+                                                                              tmp_path):
+    """2-D SSM paper Table 3, CIFAR10 (Mega-ISO) columns: ``--no_pos_embed`` and ``--ssm_complex`` reach the model."""
+    from hyperpyyaml import load_hyperpyyaml
+
+    from ssm_plugins.layers import SSM2D
+
+    with open(ROOT / "LRA" / "hparams" / "mega_iso_image.yaml") as f:
+        values = load_hyperpyyaml(f, {"data_folder": str(tmp_path), "output_folder": str(tmp_path),
+                                      "model_name": model_name, "no_pos_embed": no_pos_embed,
+                                      "ssm_complex": ssm_complex})
+    model = values["model"]
+    assert (model.pos_embed is None) == no_pos_embed
+    ssm = [m for m in model.modules() if isinstance(m, SSM2D)]
+    assert len(ssm) == (8 if model_name.endswith("_ssm2d") else 0)  # one per Mega layer
+    assert all(m.complex == ssm_complex for m in ssm)
+
+
 @pytest.mark.parametrize("recipe,hparams", [p for p in HPARAMS if not hasattr(p, "values")])
 def test_hparams_match_the_paper_recipes_of_their_model(recipe, hparams, tmp_path):
     """Batch, epochs, the two learning rates, the SSM parameters at LR_other and the weight decay of every eSSM

@@ -1,4 +1,5 @@
 """Shared by the OpenMMLab config tests: where the configs are, and how to build one without weights."""
+import argparse
 import copy
 import functools
 import re
@@ -96,6 +97,21 @@ def build(path: Path):
     model = MODELS.build(cfg.model)
     model.init_weights()
     return cfg, model.eval()
+
+
+def built_model(toolbox: str, config: Path, options: list):
+    """The model that ``mim train <toolbox> config --cfg-options *options`` builds (mmengine's own option parser),
+    before ``init_weights``: what the runner builds, in this process."""
+    from mmengine.config import DictAction
+    from mmengine.registry import init_default_scope
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cfg-options", nargs="+", action=DictAction)
+    cfg = load(config)
+    cfg.merge_from_dict(parser.parse_args(["--cfg-options", *options]).cfg_options)
+    init_default_scope(cfg.default_scope)
+    registry = {"mmpretrain": "mmpretrain.registry", "mmdet": "mmdet.registry", "mmseg": "mmseg.registry"}[toolbox]
+    return __import__(registry, fromlist=["MODELS"]).MODELS.build(cfg.model)
 
 
 # ---- tiny multi-process / resume runs (test_distributed.py, test_resume.py) ---------------------------------------

@@ -17,7 +17,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import subprocess
@@ -27,9 +26,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from _openmmlab import (MMDET_VIM2, MMSEG_VIM2, REPO, checkpoint_state, deterministic_mmpretrain_config,
-                        max_abs_difference, succeeded, tiny_mask_rcnn_options, tiny_upernet_options,
-                        tiny_vim2_options)
+from _openmmlab import (MMDET_VIM2, MMSEG_VIM2, REPO, built_model, checkpoint_state,
+                        deterministic_mmpretrain_config, max_abs_difference, succeeded, tiny_mask_rcnn_options,
+                        tiny_upernet_options, tiny_vim2_options)
 from ssm_plugins.data.openmmlab_tiny import (cpu_distributed_options, logged_runs, mim, mmdet_tiny_options,
                                              mmpretrain_tiny_options, mmseg_tiny_options)
 
@@ -66,20 +65,6 @@ def _synchronised(work_dir: Path):
     names = set(names.split(", ")) - {"none"}
     assert int(count) == len(names)
     return int(processes), names
-
-
-def _built_model(toolbox: str, config: Path, options: list):
-    """The model that ``mim train`` builds from ``config`` and ``options`` (mmengine's own option parser)."""
-    from mmengine.config import Config, DictAction
-    from mmengine.registry import init_default_scope
-
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--cfg-options", nargs="+", action=DictAction)
-    cfg = Config.fromfile(str(config))
-    cfg.merge_from_dict(parser.parse_args(["--cfg-options", *options]).cfg_options)
-    init_default_scope(cfg.default_scope)
-    registry = {"mmpretrain": "mmpretrain.registry", "mmdet": "mmdet.registry", "mmseg": "mmseg.registry"}[toolbox]
-    return __import__(registry, fromlist=["MODELS"]).MODELS.build(cfg.model)
 
 
 def _batchnorm_names(model, kind=None):
@@ -186,7 +171,7 @@ def test_mmpretrain_two_processes_end_with_the_weights_of_one_process(mmpretrain
 @pytest.mark.slow
 def test_mmpretrain_sync_bn_converts_every_batchnorm_of_the_model(mmpretrain_runs):
     tmp, config, options = mmpretrain_runs
-    expected = _batchnorm_names(_built_model("mmpretrain", config, options))
+    expected = _batchnorm_names(built_model("mmpretrain", config, options))
     assert expected  # ViM2's conv branch and gate have BatchNorms
     assert _synchronised(tmp / "two") == (PROCESSES, expected)
     assert _synchronised(tmp / "two_no_sync_bn") == (PROCESSES, set())
@@ -349,7 +334,7 @@ def test_mim_train_two_processes_trains_evaluates_and_syncs_batchnorm(toolbox, c
     (val,) = [r for r in records if metric in r]
     assert 0.0 <= val[metric] <= (1.0 if toolbox == "mmdet" else 100.0)
     assert (tmp_path / checkpoint).exists()
-    model = _built_model(toolbox, config, opts)
+    model = built_model(toolbox, config, opts)
     # mmdet, sync_bn='torch': every BatchNorm (the backbone's conv branch, gate and pyramid); mmseg without it: the
     # SyncBN layers of UperNet's norm_cfg (its heads), which torch's SyncBatchNorm refuses to run on CPU tensors
     expected = _batchnorm_names(model) if sync_bn else _batchnorm_names(model, nn.SyncBatchNorm)

@@ -10,8 +10,8 @@ import torch
 import torch.nn as nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from _openmmlab import (MMPRETRAIN_CONFIGS, MMPRETRAIN_VIM2, REPO, config_strings, load, one_per_config_family,
-                       succeeded)
+from _openmmlab import (MMPRETRAIN_CONFIGS, MMPRETRAIN_VIM2, REPO, built_model, config_strings, load,
+                        one_per_config_family, succeeded)
 from ssm_plugins.data.openmmlab_tiny import (logged_runs, mim, mmdet_tiny_options, mmpretrain_tiny_options,
                                              mmseg_tiny_options)
 
@@ -194,29 +194,35 @@ def _backbone_small(prefix):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("toolbox", ["mmdet", "mmseg"])
-def test_classification_checkpoint_initialises_detector_and_segmentor(toolbox, classifier_checkpoint, tmp_path):
-    """The checkpoint `mim train mmpretrain` wrote loads as is through the dense configs' init_cfg: the log names
-    it, no backbone key is missing, and with lr 0 the detector's/segmentor's backbone keeps the classifier's weights
-    (except the token-grid weights, which are resampled to the detection/segmentation size)."""
+def test_classification_checkpoint_initialises_detector_and_segmentor(toolbox, classifier_checkpoint, monkeypatch):
+    """The checkpoint `mim train mmpretrain` wrote loads as is through the dense configs' init_cfg: the detector /
+    segmentor that ``mim train`` builds from the config and options, initialised as its runner does
+    (``model.init_weights()``), logs the file, misses no backbone key and holds the classifier's weights (except the
+    token-grid weights, which are resampled to the detection / segmentation size). In this process: a ``mim train``
+    of it repeats what tests/adapters/test_mim_train.py runs (the toolbox's command and runner)."""
     from ssm_plugins.data.ade_digits import ade_digits
     from ssm_plugins.data.coco_digits import coco_digits
+    from ssm_plugins.openmmlab import backbones
 
     if toolbox == "mmdet":
-        config, checkpoint_name = VIM2_DET, "epoch_1.pth"
+        config = VIM2_DET
         options = mmdet_tiny_options(coco_digits(), epochs=1, images=4, val_images=4, lr=0.0,
                                      pretrained=classifier_checkpoint) + ["model.neck.in_channels=[64,64,64,64]"]
     else:
-        config, checkpoint_name = VIM2_SEG, "iter_2.pth"
+        config = VIM2_SEG
         options = mmseg_tiny_options(ade_digits(), iters=2, val_images=4, lr=0.0, pretrained=classifier_checkpoint) + [
             "model.decode_head.in_channels=[64,64,64,64]", "model.auxiliary_head.in_channels=64"]
-    done = succeeded(mim("train", toolbox, config, tmp_path, options + _backbone_small("model.backbone")))
-    log = done.stdout + done.stderr
+    messages = []
+    monkeypatch.setattr(backbones, "print_log", lambda message, *args, **kwargs: messages.append(message))
+    model = built_model(toolbox, config, options + _backbone_small("model.backbone"))
+    model.init_weights()
+    log = "\n".join(messages)
     assert f"ViM2: loaded {classifier_checkpoint}" in log
     assert "ViM2: missing keys" not in log and "ViM2: unexpected keys" not in log
     assert "unused by the backbone" in log and "head.weight" in log  # the classifier head is set aside, and said so
 
     classifier = torch.load(classifier_checkpoint, map_location="cpu", weights_only=False)["state_dict"]
-    dense = torch.load(tmp_path / checkpoint_name, map_location="cpu", weights_only=False)["state_dict"]
+    dense = model.state_dict()
     same = resampled = 0
     for key, value in classifier.items():
         ours = dense.get(f"backbone.model.{key}")

@@ -22,11 +22,11 @@ repository's ``mega_tiny_patch16_224``: depth 12, dim 192, hidden / FFN 384, z 6
 ``mega_iso_lra_cifar10{,_ablate,_ssm2d}`` (Mega-ISO, Figure 4: Mega's LRA-Image model on the 32x32 grayscale
 pixels, BatchNorm and Mega's LRA classifier head).
 
-Options (timm kwargs): ``spatial_mixer``; ``ssm_d_state`` (N of whichever layer: EMA, 2-D SSM, S4ND; one
-``--ndim`` in code-v1), ``ssm_n_ssm`` (2-D SSM and S4ND), ``ssm_directions``, ``ssm_complex``,
-``ssm_complex_param``, ``ssm_layernorm``, ``ssm_fused`` (2-D SSM), ``mixer_kwargs`` (any other argument of the
-chosen layer), ``no_pos_embed`` (Table 3 ablation), ``rel_pos_bias``, ``attn_activation``. No pretrained weights
-exist; load a local checkpoint with ``pretrained=True, pretrained_cfg_overlay=dict(file=path)``.
+Options (timm kwargs): ``spatial_mixer``, ``mixer_kwargs`` and the spatial layer's ``ssm_*`` options, as the
+ViT / Swin models' (``ssm_<option>`` is the field ``<option>`` of ``ssm_plugins.layers.SpatialMixerOptions``, which
+declares the defaults and which layer takes which); ``no_pos_embed`` (Table 3 ablation), ``rel_pos_bias``,
+``attn_activation``. No pretrained weights exist; load a local checkpoint with ``pretrained=True,
+pretrained_cfg_overlay=dict(file=path)``.
 """
 from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
@@ -40,8 +40,9 @@ from timm.models._manipulate import checkpoint, checkpoint_seq
 
 from ._common import new_head, no_weight_decay_names
 from .ssm2d import CIFAR100_CFG, TINY_IMAGENET_CFG, check_ssm2d_input, ssm2d_cfg
-from ..layers._common import choice, positive_int
-from ..layers.mega import SPATIAL_MIXERS, BatchNormNHWC, MegaBlock, MovingAverageGatedAttention
+from ..layers._common import positive_int
+from ..layers.mega import BatchNormNHWC, MegaBlock, MovingAverageGatedAttention
+from ..layers.spatial_mixers import SpatialMixerOptions
 
 __all__ = ['VisionMega']
 
@@ -69,8 +70,9 @@ class VisionMega(nn.Module):
         img_size, patch_size, in_chans, num_classes: as timm's ViT. ``global_pool``: 'avg' (token mean) or ''.
         embed_dim, depth: width D and number of Mega layers.
         hidden_dim: value / gate dimension (hdim). ffn_hidden_dim: FFN width. zdim: Q/K dimension.
-        spatial_mixer: 'ema' | 'ssm2d' | 's4nd' | 'none' [D: 'ema', the original Mega].
-        ssm_*: the spatial layer's options (see the module docstring). mixer_kwargs: extra layer arguments.
+        spatial_mixer (in ``**kwargs``, with ``mixer_kwargs`` and the ``ssm_*`` options): 'ema' | 'ssm2d' | 's4nd' |
+            'none' [D: 'ema', the original Mega]; the options' defaults and which layer takes which:
+            :class:`~ssm_plugins.layers.SpatialMixerOptions`.
         attn_activation: 'laplace' [D] or 'softmax'. rel_pos_bias: Mega's relative position bias [D: True].
         no_pos_embed: drop the learned absolute position embedding (Table 3; docs/2d-ssm.md, 'Removing the
             positional encoding').
@@ -94,15 +96,6 @@ class VisionMega(nn.Module):
             hidden_dim: int = 384,
             ffn_hidden_dim: int = 384,
             zdim: int = 64,
-            spatial_mixer: str = 'ema',
-            ssm_d_state: int = 16,
-            ssm_n_ssm: int = 8,
-            ssm_directions: int = 4,
-            ssm_complex: bool = False,
-            ssm_complex_param: str = 'cartesian',
-            ssm_layernorm: bool = False,
-            ssm_fused: bool = True,
-            mixer_kwargs: Optional[Dict[str, Any]] = None,
             attn_activation: str = 'laplace',
             rel_pos_bias: bool = True,
             no_pos_embed: bool = False,
@@ -113,9 +106,12 @@ class VisionMega(nn.Module):
             drop_path_rate: float = 0.,
             device=None,
             dtype=None,
+            **kwargs,
     ):
         super().__init__()
-        choice('spatial_mixer', spatial_mixer, SPATIAL_MIXERS)
+        mixer = SpatialMixerOptions.pop_model_kwargs(kwargs, default_kind='ema')
+        if kwargs:
+            raise TypeError(f"VisionMega got unexpected keyword argument(s) {', '.join(sorted(kwargs))}")
         if global_pool not in ('avg', ''):
             raise ValueError(f"global_pool must be 'avg' or '', got {global_pool!r}")
         if norm_layer not in ('layernorm', 'batchnorm'):
@@ -130,7 +126,7 @@ class VisionMega(nn.Module):
         self.num_features = embed_dim  # forward_features' channels (timm); the pooled pre-logits: head_hidden_size
         self.head_hidden_size = head_hidden_dim or embed_dim
         self.output_fmt = 'NHWC'  # forward_features is channels-last tokens on the patch grid
-        self.spatial_mixer = spatial_mixer
+        self.spatial_mixer = mixer.kind
         norm = nn.LayerNorm if norm_layer == 'layernorm' else BatchNormNHWC
         self.grad_checkpointing = False
 
@@ -143,18 +139,10 @@ class VisionMega(nn.Module):
             self.pos_embed = nn.Parameter(torch.zeros(1, *grid, embed_dim, **dd))
             trunc_normal_(self.pos_embed, std=embed_dim ** -0.5)
 
-        mixer_args = dict(d_state=ssm_d_state, extra=mixer_kwargs)
-        if spatial_mixer in ('ssm2d', 's4nd'):
-            mixer_args['n_ssm'] = ssm_n_ssm
-        if spatial_mixer == 'ssm2d':
-            mixer_args.update(directions=ssm_directions, complex=ssm_complex, complex_param=ssm_complex_param,
-                              layernorm=ssm_layernorm, fused=ssm_fused)
-        if spatial_mixer == 'none':
-            mixer_args = dict(extra=mixer_kwargs)
         dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth, device='cpu')]
         self.blocks = nn.Sequential(*[
-            MegaBlock(embed_dim, zdim, hidden_dim, ffn_hidden_dim, spatial_mixer=spatial_mixer,
-                      mixer_kwargs=mixer_args, attn_activation=attn_activation,
+            MegaBlock(embed_dim, zdim, hidden_dim, ffn_hidden_dim, spatial_mixer=mixer,
+                      attn_activation=attn_activation,
                       max_positions=grid[0] * grid[1] if rel_pos_bias else None,
                       drop=drop_rate, attn_drop=attn_drop_rate, drop_path=dpr[i], norm_layer=norm, **dd)
             for i in range(depth)])

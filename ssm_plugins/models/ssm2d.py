@@ -15,14 +15,14 @@ The models subclass timm's ``VisionTransformer`` / ``Block`` and ``SwinTransform
 and reuse timm's builder, checkpoint filters and feature getter. The SSM kernels are global and
 resolution-free, so any input size divisible by the patch size works (position embeddings are resampled).
 
-Options for every model (timm kwargs): ``ssm_complex``, ``ssm_complex_param``, ``ssm_d_state``, ``ssm_n_ssm``,
-``ssm_directions``, ``ssm_layernorm``, ``ssm_fused`` and ``no_pos_embed`` (Table 3 ablation). No pretrained
-weights exist; load a local checkpoint with ``pretrained=True, pretrained_cfg_overlay=dict(file=path)``.
-
-``spatial_mixer`` selects the layer at the SSM's position, i.e. Table 1's comparison rows (paper App. F):
-``'ssm2d'`` (default, the paper's layer), ``'s4nd'`` ("w/ S4ND": ``ssm_d_state``, ``ssm_n_ssm``), ``'ema'`` (Mega's
-multi-head EMA on the row-major flattened tokens, "Swin w/ EMA": ``ssm_d_state`` is the EMA dimension) and
-``'none'`` (the plain ViT / Swin: "ViT", "Swin-reprod."); ``mixer_kwargs`` passes further layer arguments.
+Options for every model (timm kwargs): ``spatial_mixer`` selects the layer at the SSM's position, i.e. Table 1's
+comparison rows (paper App. F): ``'ssm2d'`` (default, the paper's layer), ``'s4nd'`` ("w/ S4ND"), ``'ema'``
+(Mega's multi-head EMA on the row-major flattened tokens, "Swin w/ EMA") and ``'none'`` (the plain ViT / Swin:
+"ViT", "Swin-reprod."); the layer's options ``ssm_d_state``, ``ssm_n_ssm``, ``ssm_directions``, ``ssm_complex``,
+``ssm_complex_param``, ``ssm_layernorm``, ``ssm_fused`` and ``mixer_kwargs`` (further layer arguments): their
+defaults and which kind takes which are those of ``ssm_plugins.layers.SpatialMixerOptions`` (``ssm_<option>``
+is its field ``<option>``). Also ``no_pos_embed`` (Table 3 ablation). No pretrained weights exist; load a local
+checkpoint with ``pretrained=True, pretrained_cfg_overlay=dict(file=path)``.
 """
 import math
 from functools import partial
@@ -41,45 +41,14 @@ from timm.models.vision_transformer import Block, VisionTransformer
 from timm.models.vision_transformer import checkpoint_filter_fn as vit_checkpoint_filter_fn
 
 from ._common import local_weights_cfg, no_weight_decay_names, stage_intermediates
-from ..layers._common import choice, shape_or_type
-from ..layers.mega import SPATIAL_MIXERS, make_spatial_mixer
+from ..layers._common import shape_or_type
+from ..layers.spatial_mixers import SpatialMixerOptions
 from ..layers.ssm2d import SSM2D
 
 __all__ = ['VisionTransformerSSM2D', 'SwinTransformerSSM2D', 'SSM2DBlock', 'SwinTransformerSSM2DBlock']
 
 CIFAR100_MEAN = (0.5071, 0.4865, 0.4409)
 CIFAR100_STD = (0.2673, 0.2564, 0.2762)
-
-
-def _ssm_layer(
-        ssm_d_state: int = 16,
-        ssm_n_ssm: int = 8,
-        ssm_directions: int = 4,
-        ssm_complex: bool = False,
-        ssm_complex_param: str = 'cartesian',
-        ssm_layernorm: bool = False,
-        ssm_fused: bool = True,
-        spatial_mixer: str = 'ssm2d',
-        mixer_kwargs: Optional[Dict[str, Any]] = None,
-        device=None,
-        dtype=None,
-):
-    """Spatial layer factory (dim -> module) for channels-last token grids, with the defaults of docs/2d-ssm.md,
-    'Defaults and parameter counts'.
-
-    ``spatial_mixer`` 'ssm2d' (every ``ssm_*`` option), 's4nd' (d_state, n_ssm), 'ema' (d_state) or 'none'.
-    """
-    choice('spatial_mixer', spatial_mixer, SPATIAL_MIXERS)
-    if spatial_mixer == 'ssm2d':
-        options = dict(d_state=ssm_d_state, n_ssm=ssm_n_ssm, directions=ssm_directions, complex=ssm_complex,
-                       complex_param=ssm_complex_param, layernorm=ssm_layernorm, fused=ssm_fused)
-    elif spatial_mixer == 's4nd':
-        options = dict(d_state=ssm_d_state, n_ssm=ssm_n_ssm)
-    elif spatial_mixer == 'ema':
-        options = dict(d_state=ssm_d_state)
-    else:
-        options = {}
-    return partial(make_spatial_mixer, spatial_mixer, extra=mixer_kwargs, device=device, dtype=dtype, **options)
 
 
 @torch.fx.wrap
@@ -158,24 +127,15 @@ class SSM2DBlock(Block):
 class VisionTransformerSSM2D(VisionTransformer):
     """ViT / DeiT with a 2-D SSM in every block (paper Sec. 5; docs/2d-ssm.md, 'Placement in the backbones').
 
-    Takes timm ``VisionTransformer`` kwargs plus the ``ssm_*`` options of :func:`_ssm_layer`, ``spatial_mixer``
-    ('ssm2d' | 's4nd' | 'ema' | 'none': Table 1's ViT rows), ``mixer_kwargs`` and ``no_pos_embed`` (drop the
-    learned absolute position embedding). ``dynamic_img_size`` defaults to True so any input size divisible by
+    Takes timm ``VisionTransformer`` kwargs plus ``spatial_mixer`` ('ssm2d' | 's4nd' | 'ema' | 'none': Table 1's
+    ViT rows), ``mixer_kwargs`` and the ``ssm_*`` options (:class:`~ssm_plugins.layers.SpatialMixerOptions`), and
+    ``no_pos_embed`` (drop the learned absolute position embedding). ``dynamic_img_size`` defaults to True so any input size divisible by
     the patch size is accepted.
     """
 
     def __init__(
             self,
             *args,
-            ssm_d_state: int = 16,
-            ssm_n_ssm: int = 8,
-            ssm_directions: int = 4,
-            ssm_complex: bool = False,
-            ssm_complex_param: str = 'cartesian',
-            ssm_layernorm: bool = False,
-            ssm_fused: bool = True,
-            spatial_mixer: str = 'ssm2d',
-            mixer_kwargs: Optional[Dict[str, Any]] = None,
             no_pos_embed: bool = False,
             **kwargs,
     ):
@@ -186,11 +146,10 @@ class VisionTransformerSSM2D(VisionTransformer):
         if no_pos_embed:
             kwargs['pos_embed'] = 'none'
         kwargs.setdefault('dynamic_img_size', True)
-        ssm_layer = _ssm_layer(
-            ssm_d_state, ssm_n_ssm, ssm_directions, ssm_complex, ssm_complex_param, ssm_layernorm, ssm_fused,
-            spatial_mixer, mixer_kwargs, device=kwargs.get('device'), dtype=kwargs.get('dtype'))
+        mixer = SpatialMixerOptions.pop_model_kwargs(kwargs, default_kind='ssm2d')
+        ssm_layer = partial(mixer.build, device=kwargs.get('device'), dtype=kwargs.get('dtype'))
         super().__init__(*args, block_fn=partial(SSM2DBlock, ssm_layer=ssm_layer), **kwargs)
-        self.spatial_mixer = spatial_mixer
+        self.spatial_mixer = mixer.kind
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
@@ -343,8 +302,9 @@ class SwinTransformerSSM2DBlock(SwinTransformerBlock):
 class SwinTransformerSSM2D(SwinTransformer):
     """Swin Transformer with a 2-D SSM in every block (paper Sec. 5; docs/2d-ssm.md, 'Placement in the backbones').
 
-    Takes timm ``SwinTransformer`` kwargs plus the ``ssm_*`` options, ``spatial_mixer`` ('ssm2d' | 's4nd' | 'ema'
-    | 'none': Table 1's Swin rows), ``mixer_kwargs``, ``abs_pos_embed`` (learned absolute
+    Takes timm ``SwinTransformer`` kwargs plus ``spatial_mixer`` ('ssm2d' | 's4nd' | 'ema' | 'none': Table 1's
+    Swin rows), ``mixer_kwargs`` and the ``ssm_*`` options (:class:`~ssm_plugins.layers.SpatialMixerOptions`),
+    ``abs_pos_embed`` (learned absolute
     position embedding added after the patch embedding, as in the small-dataset Swin of Lee et al.) and
     ``no_pos_embed`` (remove it; the relative position bias stays, docs/2d-ssm.md, 'Removing the positional
     encoding'). ``strict_img_size`` defaults to False so any input size divisible by the patch size is accepted.
@@ -353,29 +313,18 @@ class SwinTransformerSSM2D(SwinTransformer):
     def __init__(
             self,
             *args,
-            ssm_d_state: int = 16,
-            ssm_n_ssm: int = 8,
-            ssm_directions: int = 4,
-            ssm_complex: bool = False,
-            ssm_complex_param: str = 'cartesian',
-            ssm_layernorm: bool = False,
-            ssm_fused: bool = True,
-            spatial_mixer: str = 'ssm2d',
-            mixer_kwargs: Optional[Dict[str, Any]] = None,
             abs_pos_embed: bool = False,
             no_pos_embed: bool = False,
             **kwargs,
     ):
         kwargs.setdefault('strict_img_size', False)
         dd = {'device': kwargs.get('device'), 'dtype': kwargs.get('dtype')}
-        ssm_layer = _ssm_layer(
-            ssm_d_state, ssm_n_ssm, ssm_directions, ssm_complex, ssm_complex_param, ssm_layernorm, ssm_fused,
-            spatial_mixer, mixer_kwargs, **dd)  # checks spatial_mixer before anything is built
+        mixer = SpatialMixerOptions.pop_model_kwargs(kwargs, default_kind='ssm2d')  # checked before anything is built
         super().__init__(*args, **kwargs)
-        self.spatial_mixer = spatial_mixer
+        self.spatial_mixer = mixer.kind
         for stage in self.layers:
             for block in stage.blocks:
-                SwinTransformerSSM2DBlock.from_block(block, ssm_layer(block.dim))
+                SwinTransformerSSM2DBlock.from_block(block, mixer.build(block.dim, **dd))
 
         if abs_pos_embed and not no_pos_embed:
             grid = tuple(self.patch_embed.grid_size)

@@ -129,8 +129,8 @@ class VisionTransformerSSM2D(VisionTransformer):
 
     Takes timm ``VisionTransformer`` kwargs plus ``spatial_mixer`` ('ssm2d' | 's4nd' | 'ema' | 'none': Table 1's
     ViT rows), ``mixer_kwargs`` and the ``ssm_*`` options (:class:`~ssm_plugins.layers.SpatialMixerOptions`), and
-    ``no_pos_embed`` (drop the learned absolute position embedding). ``dynamic_img_size`` defaults to True so any input size divisible by
-    the patch size is accepted.
+    ``no_pos_embed`` (drop the learned absolute position embedding). ``dynamic_img_size`` defaults to True so any
+    input size divisible by the patch size is accepted.
     """
 
     def __init__(
@@ -304,8 +304,8 @@ class SwinTransformerSSM2D(SwinTransformer):
 
     Takes timm ``SwinTransformer`` kwargs plus ``spatial_mixer`` ('ssm2d' | 's4nd' | 'ema' | 'none': Table 1's
     Swin rows), ``mixer_kwargs`` and the ``ssm_*`` options (:class:`~ssm_plugins.layers.SpatialMixerOptions`),
-    ``abs_pos_embed`` (learned absolute
-    position embedding added after the patch embedding, as in the small-dataset Swin of Lee et al.) and
+    ``abs_pos_embed`` (learned absolute position embedding added after the patch embedding, as in the small-dataset
+    Swin of Lee et al.) and
     ``no_pos_embed`` (remove it; the relative position bias stays, docs/2d-ssm.md, 'Removing the positional
     encoding'). ``strict_img_size`` defaults to False so any input size divisible by the patch size is accepted.
     """

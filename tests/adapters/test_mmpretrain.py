@@ -12,8 +12,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from _openmmlab import (MMPRETRAIN_CONFIGS, MMPRETRAIN_VIM2, REPO, built_model, config_strings, load,
                         one_per_config_family, succeeded)
-from ssm_plugins.data.openmmlab_tiny import (logged_runs, mim, mmdet_tiny_options, mmpretrain_tiny_options,
-                                             mmseg_tiny_options)
+from ssm_plugins.data.openmmlab_tiny import (logged_runs, mmdet_tiny_options, mmpretrain_tiny_options,
+                                             mmseg_tiny_options, tools_train)
 
 pytest.importorskip("mmpretrain")
 pytest.importorskip("mmdet")
@@ -138,7 +138,7 @@ def classifier_checkpoint(tmp_path_factory):
 
     work_dir = tmp_path_factory.mktemp("mmpretrain_run")
     options = mmpretrain_tiny_options(imagenet_digits(), epochs=1, images=32, val_images=16, image_size=64)
-    succeeded(mim("train", "mmpretrain", VIM2_CLS, work_dir, options + [f"model.{k}={v}" for k, v in SMALL.items()]))
+    succeeded(tools_train("mmpretrain", VIM2_CLS, work_dir, options + [f"model.{k}={v}" for k, v in SMALL.items()]))
     (records,) = logged_runs(work_dir)
     (val,) = [r for r in records if "accuracy/top1" in r]
     assert 0.0 <= val["accuracy/top1"] <= 100.0

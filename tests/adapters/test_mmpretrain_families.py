@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from _openmmlab import REPO, config_id, load, succeeded
-from ssm_plugins.data.openmmlab_tiny import logged_runs, mim, mmpretrain_tiny_options
+from ssm_plugins.data.openmmlab_tiny import logged_runs, mmpretrain_tiny_options, tools_train
 
 pytest.importorskip("mmpretrain")
 
@@ -137,7 +137,7 @@ def test_derived_configs_hold_what_they_name():
             assert model.drop_path_rate == {"t": 0.1, "s": 0.3, "b": 0.4, "l": 0.5}[size], name
 
 
-# ---- end to end: mim train mmpretrain on imagenet_digits ----------------------------------------------------------
+# ---- end to end: the toolbox's train.py as mim train runs it, on imagenet_digits ------------------------------------
 
 RUNS = [REPO / "configs_mmpretrain" / "essm" / "essm-2d-tiny_8xb128_in1k.py",
         REPO / "configs_mmpretrain" / "myo" / "myonet-tiny_8xb128_in1k.py"]
@@ -145,14 +145,14 @@ RUNS = [REPO / "configs_mmpretrain" / "essm" / "essm-2d-tiny_8xb128_in1k.py",
 
 @pytest.mark.slow  # about a minute each on 2 busy cores
 @pytest.mark.parametrize("config", RUNS, ids=config_id)
-def test_mim_train_mmpretrain_writes_a_checkpoint_and_logs_accuracy(config, tmp_path):
+def test_training_writes_a_checkpoint_and_logs_accuracy(config, tmp_path):
     from ssm_plugins.data.imagenet_digits import imagenet_digits
 
     # 16 training images in batches of 8 at 64 px, one epoch, then top-1/top-5 on 20 val images; eSSM and Myo
     # have no size-dependent weights (no img_size argument)
     options = mmpretrain_tiny_options(imagenet_digits(), epochs=1, images=16, val_images=20,
                                       model_image_size=False)
-    succeeded(mim("train", "mmpretrain", config, tmp_path, options))
+    succeeded(tools_train("mmpretrain", config, tmp_path, options))
     (records,) = logged_runs(tmp_path)
     losses = [r["loss"] for r in records if "loss" in r]
     assert len(losses) == 2 and all(0 < loss < 10 for loss in losses), records

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from _openmmlab import REPO, load, succeeded
-from ssm_plugins.data.openmmlab_tiny import logged_runs, mim
+from ssm_plugins.data.openmmlab_tiny import logged_runs, tools_train
 
 pytest.importorskip("mmpretrain")
 
@@ -419,7 +419,7 @@ def test_generators_are_deterministic(cifar_root, tmp_path):
         assert (again / "cifar-100-python" / name).read_bytes() == (cifar_root / "cifar-100-python" / name).read_bytes()
 
 
-# ---- end to end: mim train mmpretrain -----------------------------------------------------------------------
+# ---- end to end: the toolbox's train.py as mim train runs it ------------------------------------------------
 
 
 def _loader_options(root, images, val_images, batch_size):
@@ -434,11 +434,11 @@ def _loader_options(root, images, val_images, batch_size):
 
 
 @pytest.mark.slow
-def test_mim_train_cifar100_ssm2d_config(cifar_root, tmp_path):
+def test_cifar100_ssm2d_config_trains(cifar_root, tmp_path):
     config = SSM2D_CONFIGS / "vit-ssm2d-r_1xb128_cifar100.py"
     # the config as it is (model, recipe, RandAugment, RepeatAugSampler, Mixup/CutMix) on 64 generated training
     # images (4 iterations of 16) and 100 test images
-    succeeded(mim("train", "mmpretrain", config, tmp_path, _loader_options(cifar_root, 64, 100, 16)))
+    succeeded(tools_train("mmpretrain", config, tmp_path, _loader_options(cifar_root, 64, 100, 16)))
     (records,) = logged_runs(tmp_path)
     losses = [r["loss"] for r in records if "loss" in r]
     assert len(losses) == 4 and all(np.isfinite(losses)) and 3.0 < losses[0] < 7.0  # ~ln(100) from scratch
@@ -450,10 +450,10 @@ def test_mim_train_cifar100_ssm2d_config(cifar_root, tmp_path):
 
 
 @pytest.mark.slow
-def test_mim_train_celeba_ssm2d_config(celeba_root, tmp_path):
+def test_celeba_ssm2d_config_trains(celeba_root, tmp_path):
     config = SSM2D_CONFIGS / "deit-tiny-ssm2d-r_8xb128_celeba-224px.py"
     # DeiT-T + 2-D SSM at 224 px as configured: 2 iterations of 2 images, validation on 4
-    succeeded(mim("train", "mmpretrain", config, tmp_path, _loader_options(celeba_root, 4, 4, 2)))
+    succeeded(tools_train("mmpretrain", config, tmp_path, _loader_options(celeba_root, 4, 4, 2)))
     (records,) = logged_runs(tmp_path)
     losses = [r["loss"] for r in records if "loss" in r]
     assert len(losses) == 2 and all(0.0 < loss < 2.0 for loss in losses)  # BCE of 40 attributes, ~ln 2 at start

@@ -27,9 +27,9 @@ import yaml
 
 from _openmmlab import (MMDET_VIM2, MMPRETRAIN_VIM2, REPO, checkpoint_state, derived_config, max_abs_difference,
                         succeeded, tiny_mask_rcnn_options, tiny_vim2_options)
-from ssm_plugins.data.openmmlab_tiny import logged_runs, mim, mmdet_tiny_options, mmpretrain_tiny_options
+from ssm_plugins.data.openmmlab_tiny import logged_runs, mmdet_tiny_options, mmpretrain_tiny_options, tools_train
 
-pytestmark = pytest.mark.slow  # 3 mim runs per toolbox, 3 recipe runs: about 3-4 minutes on 2 busy cores
+pytestmark = pytest.mark.slow  # 3 train.py runs per toolbox, 3 recipe runs: about 3-4 minutes on 2 busy cores
 
 
 def _iteration_based(options, max_iters):
@@ -43,10 +43,10 @@ def _stop_and_resume(toolbox, config, options, tmp):
     """Uninterrupted run of 8 iterations; a run stopped after iteration 4 (mid-epoch: 6 iterations per epoch) and
     resumed with ``--resume`` to 8. Returns (full dir, resumed dir)."""
     full, stopped = tmp / "full", tmp / "stopped"
-    succeeded(mim("train", toolbox, config, full, _iteration_based(options, 8)))
-    succeeded(mim("train", toolbox, config, stopped, _iteration_based(options, 4)))
+    succeeded(tools_train(toolbox, config, full, _iteration_based(options, 8)))
+    succeeded(tools_train(toolbox, config, stopped, _iteration_based(options, 4)))
     assert not (stopped / "iter_8.pth").exists()
-    done = succeeded(mim("train", toolbox, config, stopped, _iteration_based(options, 8), "--resume"))
+    done = succeeded(tools_train(toolbox, config, stopped, _iteration_based(options, 8), "--resume"))
     assert "Advance dataloader 4 steps to skip data that has already been trained" in done.stdout + done.stderr
     first, resumed = logged_runs(stopped)
     assert [r["iter"] for r in first if "loss" in r] == [1, 2, 3, 4]

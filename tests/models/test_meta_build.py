@@ -9,6 +9,10 @@ with every parameter on the meta device and the same parameters as timm's own ``
 """
 from __future__ import annotations
 
+import hashlib
+import json
+from pathlib import Path
+
 import pytest
 import timm
 import torch
@@ -68,3 +72,40 @@ def test_tree_builders_under_a_meta_default_device():
         assert tree.parent.device.type == "cpu" and torch.equal(tree.parent, reference.parent)
         assert torch.equal(tree.level, reference.level)
     assert built[2].parent.is_meta and built[2].level.is_meta
+
+
+# ---- checkpoints written before load after -----------------------------------------------------------------------
+
+LAYOUTS = Path(__file__).with_name("state_dict_layouts.json")
+# every model ssm_plugins registers, the sequence and forecasting ones too
+REGISTERED = sorted(n for n in timm.list_models()
+                    if timm.models.model_entrypoint(n).__module__.startswith("ssm_plugins."))
+
+
+def state_dict_digest(model) -> str:
+    """sha256 of the model's state_dict layout (every key with its shape and dtype, sorted): equal digests mean a
+    checkpoint of one loads into the other with strict=True."""
+    rows = sorted(f"{key} {tuple(value.shape)} {value.dtype}" for key, value in model.state_dict().items())
+    return hashlib.sha256("\n".join(rows).encode()).hexdigest()[:16]
+
+
+def test_every_model_has_a_recorded_state_dict_layout():
+    assert sorted(json.loads(LAYOUTS.read_text())) == REGISTERED
+
+
+@pytest.mark.parametrize("name", sweep(REGISTERED))
+def test_state_dict_layout_is_the_recorded_one(name):
+    """The registered full-size model has the state_dict keys, shapes and dtypes recorded in state_dict_layouts.json
+    (written by ``python tests/models/test_meta_build.py``, checked against the code before the refactor of
+    2026-12-02): a checkpoint written by an earlier version loads. A model that changes its layout on purpose
+    records the new digest and says so in its README (old checkpoints then need a checkpoint filter)."""
+    with torch.device("meta"):
+        model = timm.create_model(name)
+    assert state_dict_digest(model) == json.loads(LAYOUTS.read_text())[name]
+
+
+if __name__ == "__main__":  # record the layouts of the models as they are now
+    with torch.device("meta"):
+        layouts = {name: state_dict_digest(timm.create_model(name)) for name in REGISTERED}
+    LAYOUTS.write_text(json.dumps(layouts, indent=1, sort_keys=True) + "\n")
+    print(f"{LAYOUTS}: {len(layouts)} models")

@@ -20,7 +20,7 @@ import torch
 import ssm_plugins  # noqa: F401  (registers the models)
 from ssm_plugins.ops import myo as myo_ops
 from ssm_plugins.ops import myo_quadtree, myo_tree
-from test_contract import MODELS, family, sweep
+from test_contract import MODELS, REGISTERED, family, sweep
 
 
 def _layout(model):
@@ -77,9 +77,6 @@ def test_tree_builders_under_a_meta_default_device():
 # ---- checkpoints written before load after -----------------------------------------------------------------------
 
 LAYOUTS = Path(__file__).with_name("state_dict_layouts.json")
-# every model ssm_plugins registers, the sequence and forecasting ones too
-REGISTERED = sorted(n for n in timm.list_models()
-                    if timm.models.model_entrypoint(n).__module__.startswith("ssm_plugins."))
 
 
 def state_dict_digest(model) -> str:

@@ -15,7 +15,6 @@ Pure data: no toolbox is imported, so ``mim train`` gets these as plain strings:
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import json
 import statistics
@@ -222,25 +221,6 @@ def mim(command: str, toolbox: str, config: os.PathLike, work_dir: os.PathLike, 
     elif command == "train":
         cmd += ["--gpus", "0"]
     cmd += list(args) + ["--cfg-options", *options]
-    return subprocess.run(cmd, env=_with_this_checkout(), capture_output=True, text=True, timeout=timeout)
-
-
-def tools_train(toolbox: str, config: os.PathLike, work_dir: os.PathLike, options: List[str], *args: str,
-                timeout: float = 1800) -> subprocess.CompletedProcess:
-    """What ``mim train <toolbox> <config> --gpus 0 --work-dir <work_dir> [args] --cfg-options <options>`` runs, without
-    mim: the toolbox's own ``tools/train.py`` (the copy mim finds in ``<toolbox>/.mim/tools/``) with
-    ``--launcher none`` and the same arguments. Before it, mim runs that script with ``-h`` to see whether it takes
-    ``--gpus`` (the OpenMMLab 2.0 scripts do not): a second interpreter and toolbox import, 9 s on 2 cores. For runs
-    that are about our configs rather than about mim (tests/adapters/test_mim_train.py runs mim itself)."""
-    spec = importlib.util.find_spec(toolbox)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(f"toolbox must be an installed OpenMMLab package, got {toolbox!r}")
-    root = Path(list(spec.submodule_search_locations)[0])
-    script = next((p for p in (root / ".mim" / "tools" / "train.py", root / "tools" / "train.py") if p.exists()), None)
-    if script is None:
-        raise FileNotFoundError(f"{toolbox} has no tools/train.py under {root}/.mim or {root} (as mim looks for it)")
-    cmd = [sys.executable, str(script), str(config), "--launcher", "none", "--work-dir", str(work_dir), *args,
-           "--cfg-options", *options]
     return subprocess.run(cmd, env=_with_this_checkout(), capture_output=True, text=True, timeout=timeout)
 
 

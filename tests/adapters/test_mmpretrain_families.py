@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from _openmmlab import REPO, config_id, load, succeeded
-from ssm_plugins.data.openmmlab_tiny import logged_runs, mmpretrain_tiny_options, tools_train
+from _openmmlab import REPO, config_id, load, succeeded, tools_train
+from ssm_plugins.data.openmmlab_tiny import logged_runs, mmpretrain_tiny_options
 
 pytest.importorskip("mmpretrain")
 

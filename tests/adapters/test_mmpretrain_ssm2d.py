@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from _openmmlab import REPO, load, succeeded
-from ssm_plugins.data.openmmlab_tiny import logged_runs, tools_train
+from _openmmlab import REPO, load, succeeded, tools_train
+from ssm_plugins.data.openmmlab_tiny import logged_runs
 
 pytest.importorskip("mmpretrain")
 

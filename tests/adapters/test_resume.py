@@ -25,9 +25,10 @@ import pytest
 import torch
 import yaml
 
+import _forked
 from _openmmlab import (MMDET_VIM2, MMPRETRAIN_VIM2, REPO, checkpoint_state, derived_config, max_abs_difference,
-                        succeeded, tiny_mask_rcnn_options, tiny_vim2_options)
-from ssm_plugins.data.openmmlab_tiny import logged_runs, mmdet_tiny_options, mmpretrain_tiny_options, tools_train
+                        succeeded, tiny_mask_rcnn_options, tiny_vim2_options, tools_train)
+from ssm_plugins.data.openmmlab_tiny import logged_runs, mmdet_tiny_options, mmpretrain_tiny_options
 
 pytestmark = pytest.mark.slow  # 3 train.py runs per toolbox, 3 recipe runs: about 3-4 minutes on 2 busy cores
 
@@ -144,7 +145,7 @@ def mixtures(tmp_path_factory):
 
 def test_speechbrain_killed_after_an_intra_epoch_checkpoint_resumes_to_the_same_weights(mixtures, tmp_path):
     args, env = _recipe_command(mixtures, tmp_path / "full")
-    succeeded(subprocess.run(args, env=env, capture_output=True, text=True, timeout=900))
+    succeeded(_forked.run(args, env=env, timeout=900))
     (end_full,) = _checkpoints(tmp_path / "full", intra=False)
 
     output = tmp_path / "killed"
@@ -168,7 +169,7 @@ def test_speechbrain_killed_after_an_intra_epoch_checkpoint_resumes_to_the_same_
     stopped_at = yaml.safe_load((intra / "brain.ckpt").read_text())["step"]
     assert INTERVAL <= stopped_at < 32
 
-    succeeded(subprocess.run(args, env=env, capture_output=True, text=True, timeout=900))  # the same command again
+    succeeded(_forked.run(args, env=env, timeout=900))  # the same command again
     log = (output / "log.txt").read_text()
     assert f"Loading a checkpoint from {intra}" in log
     (end_resumed,) = _checkpoints(output, intra=False)

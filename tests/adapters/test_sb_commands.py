@@ -7,12 +7,13 @@ import csv
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+import _forked
 
 pytest.importorskip("speechbrain")
 
@@ -44,7 +45,7 @@ def _run_recipe(hparams, data, out, *overrides):
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     cmd = [sys.executable, "train.py", f"hparams/{hparams}", f"--data_folder={data}", f"--output_folder={out}",
            "--device=cpu", "--noprogressbar", *TINY, *overrides]
-    proc = subprocess.run(cmd, cwd=RECIPE, env=env, capture_output=True, text=True, timeout=600)
+    proc = _forked.run(cmd, cwd=RECIPE, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 

@@ -3,7 +3,6 @@ import csv
 import importlib.util
 import os
 import re
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -11,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
+import _forked
 
 pytest.importorskip("speechbrain")
 
@@ -233,7 +234,7 @@ def _run(recipe, data, output, *extra):
             *SMALL, *SMALL_PER_RECIPE[recipe], *extra]
     if "--dynamic_mixing" not in extra:  # the hparams default is on; fixed mixtures keep these runs comparable
         args += ["--dynamic_mixing", "False"]
-    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+    proc = _forked.run(args, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return _rows(Path(output) / "test_results.csv")
 

@@ -3,13 +3,14 @@ holds S5's settings for its task (docs/myosotis.md, 'S5 settings'; ``PAPER_RECIP
 model; one file of each recipe runs one batch of its (generated, official-format) data through the recipe's train.py
 in the default suite, the others are marked slow. The runs use the files' own full-size models."""
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import timm
 import torch
+
+import _forked
 
 pytest.importorskip("speechbrain")
 from hyperpyyaml import load_hyperpyyaml  # noqa: E402
@@ -89,8 +90,7 @@ def test_hparams_file_runs_one_batch_through_train_py(folder, name, data, tmp_pa
                "--noprogressbar", "--debug", "--debug_batches=1", "--debug_epochs=1", "--batch_size=2",
                "--num_workers=0"]
     env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
-    result = subprocess.run(command, cwd=ROOT / "recipes_sequence" / folder, capture_output=True, text=True,
-                            env=env, timeout=600)
+    result = _forked.run(command, cwd=ROOT / "recipes_sequence" / folder, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     stats = json.loads((out / "test_stats.json").read_text())
     params = sum(p.numel() for p in timm.create_model(name, device="meta").parameters())

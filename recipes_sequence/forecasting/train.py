@@ -16,7 +16,8 @@ same windows; ``--plot`` writes ``forecast_<dataset>.png`` (one test window); ``
 --dataset ETTh1`` writes a small generated file in the same format. The standard splits and the train-split
 StandardScaler are those of the Informer / Autoformer / PatchTST code (``ssm_plugins.data.timeseries``); windows of
 ``seq_len`` = 512 steps and stride 1 (App. H.4). Training minimises the MSE with Adam, anneals the learning rate
-with SpeechBrain's NewBob scheduler on the validation MSE, stops early (``EpochCounterWithStopper``) and tests the
+with SpeechBrain's NewBob scheduler on the validation MSE (``--lr_decay=every_epoch``: halved after every epoch, as
+the Informer-family code does), stops early (``EpochCounterWithStopper``) and tests the
 checkpoint with the lowest validation MSE. MSE and MAE are on the normalised test set (as in Table 10) and are
 written to ``<output_folder>/test_stats.json`` together with the naive "repeat the last value" forecast's.
 """
@@ -77,7 +78,11 @@ class ForecastBrain(sb.Brain):
             return
         stats = self.errors.summarize()
         if stage == sb.Stage.VALID:
-            old_lr, new_lr = self.hparams.lr_annealing(stats["mse"])
+            if getattr(self.hparams, "lr_decay", "plateau") == "every_epoch":  # lradj='type1' of the Informer / Autoformer / DLinear code
+                old_lr = self.optimizer.param_groups[0]["lr"]
+                new_lr = old_lr * 0.5
+            else:  # 'plateau': NewBob, halved when the validation MSE did not fall
+                old_lr, new_lr = self.hparams.lr_annealing(stats["mse"])
             sb.nnet.schedulers.update_learning_rate(self.optimizer, new_lr)
             self.hparams.epoch_counter.update_metric(stats["mse"])
             self.hparams.train_logger.log_stats(stats_meta={"epoch": epoch, "lr": old_lr},
@@ -169,6 +174,8 @@ def main(argv=None):
     fraction = hparams.get("train_fraction", 1.0)
     if not 0.0 < fraction <= 1.0:
         raise ValueError(f"train_fraction must be in (0, 1], got {fraction}")
+    if hparams.get("lr_decay", "plateau") not in ("plateau", "every_epoch"):
+        raise ValueError(f"lr_decay must be 'plateau' or 'every_epoch', got {hparams['lr_decay']!r}")
     if fraction < 1.0:  # each epoch a fresh random subset of the windows (all of them over the epochs)
         train_kwargs.pop("shuffle", None)
         train_kwargs["sampler"] = torch.utils.data.RandomSampler(

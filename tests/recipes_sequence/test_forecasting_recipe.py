@@ -54,7 +54,7 @@ def test_every_dataset_and_model_has_an_hparams_file():
 def _training_keys(name):
     """The keys that are not the model's, as (key, value) lines of an hparams file."""
     lines = (RECIPE / "hparams" / name).read_text().splitlines()
-    keys = ("number_of_epochs", "patience", "batch_size", "lr", "train_stride", "train_fraction", "seq_len", "seed",
+    keys = ("number_of_epochs", "patience", "batch_size", "lr", "lr_decay", "train_stride", "train_fraction", "seq_len", "seed",
             "dropout", "variate_mixer", "variate_selection",
             "embed_dim", "depth", "d_state", "headdim", "patch_len", "stride")
     return {line.split(":")[0]: line.split("#")[0].strip() for line in lines if line.split(":")[0] in keys}
@@ -81,6 +81,18 @@ def test_dlinear_control_short_run_beats_repeat_last_and_plots(recipe, data, tmp
     assert result["test"]["mse"] < 0.5 * result["repeat_last"]["mse"], result
     png = out / "forecast_ETTh1.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_lr_decay_every_epoch_halves_the_rate_after_each_epoch(recipe, data, tmp_path):
+    # the Informer / Autoformer / DLinear code's lradj='type1', which their published figures used
+    out = tmp_path / "halving"
+    _run(recipe, "dlinear_ETTh1.yaml", data, out, "--seq_len=96", "--horizon=48", "--train_stride=8",
+         "--train_fraction=1.0", "--number_of_epochs=3", "--patience=10", "--lr=0.004", "--lr_decay=every_epoch")
+    rates = [line.split(" - ")[0].split("lr: ")[1] for line in (out / "train_log.txt").read_text().splitlines()
+             if line.startswith("epoch")]
+    assert rates == ["4.00e-03", "2.00e-03", "1.00e-03"]
+    with pytest.raises(ValueError, match="lr_decay must be 'plateau' or 'every_epoch', got 'cosine'"):
+        _run(recipe, "dlinear_ETTh1.yaml", data, tmp_path / "bad", "--lr_decay=cosine")
 
 
 def test_short_run_beats_repeat_last_value_then_resumes(recipe, data, tmp_path):

@@ -85,7 +85,7 @@ def probe(checkpoint: Path, sizes: List[int], flatten: List[str], global_pool: s
 
     import ssm_plugins  # noqa: F401  (registers the models)
     from ssm_plugins.data.imagenet_digits import imagenet_digits
-    from ssm_plugins.data.openmmlab_tiny import CPU_PLAIN_MIXER
+    from ssm_plugins.openmmlab_tiny import CPU_PLAIN_MIXER
     from ssm_plugins.models import vim2
 
     state = _state(checkpoint)

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from ssm_plugins.data.openmmlab_tiny import CPU_PLAIN_MIXER
+from ssm_plugins.openmmlab_tiny import CPU_PLAIN_MIXER
 
 from ._common import table
 
@@ -88,7 +88,7 @@ def spec(name: str, toolbox: str, work_dir: Path, scale: float = 1.0):
     """(config path, --cfg-options) of one row."""
     from ssm_plugins.data.ade_digits import ade_digits
     from ssm_plugins.data.coco_digits import coco_digits
-    from ssm_plugins.data.openmmlab_tiny import mask_rcnn_width_options, mmdet_tiny_options, mmseg_tiny_options
+    from ssm_plugins.openmmlab_tiny import mask_rcnn_width_options, mmdet_tiny_options, mmseg_tiny_options
 
     kind, kwargs, mmdet_config, mmseg_config = FAMILIES[name]
     channels = out_channels(name)
@@ -111,7 +111,7 @@ def spec(name: str, toolbox: str, work_dir: Path, scale: float = 1.0):
 
 
 def run(name: str, toolbox: str, work_dir: Path, scale: float = 1.0) -> dict:
-    from ssm_plugins.data.openmmlab_tiny import mim, summarise
+    from ssm_plugins.openmmlab_tiny import mim, summarise
 
     config, options = spec(name, toolbox, work_dir, scale)
     start = time.perf_counter()

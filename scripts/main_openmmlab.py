@@ -8,7 +8,7 @@
 (3. with ``--toolboxes mmpretrain mmdet mmseg``: ``mim train mmseg`` of the UperNet ViM2-T config from the same
    checkpoint on the ADE20K-format scenes.)
 
-The configs are the paper configs, shrunk by ``--cfg-options`` to a CPU run (``ssm_plugins.data.openmmlab_tiny``):
+The configs are the paper configs, shrunk by ``--cfg-options`` to a CPU run (``ssm_plugins.openmmlab_tiny``):
 a narrow ViM2 (width 64, 4 blocks, 2 interactions; same code paths as ViM2-T), small images, short schedules. Prints
 one JSON line per run: the training loss at the start and the end, the validation metrics (Accuracy top-1;
 CocoMetric bbox/segm mAP; IoUMetric mIoU) and the time. ``--no-pretrain`` runs the dense stages from scratch (the
@@ -28,7 +28,7 @@ from pathlib import Path
 from ssm_plugins.data.ade_digits import ade_digits
 from ssm_plugins.data.coco_digits import coco_digits
 from ssm_plugins.data.imagenet_digits import imagenet_digits
-from ssm_plugins.data.openmmlab_tiny import (CPU_PLAIN_MIXER, mask_rcnn_width_options, mim, mmdet_tiny_options,
+from ssm_plugins.openmmlab_tiny import (CPU_PLAIN_MIXER, mask_rcnn_width_options, mim, mmdet_tiny_options,
                                              mmpretrain_tiny_options, mmseg_tiny_options, summarise)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,7 +41,7 @@ def _kwargs(prefix: str) -> list:
     return [f"{prefix}.{key}={value}" for key, value in BACKBONE.items()]
 
 
-# Mask R-CNN's neck and heads at 64 channels (ssm_plugins.data.openmmlab_tiny.mask_rcnn_width_options)
+# Mask R-CNN's neck and heads at 64 channels (ssm_plugins.openmmlab_tiny.mask_rcnn_width_options)
 MASK_RCNN_WIDTH = mask_rcnn_width_options(WIDTH)
 
 

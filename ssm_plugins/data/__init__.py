@@ -20,9 +20,8 @@ Generators of embedded data, in the official on-disk formats, written on first u
 - Speech: ``mixtures.generate_mixtures`` (two-source mixtures in the wsj0-2mix layout) and ``keywords`` (a Speech
   Commands-layout keyword set).
 
-Each generator module is also a CLI (``python -m ssm_plugins.data.<name> --out DIR``). Not data:
-``openmmlab_tiny`` holds the ``--cfg-options`` that turn a paper config into a seconds-long CPU run on that data
-(plain strings, no toolbox import; the tests and the OpenMMLab main job use them).
+Each generator module is also a CLI (``python -m ssm_plugins.data.<name> --out DIR``). The ``--cfg-options`` that
+turn a paper config into a seconds-long CPU run on that data are ``ssm_plugins.openmmlab_tiny``.
 """
 from ._scenes import DATA_ENV, DIGIT_NAMES, data_home
 from .digits import digits_split

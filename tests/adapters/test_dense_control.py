@@ -67,7 +67,7 @@ def test_chain_transfer_groups_name_the_grid_dependent_weights(tmp_path):
     import timm
 
     from benchmarks import chain_transfer
-    from ssm_plugins.data.openmmlab_tiny import CPU_PLAIN_MIXER
+    from ssm_plugins.openmmlab_tiny import CPU_PLAIN_MIXER
 
     state = timm.create_model("vim2_t", num_classes=10, img_size=64, **CPU_PLAIN_MIXER).state_dict()
     matched = {g: sorted(k for k in state if match(k)) for g, match in chain_transfer.GROUPS.items()}

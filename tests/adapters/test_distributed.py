@@ -29,7 +29,7 @@ import torch
 from _openmmlab import (MMDET_VIM2, MMSEG_VIM2, REPO, built_model, checkpoint_state, deterministic_mmpretrain_config,
                         max_abs_difference, succeeded, tiny_mask_rcnn_options, tiny_upernet_options, tiny_vim2_options,
                         tools_train)
-from ssm_plugins.data.openmmlab_tiny import (cpu_distributed_options, logged_runs, mim, mmdet_tiny_options,
+from ssm_plugins.openmmlab_tiny import (cpu_distributed_options, logged_runs, mim, mmdet_tiny_options,
                                              mmpretrain_tiny_options, mmseg_tiny_options)
 
 pytest.importorskip("mmpretrain")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from _openmmlab import REPO, succeeded
-from ssm_plugins.data.openmmlab_tiny import logged_runs, mim, mmdet_tiny_options, mmseg_tiny_options
+from ssm_plugins.openmmlab_tiny import logged_runs, mim, mmdet_tiny_options, mmseg_tiny_options
 
 pytest.importorskip("mmdet")
 pytest.importorskip("mmseg")

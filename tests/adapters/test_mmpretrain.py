@@ -12,7 +12,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from _openmmlab import (MMPRETRAIN_CONFIGS, MMPRETRAIN_VIM2, REPO, built_model, config_strings, load,
                         one_per_config_family, succeeded, tools_train)
-from ssm_plugins.data.openmmlab_tiny import (logged_runs, mmdet_tiny_options, mmpretrain_tiny_options,
+from ssm_plugins.openmmlab_tiny import (logged_runs, mmdet_tiny_options, mmpretrain_tiny_options,
                                              mmseg_tiny_options)
 
 pytest.importorskip("mmpretrain")

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from _openmmlab import REPO, config_id, load, succeeded, tools_train
-from ssm_plugins.data.openmmlab_tiny import logged_runs, mmpretrain_tiny_options
+from ssm_plugins.openmmlab_tiny import logged_runs, mmpretrain_tiny_options
 
 pytest.importorskip("mmpretrain")
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from _openmmlab import REPO, load, succeeded, tools_train
-from ssm_plugins.data.openmmlab_tiny import logged_runs
+from ssm_plugins.openmmlab_tiny import logged_runs
 
 pytest.importorskip("mmpretrain")
 

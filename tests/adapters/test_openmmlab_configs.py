@@ -39,6 +39,15 @@ def test_a_moved_configs_former_path_loads_the_same_config(path):
     assert load(path).to_dict() == load(target).to_dict()
 
 
+def test_the_run_options_former_module_path_imports_the_same_functions():
+    import ssm_plugins.data.openmmlab_tiny as former
+    import ssm_plugins.openmmlab_tiny as tiny
+
+    public = [name for name in vars(tiny) if not name.startswith("_") and callable(getattr(tiny, name))]
+    assert {"mmdet_tiny_options", "mmseg_tiny_options", "mmpretrain_tiny_options", "mim"} <= set(public)
+    assert all(getattr(former, name) is getattr(tiny, name) for name in public)
+
+
 @pytest.mark.parametrize("path", ALL_CONFIGS, ids=config_id)
 def test_config_is_offline_and_loads_its_adapter(path):
     cfg = load(path)

@@ -28,7 +28,7 @@ import yaml
 import _forked
 from _openmmlab import (MMDET_VIM2, MMPRETRAIN_VIM2, REPO, checkpoint_state, derived_config, max_abs_difference,
                         succeeded, tiny_mask_rcnn_options, tiny_vim2_options, tools_train)
-from ssm_plugins.data.openmmlab_tiny import logged_runs, mmdet_tiny_options, mmpretrain_tiny_options
+from ssm_plugins.openmmlab_tiny import logged_runs, mmdet_tiny_options, mmpretrain_tiny_options
 
 pytestmark = pytest.mark.slow  # 3 train.py runs per toolbox, 3 recipe runs: about 3-4 minutes on 2 busy cores
 

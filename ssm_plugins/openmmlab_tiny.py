@@ -67,7 +67,7 @@ def mmpretrain_tiny_options(data_root: os.PathLike, epochs: int = 1, images: Opt
     (the config's 10 warm-up epochs would outlast a short run, so the default is a constant ``lr``). A constant lr
     left the main job's ViM2 classifier at 52-59 % top-1 after 6 epochs; this schedule at lr 3e-3 gives 75.0 %
     (2026-11-29), as scripts/main.py's timm recipe found for vim2_t."""
-    from .imagenet_digits import CLASSES
+    from .data.imagenet_digits import CLASSES
 
     classes = "[" + ",".join(CLASSES) + "]"
     options = []
@@ -227,7 +227,7 @@ def mim(command: str, toolbox: str, config: os.PathLike, work_dir: os.PathLike, 
 def _with_this_checkout() -> Dict[str, str]:
     """This process's environment with this checkout of ssm_plugins first on PYTHONPATH (the configs'
     custom_imports import it in the launched process)."""
-    package_root = str(Path(__file__).resolve().parents[2])
+    package_root = str(Path(__file__).resolve().parents[1])
     return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
 
 

@@ -78,7 +78,8 @@ class ForecastBrain(sb.Brain):
             return
         stats = self.errors.summarize()
         if stage == sb.Stage.VALID:
-            if getattr(self.hparams, "lr_decay", "plateau") == "every_epoch":  # lradj='type1' of the Informer / Autoformer / DLinear code
+            # every_epoch: lradj='type1' of the Informer / Autoformer / DLinear code
+            if getattr(self.hparams, "lr_decay", "plateau") == "every_epoch":
                 old_lr = self.optimizer.param_groups[0]["lr"]
                 new_lr = old_lr * 0.5
             else:  # 'plateau': NewBob, halved when the validation MSE did not fall

@@ -79,7 +79,7 @@ class ForecastBrain(sb.Brain):
         stats = self.errors.summarize()
         if stage == sb.Stage.VALID:
             # every_epoch: lradj='type1' of the Informer / Autoformer / DLinear code
-            if getattr(self.hparams, "lr_decay", "plateau") == "every_epoch":
+            if self.hparams.lr_decay == "every_epoch":
                 old_lr = self.optimizer.param_groups[0]["lr"]
                 new_lr = old_lr * 0.5
             else:  # 'plateau': NewBob, halved when the validation MSE did not fall
@@ -157,6 +157,8 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     argv = ["--plot=True" if a == "--plot" else a for a in argv]  # a bare flag for the hparams key
     hparams, run_opts = experiment(argv)
+    if hparams.setdefault("lr_decay", "plateau") not in ("plateau", "every_epoch"):  # before any data is read
+        raise ValueError(f"lr_decay must be 'plateau' or 'every_epoch', got {hparams['lr_decay']!r}")
     datasets = dataio_prep(hparams)
     columns = datasets.pop("columns")
     scaler = datasets.pop("scaler")
@@ -175,8 +177,6 @@ def main(argv=None):
     fraction = hparams.get("train_fraction", 1.0)
     if not 0.0 < fraction <= 1.0:
         raise ValueError(f"train_fraction must be in (0, 1], got {fraction}")
-    if hparams.get("lr_decay", "plateau") not in ("plateau", "every_epoch"):
-        raise ValueError(f"lr_decay must be 'plateau' or 'every_epoch', got {hparams['lr_decay']!r}")
     if fraction < 1.0:  # each epoch a fresh random subset of the windows (all of them over the epochs)
         train_kwargs.pop("shuffle", None)
         train_kwargs["sampler"] = torch.utils.data.RandomSampler(

@@ -93,6 +93,11 @@ def _trunc_normal(*shape: int) -> torch.Tensor:
     return nn.init.trunc_normal_(torch.empty(*shape, dtype=torch.float64), 0.0, 1.0, -2.0, 2.0)
 
 
+def log_uniform_log_dt(*shape: int, dt_min: float, dt_max: float) -> torch.Tensor:
+    """log Δ drawn log-uniform on [dt_min, dt_max] (App. B.3), float64 on the CPU (the global generator)."""
+    return torch.rand(*shape, dtype=torch.float64) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)
+
+
 def essm_layer_param_count(d_model: int, d_state: int, n_heads: int, glu: str = "half_glu1",
                            norm: bool = True) -> int:
     """docs/essm.md, 'Parameter counts': 2N (Λ) + N (log Δ) + NH/S (B) + MN/S (C) + M (D) + [S>1](M²+M)
@@ -209,11 +214,21 @@ class ESSM(nn.Module):
         self.B = nn.Parameter(torch.empty(S, n, h, **dd))
         self.C = nn.Parameter(torch.empty(S, h, n, **dd))
         self.D = nn.Parameter(torch.empty(S, h, **dd))
-        self.head_mixer = nn.Linear(d_model, d_model, **dd) if n_heads > 1 else None
-        self.gate = nn.Linear(d_model, d_model, **dd) if glu in ("half_glu1", "half_glu2", "full_glu") else None
-        self.out = nn.Linear(d_model, d_model, **dd) if glu == "full_glu" else None
-        self.drop = nn.Dropout(dropout)
+        self._init_mixing(n_heads, dropout, dd)
         self.reset_parameters()
+
+    def _init_mixing(self, n_heads: int, dropout: float, dd: dict) -> None:
+        """The layers after the core (App. E.1): head mixer (S > 1), gate (and ``out``) for ``self.glu``, dropout."""
+        width = self.d_model
+        self.head_mixer = nn.Linear(width, width, **dd) if n_heads > 1 else None
+        self.gate = nn.Linear(width, width, **dd) if self.glu in ("half_glu1", "half_glu2", "full_glu") else None
+        self.out = nn.Linear(width, width, **dd) if self.glu == "full_glu" else None
+        self.drop = nn.Dropout(dropout)
+
+    def _reset_mixing(self) -> None:
+        for linear in (self.head_mixer, self.gate, self.out):
+            if linear is not None:
+                linear.reset_parameters()
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -230,15 +245,12 @@ class ESSM(nn.Module):
             C = (C0 @ V).real  # (S, m, n)
         else:
             C = _trunc_normal(S, h, n)
-        log_dt = torch.rand(S, n, dtype=torch.float64) * (math.log(self.dt_max) - math.log(self.dt_min)) \
-            + math.log(self.dt_min)
+        log_dt = log_uniform_log_dt(S, n, dt_min=self.dt_min, dt_max=self.dt_max)
         for param, value in ((self.Lambda_re, lam.real.expand(S, n)), (self.Lambda_im, lam.imag.expand(S, n)),
                              (self.log_dt, log_dt), (self.B, B.expand(S, n, h)), (self.C, C)):
             param.copy_(value.to(param.dtype))
         self.D.fill_(1.0)
-        for linear in (self.head_mixer, self.gate, self.out):
-            if linear is not None:
-                linear.reset_parameters()
+        self._reset_mixing()
 
     def extra_repr(self) -> str:
         return (f"{self.d_model}, d_state={self.d_state}, n_heads={self.n_heads}, "

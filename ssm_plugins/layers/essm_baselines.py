@@ -1,0 +1,144 @@
+"""The two recurrent baselines of the eSSM paper's efficiency ablation (arXiv 2402.15290, Sec. 5.8.1, Fig. 7).
+
+* :class:`VanillaRecurrentSSM` ('Vanilla'): the original MIMO SSM, a real dense A (N x N), computed step by step.
+* :class:`DiagonalRecurrentESSM` ('Diagonal'): the eSSM layer's diagonal Λ and parameters, computed step by step
+  instead of by the FFT convolution (causal only).
+
+'Diagonal + FFT' is :class:`ssm_plugins.layers.essm.ESSM` itself (``bidirectional=False`` for the same causal
+system). All three share ESSM's mixing after the core (gate / head mixer, ``glu``) and its forward; the paper does
+not describe how its Vanilla layer is parameterised (docs/essm.md, 'Efficiency baselines').
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn as nn
+
+from ..ops._backend import no_autocast
+from ..ops.reference.essm import essm_discretize
+from ._common import choice, positive_int, probability
+from .essm import ESSM, GLUS, _trunc_normal, hippo_legs_normal, log_uniform_log_dt
+
+__all__ = ["VanillaRecurrentSSM", "DiagonalRecurrentESSM"]
+
+
+def _accumulation_dtype(param: torch.Tensor) -> torch.dtype:
+    return torch.float64 if param.dtype == torch.float64 else torch.float32
+
+
+class DiagonalRecurrentESSM(ESSM):
+    """Fig. 7 'Diagonal': :class:`ESSM` (causal) with the core run as the recurrence of docs/essm.md,
+    'Recurrent mode', one time step after the other:
+
+        σ_t = e^{λΔ} ⊙ σ_{t-1} + g ⊙ (B u_t),   y_t = γ C Re(σ_t) + D ⊙ u_t.
+
+    Same parameters, initialisation and state_dict as ``ESSM(..., bidirectional=False)``; the same output.
+    """
+
+    def __init__(self, d_model: int, d_state: Optional[int] = None, n_heads: int = 1, **kwargs):
+        if kwargs.pop("bidirectional", False):
+            raise ValueError("DiagonalRecurrentESSM is causal: the recurrence has no bidirectional form")
+        super().__init__(d_model, d_state, n_heads, bidirectional=False, **kwargs)
+
+    def ssm(self, u: torch.Tensor, dt_scale: Optional[float] = None) -> torch.Tensor:
+        """(B, H, L) -> (B, H, L), heads concatenated, by the recurrence over t."""
+        batch, _, length = u.shape
+        S, n, h = self.n_heads, self.head_state, self.head_dim
+        acc = _accumulation_dtype(self.B)
+        with no_autocast(u.device.type):
+            g, z = essm_discretize(self.lambda_re.to(acc), self.Lambda_im.to(acc), self.log_dt.to(acc),
+                                   self._dt_scale(dt_scale), self.discretization, self.gbt_alpha)
+            u4 = u.to(acc).reshape(batch, S, h, length)
+            drive = g[None, :, :, None] * torch.einsum("snh,bshl->bsnl", self.B.to(acc), u4)  # g ⊙ B u_t
+            decay = torch.exp(z)
+            state = torch.zeros(batch, S, n, dtype=decay.dtype, device=u.device)
+            states = []
+            for drive_t in drive.unbind(-1):  # unbind: one O(L) backward, not a full-size zero grad per step
+                state = decay * state + drive_t
+                states.append(state.real)
+            gamma = 2.0 if self.conj_sym else 1.0
+            y = (gamma * torch.einsum("smn,bsnl->bsml", self.C.to(acc), torch.stack(states, -1))
+                 + self.D.to(acc)[None, :, :, None] * u4)
+        return y.reshape(batch, self.d_model, length).to(u.dtype)
+
+
+class VanillaRecurrentSSM(nn.Module):
+    """Fig. 7 'Vanilla': the real MIMO SSM x' = A x + B u, y = C x + D u with a dense A (N x N), one Δ per state,
+    ZOH-discretised and computed step by step: x_t = Ā x_{t-1} + B̄ u_t, y_t = C x_t + D ⊙ u_t (causal).
+
+    ZOH of x' = Δ ⊙ (A x + B u) (Δ per state row; for a diagonal A this is the eSSM layer's discretisation with
+    Im λ = 0): [[Ā, B̄], [0, I]] = exp([[diag(Δ) A, diag(Δ) B], [0, 0]]).
+
+    Initialisation (the eSSM paper's, before diagonalisation; docs/essm.md, 'Initialisation'): A = the HiPPO-LegS
+    normal part A^N (N x N; its eigenvalues -1/2 + iω are the diagonal layer's Λ with conj_sym=False), B and C
+    trunc-normal N(0, 1) in [-2, 2], D = 1, log Δ log-uniform on [dt_min, dt_max].
+
+    Parameters ``A`` (N, N), ``B`` (N, H), ``C`` (H, N), ``D`` (H,), ``log_dt`` (N,), and ESSM's mixing layers for
+    ``glu`` (one head: no head mixer). (B, L, H) -> (B, L, H), or (B, H, L) with ``channels_last=False``.
+    """
+
+    # the eSSM layer's input checks, padding mask and mixing after the core, shared as they are
+    forward = ESSM.forward
+    mix = ESSM.mix
+    _dt_scale = ESSM._dt_scale
+    _init_mixing = ESSM._init_mixing
+    _reset_mixing = ESSM._reset_mixing
+
+    def __init__(self, d_model: int, d_state: Optional[int] = None, dt_min: float = 1e-3, dt_max: float = 1e-1,
+                 glu: str = "half_glu1", dropout: float = 0.0, channels_last: bool = True, device=None, dtype=None):
+        super().__init__()
+        d_state = d_model if d_state is None else d_state
+        positive_int("d_model", d_model)
+        positive_int("d_state", d_state)
+        choice("glu", glu, GLUS)
+        probability("dropout", dropout)
+        dd = {"device": device, "dtype": dtype}
+        self.d_model, self.d_state = d_model, d_state
+        self.dt_min, self.dt_max = float(dt_min), float(dt_max)
+        self.dt_scale = 1.0
+        self.glu, self.pre_act, self.channels_last = glu, None, bool(channels_last)
+        self.A = nn.Parameter(torch.empty(d_state, d_state, **dd))
+        self.B = nn.Parameter(torch.empty(d_state, d_model, **dd))
+        self.C = nn.Parameter(torch.empty(d_model, d_state, **dd))
+        self.D = nn.Parameter(torch.empty(d_model, **dd))
+        self.log_dt = nn.Parameter(torch.empty(d_state, **dd))
+        self._init_mixing(1, dropout, dd)  # one head: no head mixer
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        N = self.d_state
+        log_dt = log_uniform_log_dt(N, dt_min=self.dt_min, dt_max=self.dt_max)
+        for param, value in ((self.A, hippo_legs_normal(N)), (self.B, _trunc_normal(N, self.d_model)),
+                             (self.C, _trunc_normal(self.d_model, N)), (self.log_dt, log_dt)):
+            param.copy_(value.to(param.dtype))
+        self.D.fill_(1.0)
+        self._reset_mixing()
+
+    def extra_repr(self) -> str:
+        return f"{self.d_model}, d_state={self.d_state}, glu={self.glu!r}, channels_last={self.channels_last}"
+
+    def discretize(self, dt_scale: Optional[float] = None):
+        """(Ā (N, N), B̄ (N, H)) by ZOH, one matrix exponential of the (N + H) square augmented system."""
+        N, H = self.d_state, self.d_model
+        acc = _accumulation_dtype(self.A)
+        dt = torch.exp(self.log_dt.to(acc)) * self._dt_scale(dt_scale)
+        top = torch.cat([dt[:, None] * self.A.to(acc), dt[:, None] * self.B.to(acc)], 1)
+        augmented = torch.linalg.matrix_exp(torch.cat([top, top.new_zeros(H, N + H)], 0))
+        return augmented[:N, :N], augmented[:N, N:]
+
+    def ssm(self, u: torch.Tensor, dt_scale: Optional[float] = None) -> torch.Tensor:
+        """(B, H, L) -> (B, H, L) by the dense recurrence over t."""
+        acc = _accumulation_dtype(self.A)
+        with no_autocast(u.device.type):
+            A_bar, B_bar = self.discretize(dt_scale)
+            x = u.to(acc)
+            drive = torch.einsum("nh,bhl->lbn", B_bar, x)  # B̄ u_t, time first
+            state = x.new_zeros(x.shape[0], self.d_state)
+            states = []
+            for drive_t in drive.unbind(0):
+                state = state @ A_bar.T + drive_t
+                states.append(state)
+            y = torch.einsum("mn,lbn->bml", self.C.to(acc), torch.stack(states)) + self.D.to(acc)[:, None] * x
+        return y.to(u.dtype)

@@ -1,0 +1,87 @@
+"""The eSSM paper's Fig. 7 baselines (ssm_plugins.layers.essm_baselines): Vanilla (dense A) and Diagonal, both
+recurrent, against each other, against the FFT eSSM layer and against a direct convolution."""
+import pytest
+import torch
+
+from ssm_plugins.layers.essm import ESSM, essm_layer_param_count
+from ssm_plugins.layers.essm_baselines import DiagonalRecurrentESSM, VanillaRecurrentSSM
+
+
+def _params(module):
+    return sum(p.numel() for p in module.parameters())
+
+
+@pytest.mark.parametrize("glu", ["half_glu1", "gelu"])
+def test_diagonal_recurrence_equals_the_fft_layer_with_the_same_parameters(glu):
+    torch.manual_seed(0)
+    fft = ESSM(8, d_state=6, n_heads=2, bidirectional=False, glu=glu)
+    with torch.no_grad():  # spread the modes so that the test sees decay and oscillation
+        fft.log_dt.uniform_(-3.0, 0.0)
+        fft.Lambda_re.uniform_(-1.0, -0.1)
+    recurrent = DiagonalRecurrentESSM(8, d_state=6, n_heads=2, glu=glu)
+    recurrent.load_state_dict(fft.state_dict())
+    x = torch.randn(3, 40, 8)
+    torch.testing.assert_close(recurrent(x), fft(x), rtol=1e-4, atol=1e-4)
+    assert _params(recurrent) == _params(fft) == essm_layer_param_count(8, 6, 2, glu, norm=False)
+
+
+def test_diagonal_recurrent_layer_is_causal_only():
+    with pytest.raises(ValueError, match="causal"):
+        DiagonalRecurrentESSM(4, bidirectional=True)
+
+
+def test_vanilla_with_a_diagonal_a_equals_the_diagonal_layer():
+    torch.manual_seed(0)
+    H, N = 6, 5
+    vanilla = VanillaRecurrentSSM(H, N, glu="half_glu1").double()
+    diagonal = DiagonalRecurrentESSM(H, N, conj_sym=False, glu="half_glu1").double()
+    a = -torch.linspace(0.2, 2.0, N, dtype=torch.float64)
+    with torch.no_grad():
+        vanilla.A.copy_(torch.diag(a))
+        vanilla.log_dt.uniform_(-2.0, 0.0)
+        diagonal.Lambda_re.copy_(a[None])
+        diagonal.Lambda_im.zero_()
+        diagonal.log_dt.copy_(vanilla.log_dt[None])
+        diagonal.B.copy_(vanilla.B[None])
+        diagonal.C.copy_(vanilla.C[None])
+        diagonal.D.copy_(vanilla.D[None])
+        diagonal.gate.load_state_dict(vanilla.gate.state_dict())
+    x = torch.randn(2, 30, H, dtype=torch.float64)
+    torch.testing.assert_close(vanilla(x), diagonal(x), rtol=1e-10, atol=1e-10)
+
+
+def test_vanilla_recurrence_equals_the_direct_convolution_with_its_powers_of_a():
+    torch.manual_seed(0)
+    layer = VanillaRecurrentSSM(4, 3, glu="gelu", channels_last=False).double()
+    with torch.no_grad():
+        layer.log_dt.fill_(-1.0)
+    u = torch.randn(2, 4, 12, dtype=torch.float64)
+    A_bar, B_bar = layer.discretize()
+    kernel = torch.stack([layer.C @ torch.linalg.matrix_power(A_bar, j) @ B_bar for j in range(12)])  # (L, M, H)
+    direct = torch.stack([sum(kernel[j] @ u[:, :, t - j].T for j in range(t + 1)).T for t in range(12)], -1)
+    torch.testing.assert_close(layer.ssm(u), direct + layer.D[:, None] * u, rtol=1e-10, atol=1e-10)
+    # ZOH of x' = Δ ⊙ (A x + B u) against its closed form Ā = exp(ΔA), B̄ = (ΔA)^-1 (Ā - I) ΔB
+    dA = torch.exp(layer.log_dt)[:, None] * layer.A
+    torch.testing.assert_close(A_bar, torch.linalg.matrix_exp(dA))
+    torch.testing.assert_close(B_bar, torch.linalg.solve(dA, A_bar - torch.eye(3, dtype=torch.float64))
+                               @ (torch.exp(layer.log_dt)[:, None] * layer.B))
+
+
+def test_parameter_counts_at_the_papers_fig7_size():
+    # H = M = N = 64, one head; without the gate the diagonal core is 2N + N + NH + MN + M = 8,448
+    vanilla = VanillaRecurrentSSM(64, 64, glu="gelu")
+    diagonal = DiagonalRecurrentESSM(64, 64, glu="gelu")
+    assert _params(vanilla) == 3 * 64 * 64 + 64 + 64 == 12_416
+    assert _params(diagonal) == _params(ESSM(64, 64, glu="gelu")) == 8_448
+    assert _params(VanillaRecurrentSSM(64, 64)) == 12_416 + 64 * 64 + 64  # + the gate
+
+
+def test_vanilla_is_initialised_from_hippo_and_is_stable():
+    layer = VanillaRecurrentSSM(8, 8)
+    eig = torch.linalg.eigvals(layer.A.double())
+    torch.testing.assert_close(eig.real, torch.full((8,), -0.5, dtype=torch.float64), rtol=0, atol=1e-6)
+    A_bar, _ = layer.discretize()
+    assert torch.linalg.eigvals(A_bar.double()).abs().max() < 1
+    assert torch.all(layer.D == 1)
+    y = layer(torch.randn(2, 16, 8))
+    assert y.shape == (2, 16, 8) and torch.isfinite(y).all()

@@ -19,9 +19,8 @@ from __future__ import annotations
 import torch
 
 import argparse
-import time
 
-from benchmarks._common import add_write_readme, readme_section, seconds, table
+from benchmarks._common import add_write_readme, cpu_seconds, readme_section, seconds, table
 from ssm_plugins.ops import _backend, qs_mix, reference, selective_scan
 
 N_STATE = 16
@@ -77,15 +76,6 @@ def _qs_scalar(t):
 CLOCK = {"name": "wall", "repeat": 3}  # set by main(): "wall" (median) or "cpu" (least process CPU time)
 
 
-def _cpu_seconds(fn, repeat):
-    times = []
-    for _ in range(repeat):
-        start = time.process_time()
-        fn()
-        times.append(time.process_time() - start)
-    return min(times)
-
-
 def _timed(fn, t, backward):
     """Median wall time (or least CPU time) of the repeats after a warm-up run; a warm-up slower than 2 s is
     the measurement (the slow Python-loop baselines at L = 3136 would otherwise take minutes)."""
@@ -99,7 +89,7 @@ def _timed(fn, t, backward):
     if first > 2.0:
         return first
     if CLOCK["name"] == "cpu":
-        return _cpu_seconds(call, CLOCK["repeat"])
+        return cpu_seconds(call, CLOCK["repeat"], warmup=0)
     return seconds(call, repeat=CLOCK["repeat"], warmup=0)
 
 

@@ -10,14 +10,13 @@ forward's own work; with more it sums the threads' time, spin-waits included).
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 
 import ssm_plugins  # noqa: F401  (registers our models when timm is imported)
 import timm
 
-from benchmarks._common import add_write_readme, readme_section, seconds, table
+from benchmarks._common import add_write_readme, readme_section, table, timer
 
 OURS = ("vim2_t", "viqs_t", "vim2_s", "deit_tiny_patch16_224_ssm2d", "deit_small_patch16_224_ssm2d",
         "swin_tiny_patch4_window7_224_ssm2d", "essm_2d_tiny", "myonet_tiny")
@@ -25,24 +24,11 @@ PEERS = ("deit_tiny_patch16_224", "deit_small_patch16_224", "swin_tiny_patch4_wi
 REFERENCE = "deit_small_patch16_224"
 
 
-def cpu_seconds(fn, repeat: int, warmup: int = 1) -> float:
-    """Least process CPU time of ``fn()`` over ``repeat`` runs after ``warmup`` runs."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        start = time.process_time()
-        fn()
-        times.append(time.process_time() - start)
-    return min(times)
-
-
 def images_per_second(name: str, batch: int, repeat: int, clock: str = "wall") -> float:
     model = timm.create_model(name).eval()
     x = torch.randn(batch, 3, 224, 224)
-    timer = cpu_seconds if clock == "cpu" else seconds
     with torch.no_grad():
-        return batch / timer(lambda: model(x), repeat=repeat, warmup=1)
+        return batch / timer(clock)(lambda: model(x), repeat=repeat, warmup=1)
 
 
 def main(argv=None):

@@ -16,15 +16,12 @@ import torch
 import torch.nn as nn
 
 from ..ops._backend import no_autocast
-from ..ops.reference.essm import essm_discretize
+from ..ops._validate import compute_dtype
+from ..ops.reference.essm import essm_recurrent
 from ._common import choice, positive_int, probability
 from .essm import ESSM, GLUS, _trunc_normal, hippo_legs_normal, log_uniform_log_dt
 
 __all__ = ["VanillaRecurrentSSM", "DiagonalRecurrentESSM"]
-
-
-def _accumulation_dtype(param: torch.Tensor) -> torch.dtype:
-    return torch.float64 if param.dtype == torch.float64 else torch.float32
 
 
 class DiagonalRecurrentESSM(ESSM):
@@ -42,25 +39,11 @@ class DiagonalRecurrentESSM(ESSM):
         super().__init__(d_model, d_state, n_heads, bidirectional=False, **kwargs)
 
     def ssm(self, u: torch.Tensor, dt_scale: Optional[float] = None) -> torch.Tensor:
-        """(B, H, L) -> (B, H, L), heads concatenated, by the recurrence over t."""
-        batch, _, length = u.shape
-        S, n, h = self.n_heads, self.head_state, self.head_dim
-        acc = _accumulation_dtype(self.B)
+        """(B, H, L) -> (B, H, L), heads concatenated: the oracle's recurrent mode on this layer's parameters."""
         with no_autocast(u.device.type):
-            g, z = essm_discretize(self.lambda_re.to(acc), self.Lambda_im.to(acc), self.log_dt.to(acc),
-                                   self._dt_scale(dt_scale), self.discretization, self.gbt_alpha)
-            u4 = u.to(acc).reshape(batch, S, h, length)
-            drive = g[None, :, :, None] * torch.einsum("snh,bshl->bsnl", self.B.to(acc), u4)  # g ⊙ B u_t
-            decay = torch.exp(z)
-            state = torch.zeros(batch, S, n, dtype=decay.dtype, device=u.device)
-            states = []
-            for drive_t in drive.unbind(-1):  # unbind: one O(L) backward, not a full-size zero grad per step
-                state = decay * state + drive_t
-                states.append(state.real)
-            gamma = 2.0 if self.conj_sym else 1.0
-            y = (gamma * torch.einsum("smn,bsnl->bsml", self.C.to(acc), torch.stack(states, -1))
-                 + self.D.to(acc)[None, :, :, None] * u4)
-        return y.reshape(batch, self.d_model, length).to(u.dtype)
+            return essm_recurrent(u, self.lambda_re, self.Lambda_im, self.log_dt, self.B, self.C, self.D,
+                                  conj_sym=self.conj_sym, dt_scale=self._dt_scale(dt_scale),
+                                  discretization=self.discretization, gbt_alpha=self.gbt_alpha)
 
 
 class VanillaRecurrentSSM(nn.Module):
@@ -122,7 +105,7 @@ class VanillaRecurrentSSM(nn.Module):
     def discretize(self, dt_scale: Optional[float] = None):
         """(Ā (N, N), B̄ (N, H)) by ZOH, one matrix exponential of the (N + H) square augmented system."""
         N, H = self.d_state, self.d_model
-        acc = _accumulation_dtype(self.A)
+        acc = compute_dtype(self.A.dtype)
         dt = torch.exp(self.log_dt.to(acc)) * self._dt_scale(dt_scale)
         top = torch.cat([dt[:, None] * self.A.to(acc), dt[:, None] * self.B.to(acc)], 1)
         augmented = torch.linalg.matrix_exp(torch.cat([top, top.new_zeros(H, N + H)], 0))
@@ -130,7 +113,7 @@ class VanillaRecurrentSSM(nn.Module):
 
     def ssm(self, u: torch.Tensor, dt_scale: Optional[float] = None) -> torch.Tensor:
         """(B, H, L) -> (B, H, L) by the dense recurrence over t."""
-        acc = _accumulation_dtype(self.A)
+        acc = compute_dtype(self.A.dtype)
         with no_autocast(u.device.type):
             A_bar, B_bar = self.discretize(dt_scale)
             x = u.to(acc)

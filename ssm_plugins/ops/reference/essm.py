@@ -99,12 +99,12 @@ def essm_recurrent(u, lambda_re, lambda_im, log_dt, B, C, D=None, *, conj_sym=Tr
     g, z = essm_discretize(lambda_re, lambda_im, log_dt, dt_scale, discretization, gbt_alpha)
     decay = torch.exp(z)  # λ̄, (S, n)
     u4 = _split_heads(u_acc, B)
-    batch, heads, _, length = u4.shape
+    batch, heads = u4.shape[:2]
     v = torch.einsum("snh,bshl->bsnl", B, u4)
     sigma = torch.zeros(batch, heads, B.shape[1], dtype=g.dtype, device=u.device)
     states = []
-    for t in range(length):
-        sigma = decay * sigma + g * v[..., t]
+    for v_t in v.unbind(-1):  # unbind: one O(L) backward, not a full-size zero grad per step
+        sigma = decay * sigma + g * v_t
         states.append(sigma.real)
     x = torch.stack(states, dim=-1)
     return _project_out(x, u4, C, D, conj_sym).to(u.dtype)

@@ -23,7 +23,7 @@ import importlib.util
 import sys
 import warnings
 
-from .timm import _RegisterAfterExec
+from .timm import RegisterAfterExec
 
 _TORCHLIB = "onnxscript.function_libs.torch_lib.ops"  # importing it fills onnxscript's ATen registry
 _registered = False
@@ -59,7 +59,7 @@ def _register_complex_functions() -> None:
         importlib.import_module("._onnx_complex", __package__)
 
 
-class _RegisterAfterTorchlib(_RegisterAfterExec):
+class _RegisterAfterTorchlib(RegisterAfterExec):
     """Wraps torchlib's loader: runs it, then registers ours (the timm hook's loader, another callback)."""
 
     def exec_module(self, module):

@@ -25,7 +25,7 @@ from typing import Callable, Dict, Optional
 import torch
 
 from .ops import reference
-from .ops.reference.selective_scan import low_rank_delta
+from .ops.reference.selective_scan import scan_inputs
 from .ops.selective_scan import STATE_EVERY, saved_states
 
 __all__ = ["decompositions", "export_program", "export_onnx", "fold_weight_only"]
@@ -70,16 +70,8 @@ def _selective_scan_fwd(u, delta, A, B, C, D=None, z=None, delta_bias=None, delt
 
 def _scan_states(u, delta, A, B, C, D, z, delta_bias, delta_softplus, delta_proj):
     """The forward scan's output and its states after every step, (batch, dim, L, N)."""
-    acc = torch.float64 if u.dtype == torch.float64 else torch.float32
+    acc, x, dt, Bm, Cm = scan_inputs(u, delta, B, C, delta_bias, delta_softplus, delta_proj)
     batch, dim, length = u.shape
-    x = u.to(acc)
-    dt = delta.to(acc) if delta_proj is None else low_rank_delta(delta, delta_proj, acc)
-    if delta_bias is not None:
-        dt = dt + delta_bias.to(acc)[:, None]
-    if delta_softplus:
-        dt = torch.nn.functional.softplus(dt)
-    Bm = B.to(acc) if B.dim() == 4 else B.to(acc)[:, None]  # (batch, groups, N, L)
-    Cm = C.to(acc) if C.dim() == 4 else C.to(acc)[:, None]
     groups, n_state = Bm.shape[1], A.shape[1]
 
     def per_channel(m):  # (batch, groups, N, L) -> (batch, dim, L, N)
@@ -118,10 +110,10 @@ def _strict_scan(x, delta, A, B, C, hydra_shift):
 def _qs_mix_fwd(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias=None, dt_bias_rev=None,
                 dt_softplus=False, hydra_shift=False):
     """y = S_strict(x) + flip(S'_strict(flip x)) + γ ⊙ x, as ``ops.reference.qs_mix``."""
-    from .ops.reference.qs_mix import _prepare
+    from .ops.reference.qs_mix import prepare_inputs
 
-    xs, delta, A, B, C = _prepare(x, dt, A, B, C, dt_bias, dt_softplus)
-    _, delta_rev, A_rev, B_rev, C_rev = _prepare(x, dt_rev, A_rev, B_rev, C_rev, dt_bias_rev, dt_softplus)
+    xs, delta, A, B, C = prepare_inputs(x, dt, A, B, C, dt_bias, dt_softplus)
+    _, delta_rev, A_rev, B_rev, C_rev = prepare_inputs(x, dt_rev, A_rev, B_rev, C_rev, dt_bias_rev, dt_softplus)
     flip = lambda t: t.flip(1)  # noqa: E731  (reverses the sequence axis)
     lower = _strict_scan(xs, delta, A, B, C, hydra_shift)
     upper = flip(_strict_scan(flip(xs), flip(delta_rev), A_rev, flip(B_rev), flip(C_rev), hydra_shift))

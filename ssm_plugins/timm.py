@@ -18,7 +18,7 @@ def _register() -> None:
     importlib.import_module("ssm_plugins.models")
 
 
-class _RegisterAfterExec(importlib.abc.Loader):
+class RegisterAfterExec(importlib.abc.Loader):
     """Wraps timm's own loader: runs it, then registers our models."""
 
     def __init__(self, loader):
@@ -42,7 +42,7 @@ class _TimmImportHook(importlib.abc.MetaPathFinder):
         sys.meta_path.remove(self)  # one shot; also keeps the lookup below from finding this hook again
         spec = importlib.util.find_spec("timm")
         if spec is not None and spec.loader is not None:
-            spec.loader = _RegisterAfterExec(spec.loader)
+            spec.loader = RegisterAfterExec(spec.loader)
         return spec
 
 

@@ -184,3 +184,38 @@ def test_models_register_with_timm_in_either_import_order(order):
     out = _python(code)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["True", "True", "ssm_plugins.models"]
+
+
+def _private_imports():
+    """(file, line, module, name) of every ``from <one of our modules> import _name`` in the package where
+    ``_name`` is not a module: a private helper used outside the module that defines it."""
+    import ast
+
+    package = ROOT / "ssm_plugins"
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        here = parts[:-1]  # the package the file's relative imports start from
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                base = here[:len(here) - node.level + 1] + (node.module.split(".") if node.module else [])
+            elif node.module and node.module.split(".")[0] == "ssm_plugins":
+                base = node.module.split(".")
+            else:
+                continue
+            for alias in node.names:
+                name = alias.name
+                if not name.startswith("_") or name.startswith("__") or name == "_C":
+                    continue
+                target = ROOT.joinpath(*base, name)
+                if not (target.with_suffix(".py").exists() or (target / "__init__.py").exists()):
+                    found.append((str(path.relative_to(ROOT)), node.lineno, ".".join(base), name))
+    return found
+
+
+def test_no_module_imports_another_modules_private_names():
+    # shared helpers have one public home (layers/_common.py, models/_common.py, ...); importing a private module
+    # of the same package (ops._backend) is fine, a private name out of another module is not
+    assert _private_imports() == []

@@ -33,14 +33,14 @@ class Scene:
     masks: Tuple[np.ndarray, ...]  # (H, W) bool ink mask of each instance
 
 
-def _digit_bank():
+def digit_bank():
     from sklearn.datasets import load_digits  # ships the 1,797 8x8 digits; imported only when generating
 
     digits = load_digits()
     return digits.images.astype(np.float32) / 16.0, digits.target.astype(np.int64)
 
 
-def _upscale(glyph: np.ndarray, size: int) -> np.ndarray:
+def upscale(glyph: np.ndarray, size: int) -> np.ndarray:
     """Bilinear resize of an 8x8 glyph to size x size (numpy only, so generation needs no image library)."""
     src = (np.arange(size) + 0.5) * glyph.shape[0] / size - 0.5
     src = np.clip(src, 0, glyph.shape[0] - 1)
@@ -73,7 +73,7 @@ def make_scene(rng: np.random.Generator, glyphs: np.ndarray, targets: np.ndarray
         else:
             continue
         idx = int(rng.integers(len(targets)))
-        ink = _upscale(glyphs[idx], side)
+        ink = upscale(glyphs[idx], side)
         mask = ink > 0.35
         if mask.sum() < 16:
             continue
@@ -90,7 +90,7 @@ def make_scene(rng: np.random.Generator, glyphs: np.ndarray, targets: np.ndarray
 
 
 def scenes(n: int, seed: int, **kwargs) -> List[Scene]:
-    glyphs, targets = _digit_bank()
+    glyphs, targets = digit_bank()
     rng = np.random.default_rng(seed)
     return [make_scene(rng, glyphs, targets, **kwargs) for _ in range(n)]
 

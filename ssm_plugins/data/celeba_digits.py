@@ -23,7 +23,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from ._scenes import DIGIT_NAMES, _digit_bank, cli, generated
+from ._scenes import DIGIT_NAMES, cli, digit_bank, generated
 from .cifar_digits import paste_digit
 
 NAME = "celeba_digits"
@@ -149,7 +149,7 @@ def _render(s: Dict, rng: np.random.Generator, glyphs: np.ndarray, by_digit: Lis
 def _write(root: Path) -> None:
     from PIL import Image
 
-    glyphs, targets = _digit_bank()
+    glyphs, targets = digit_bank()
     by_digit = [np.flatnonzero(targets == digit) for digit in range(len(DIGIT_NAMES))]
     rng = np.random.default_rng(SEED)
     (root / "img_align_celeba").mkdir(parents=True)

@@ -32,7 +32,7 @@ from typing import Optional
 
 import numpy as np
 
-from ._scenes import DIGIT_NAMES, _digit_bank, _upscale, cli, generated
+from ._scenes import DIGIT_NAMES, cli, digit_bank, generated, upscale
 
 NAME = "cifar_digits"
 BASE_FOLDER = "cifar-100-python"  # the official archive's folder (MMPretrain's CIFAR100.base_folder)
@@ -77,7 +77,7 @@ def hue_rgb(hue_index: int, n_hues: int, rng: np.random.Generator, value: float 
 
 def paste_digit(image: np.ndarray, glyph: np.ndarray, y: int, x: int, side: int, rgb: np.ndarray) -> None:
     """Alpha-blend an 8x8 digit glyph, upscaled to ``side``, in colour ``rgb`` at (y, x) of a float image."""
-    ink = _upscale(glyph, side)[..., None]
+    ink = upscale(glyph, side)[..., None]
     patch = image[y:y + side, x:x + side]
     patch[:] = patch * (1 - ink) + rgb * ink
 
@@ -91,7 +91,7 @@ def _image(rng: np.random.Generator, glyph: np.ndarray, hue: int) -> np.ndarray:
 
 
 def _write(root: Path) -> None:
-    glyphs, targets = _digit_bank()
+    glyphs, targets = digit_bank()
     by_digit = [np.flatnonzero(targets == digit) for digit in range(len(DIGIT_NAMES))]
     folder = root / BASE_FOLDER
     folder.mkdir(parents=True)

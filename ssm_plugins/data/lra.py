@@ -357,10 +357,10 @@ def _write(root: Path) -> None:
     _write_imdb(root / "aclImdb", rng, {"train": 80, "test": 20})
     _write_pathfinder(root / "lra_release" / PATHFINDER_FOLDERS["pathfinder"], rng, 32, 200, 100)
     _write_pathfinder(root / "lra_release" / PATHFINDER_FOLDERS["pathx"], rng, 128, 20, 10)
-    from .seq_images import _digit_images, write_cifar10
+    from .seq_images import digit_images, write_cifar10
 
     write_cifar10(root / "cifar10" / "cifar-10-batches-py",
-                  {"train": _digit_images(20, 41, 32, colour=True), "test": _digit_images(5, 42, 32, colour=True)})
+                  {"train": digit_images(20, 41, 32, colour=True), "test": digit_images(5, 42, 32, colour=True)})
 
 
 def lra(root: Optional[os.PathLike] = None, overwrite: bool = False) -> Path:

@@ -33,7 +33,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ._scenes import _digit_bank, _upscale, cli, generated
+from ._scenes import cli, digit_bank, generated, upscale
 
 __all__ = ["MNIST_FILES", "CIFAR10_FOLDER", "ORDERS", "read_idx", "write_idx", "load_mnist", "load_cifar10",
            "pixel_order", "train_valid_split", "SequentialImages", "seq_images", "write_cifar10"]
@@ -247,9 +247,9 @@ class SequentialImages(torch.utils.data.Dataset):
 SIZES = {"train": (30, 31), "test": (10, 32)}  # split -> (images per class, seed)
 
 
-def _digit_images(per_class: int, seed: int, side: int, colour: bool) -> Tuple[np.ndarray, np.ndarray]:
+def digit_images(per_class: int, seed: int, side: int, colour: bool) -> Tuple[np.ndarray, np.ndarray]:
     """Upscaled scikit-learn digits on a noisy dark background: (N, side, side, 3 or 1) uint8, shuffled labels."""
-    glyphs, targets = _digit_bank()
+    glyphs, targets = digit_bank()
     rng = np.random.default_rng(seed)
     labels = rng.permutation(np.repeat(np.arange(10), per_class))
     images = np.empty((len(labels), side, side, 3 if colour else 1), dtype=np.uint8)
@@ -258,7 +258,7 @@ def _digit_images(per_class: int, seed: int, side: int, colour: bool) -> Tuple[n
         size = int(rng.integers(side * 5 // 8, side - 1))
         y, x = (int(v) for v in rng.integers(0, side - size + 1, size=2))
         ink = np.zeros((side, side), dtype=np.float32)
-        ink[y:y + size, x:x + size] = _upscale(glyph, size)
+        ink[y:y + size, x:x + size] = upscale(glyph, size)
         rgb = rng.uniform(150, 255, size=3 if colour else 1)
         back = rng.uniform(0, 60, size=3 if colour else 1) + rng.normal(0, 8, size=(side, side, 3 if colour else 1))
         images[i] = np.clip(back * (1 - ink[..., None]) + rgb * ink[..., None], 0, 255).round().astype(np.uint8)
@@ -290,11 +290,11 @@ def _write(root: Path) -> None:
     mnist.mkdir(parents=True)
     cifar = {}
     for split, (per_class, seed) in SIZES.items():
-        images, labels = _digit_images(per_class, seed, 28, colour=False)
+        images, labels = digit_images(per_class, seed, 28, colour=False)
         images_file, labels_file = MNIST_FILES[split]
         write_idx(mnist / f"{images_file}.gz", images[..., 0])  # as downloaded
         write_idx(mnist / f"{labels_file}.gz", labels)
-        cifar[split] = _digit_images(per_class, seed + 100, 32, colour=True)
+        cifar[split] = digit_images(per_class, seed + 100, 32, colour=True)
     write_cifar10(root / "cifar10" / CIFAR10_FOLDER, cifar)
 
 

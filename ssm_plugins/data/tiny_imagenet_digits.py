@@ -24,7 +24,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from ._scenes import DIGIT_NAMES, _digit_bank, cli, generated
+from ._scenes import DIGIT_NAMES, cli, digit_bank, generated
 from .cifar_digits import HUES, hue_rgb, paste_digit
 
 NAME = "tiny_imagenet_digits"
@@ -50,7 +50,7 @@ def _image(rng: np.random.Generator, glyph: np.ndarray, label: int) -> Tuple[np.
 def _write(root: Path) -> None:
     from PIL import Image
 
-    glyphs, targets = _digit_bank()
+    glyphs, targets = digit_bank()
     by_digit = [np.flatnonzero(targets == digit) for digit in range(len(DIGIT_NAMES))]
     root.mkdir(parents=True, exist_ok=True)
     order = np.random.default_rng(33).permutation(len(WNIDS))  # the official wnids.txt is in no particular order

@@ -33,8 +33,8 @@ from ..ops._backend import no_autocast
 from ..ops.reference.essm import DISCRETIZATIONS, essm_discretize
 from ._common import choice, drop_path, positive_int, probability, shape_or_type
 
-__all__ = ["ESSM", "ESSMBlock", "BatchNormNLC", "make_norm", "hippo_legs_normal", "hippo_diagonal_init",
-           "essm_layer_param_count"]
+__all__ = ["SSMLayerBase", "ESSM", "ESSMBlock", "BatchNormNLC", "make_norm", "hippo_legs_normal",
+           "hippo_diagonal_init", "essm_layer_param_count", "trunc_normal_init", "log_uniform_log_dt"]
 
 GLUS = ("half_glu1", "half_glu2", "full_glu", "gelu", "leakyrelu")
 PRE_ACTIVATIONS = (None, "identity", "leakyrelu", "gelu")
@@ -88,7 +88,7 @@ def hippo_diagonal_init(n: int, conj_sym: bool = True, init: str = "paper") -> T
     return lam, V[:, :n]
 
 
-def _trunc_normal(*shape: int) -> torch.Tensor:
+def trunc_normal_init(*shape: int) -> torch.Tensor:
     """N(0, 1) truncated to [-2, 2], float64 on the CPU (drawn from the global generator)."""
     return nn.init.trunc_normal_(torch.empty(*shape, dtype=torch.float64), 0.0, 1.0, -2.0, 2.0)
 
@@ -112,7 +112,81 @@ def essm_layer_param_count(d_model: int, d_state: int, n_heads: int, glu: str = 
 # ---- the layer -------------------------------------------------------------------------------------------
 
 
-class ESSM(nn.Module):
+class SSMLayerBase(nn.Module):
+    """What every SSM layer of the eSSM paper shares around its core (App. E.1): the input checks and padding mask
+    of the forward, the mixing after the core (pre-activation, head mixer, gate / GLU, dropout) and the run-time
+    Δ scale. A subclass builds its parameters, calls ``_init_mixing`` and defines ``ssm`` (B, H, L) -> (B, H, L).
+
+    Attributes a subclass sets: ``d_model``, ``dt_scale``, ``glu``, ``pre_act``, ``channels_last``.
+    """
+
+    def _init_mixing(self, n_heads: int, dropout: float, dd: dict) -> None:
+        """The layers after the core (App. E.1): head mixer (S > 1), gate (and ``out``) for ``self.glu``, dropout."""
+        width = self.d_model
+        self.head_mixer = nn.Linear(width, width, **dd) if n_heads > 1 else None
+        self.gate = nn.Linear(width, width, **dd) if self.glu in ("half_glu1", "half_glu2", "full_glu") else None
+        self.out = nn.Linear(width, width, **dd) if self.glu == "full_glu" else None
+        self.drop = nn.Dropout(dropout)
+
+    def _reset_mixing(self) -> None:
+        for linear in (self.head_mixer, self.gate, self.out):
+            if linear is not None:
+                linear.reset_parameters()
+
+    def _dt_scale(self, dt_scale: Optional[float]) -> float:
+        scale = self.dt_scale if dt_scale is None else dt_scale
+        if isinstance(scale, torch.Tensor) or not scale > 0:
+            raise ValueError(f"dt_scale must be a positive number, got {scale!r}")
+        return float(scale)
+
+    def ssm(self, u: torch.Tensor, dt_scale: Optional[float] = None) -> torch.Tensor:
+        """The core before any mixing: (B, H, L) channels-first -> (B, H, L)."""
+        raise NotImplementedError(f"{type(self).__name__} must define ssm()")
+
+    def mix(self, y: torch.Tensor) -> torch.Tensor:
+        """Pre-activation, head mixer (S > 1), activation / gate, on (..., H) channels-last (App. E.1)."""
+        if self.pre_act == "leakyrelu":
+            y = F.leaky_relu(y, LEAKY_SLOPE)
+        elif self.pre_act == "gelu":
+            y = F.gelu(y)
+        if self.head_mixer is not None:
+            y = self.head_mixer(self.drop(y))
+        if self.glu == "leakyrelu":
+            return self.drop(F.leaky_relu(y, LEAKY_SLOPE))
+        a = self.drop(F.gelu(y))
+        if self.glu == "half_glu1":
+            return a * torch.sigmoid(self.gate(a))
+        if self.glu == "half_glu2":
+            return y * torch.sigmoid(self.gate(a))
+        if self.glu == "full_glu":
+            return self.out(a) * torch.sigmoid(self.gate(a))
+        return a  # "gelu"
+
+    def forward(self, x: torch.Tensor, dt_scale: Optional[float] = None,
+                padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """x: (B, L, H) if ``channels_last`` else (B, H, L); same layout out.
+
+        dt_scale: overrides the module's ``dt_scale`` for this call. padding_mask [X]: (B, L) bool, True at
+        padded steps, which are zeroed before the convolution so they do not leak into valid outputs
+        (docs/essm.md, 'Padding mask').
+        """
+        channel_dim = 2 if self.channels_last else 1
+        if (not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[channel_dim] != self.d_model
+                or x.shape[3 - channel_dim] < 1):
+            what = "(B, L, H)" if self.channels_last else "(B, H, L)"
+            got = shape_or_type(x)
+            raise ValueError(f"x must have shape {what} with H={self.d_model} and L >= 1, got {got}")
+        u = x.transpose(1, 2) if self.channels_last else x
+        if padding_mask is not None:
+            if padding_mask.shape != (u.shape[0], u.shape[2]):
+                raise ValueError(f"padding_mask must have shape (B, L) = {(u.shape[0], u.shape[2])}, "
+                                 f"got {tuple(padding_mask.shape)}")
+            u = u.masked_fill(padding_mask[:, None, :].to(torch.bool), 0.0)
+        y = self.mix(self.ssm(u, dt_scale).transpose(1, 2))
+        return y if self.channels_last else y.transpose(1, 2)
+
+
+class ESSM(SSMLayerBase):
     """Multi-head eSSM layer (paper Sec. 4.3-4.6), (B, L, H) -> (B, L, H) (or channels-first (B, H, L) -> (B, H, L)).
 
     Args:
@@ -217,19 +291,6 @@ class ESSM(nn.Module):
         self._init_mixing(n_heads, dropout, dd)
         self.reset_parameters()
 
-    def _init_mixing(self, n_heads: int, dropout: float, dd: dict) -> None:
-        """The layers after the core (App. E.1): head mixer (S > 1), gate (and ``out``) for ``self.glu``, dropout."""
-        width = self.d_model
-        self.head_mixer = nn.Linear(width, width, **dd) if n_heads > 1 else None
-        self.gate = nn.Linear(width, width, **dd) if self.glu in ("half_glu1", "half_glu2", "full_glu") else None
-        self.out = nn.Linear(width, width, **dd) if self.glu == "full_glu" else None
-        self.drop = nn.Dropout(dropout)
-
-    def _reset_mixing(self) -> None:
-        for linear in (self.head_mixer, self.gate, self.out):
-            if linear is not None:
-                linear.reset_parameters()
-
     @torch.no_grad()
     def reset_parameters(self) -> None:
         """docs/essm.md, 'Initialisation': HiPPO Λ (the same in every head), HiPPO-projected B (one draw shared
@@ -238,13 +299,13 @@ class ESSM(nn.Module):
         S, n, h = self.n_heads, self.head_state, self.head_dim
         lam, V = hippo_diagonal_init(n, self.conj_sym, self.init)  # (n,), (P, n)
         size = V.shape[0]
-        B0 = torch.complex(_trunc_normal(size, h), _trunc_normal(size, h))
+        B0 = torch.complex(trunc_normal_init(size, h), trunc_normal_init(size, h))
         B = (V.conj().T @ B0).real  # (n, h)
         if self.C_init == "hippo":
-            C0 = torch.complex(_trunc_normal(S, h, size), _trunc_normal(S, h, size))
+            C0 = torch.complex(trunc_normal_init(S, h, size), trunc_normal_init(S, h, size))
             C = (C0 @ V).real  # (S, m, n)
         else:
-            C = _trunc_normal(S, h, n)
+            C = trunc_normal_init(S, h, n)
         log_dt = log_uniform_log_dt(S, n, dt_min=self.dt_min, dt_max=self.dt_max)
         for param, value in ((self.Lambda_re, lam.real.expand(S, n)), (self.Lambda_im, lam.imag.expand(S, n)),
                              (self.log_dt, log_dt), (self.B, B.expand(S, n, h)), (self.C, C)):
@@ -267,60 +328,12 @@ class ESSM(nn.Module):
         """Re λ = min(θ_re, -ε) (the clipping f_+ of paper Sec. 4.5; zero gradient while θ_re > -ε)."""
         return self.Lambda_re.clamp(max=-self.real_clip)
 
-    def _dt_scale(self, dt_scale: Optional[float]) -> float:
-        scale = self.dt_scale if dt_scale is None else dt_scale
-        if isinstance(scale, torch.Tensor) or not scale > 0:
-            raise ValueError(f"dt_scale must be a positive number, got {scale!r}")
-        return float(scale)
-
     def ssm(self, u: torch.Tensor, dt_scale: Optional[float] = None) -> torch.Tensor:
         """The core before any mixing: (B, H, L) channels-first -> (B, H, L), heads concatenated (Eq. 13-14)."""
         return ops.essm_conv(u, self.lambda_re, self.Lambda_im, self.log_dt, self.B, self.C, self.D,
                              bidirectional=self.bidirectional, conj_sym=self.conj_sym,
                              dt_scale=self._dt_scale(dt_scale), discretization=self.discretization,
                              gbt_alpha=self.gbt_alpha)
-
-    def mix(self, y: torch.Tensor) -> torch.Tensor:
-        """Pre-activation, head mixer (S > 1), activation / gate, on (..., H) channels-last (App. E.1)."""
-        if self.pre_act == "leakyrelu":
-            y = F.leaky_relu(y, LEAKY_SLOPE)
-        elif self.pre_act == "gelu":
-            y = F.gelu(y)
-        if self.head_mixer is not None:
-            y = self.head_mixer(self.drop(y))
-        if self.glu == "leakyrelu":
-            return self.drop(F.leaky_relu(y, LEAKY_SLOPE))
-        a = self.drop(F.gelu(y))
-        if self.glu == "half_glu1":
-            return a * torch.sigmoid(self.gate(a))
-        if self.glu == "half_glu2":
-            return y * torch.sigmoid(self.gate(a))
-        if self.glu == "full_glu":
-            return self.out(a) * torch.sigmoid(self.gate(a))
-        return a  # "gelu"
-
-    def forward(self, x: torch.Tensor, dt_scale: Optional[float] = None,
-                padding_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """x: (B, L, H) if ``channels_last`` else (B, H, L); same layout out.
-
-        dt_scale: overrides the module's ``dt_scale`` for this call. padding_mask [X]: (B, L) bool, True at
-        padded steps, which are zeroed before the convolution so they do not leak into valid outputs
-        (docs/essm.md, 'Padding mask').
-        """
-        channel_dim = 2 if self.channels_last else 1
-        if (not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[channel_dim] != self.d_model
-                or x.shape[3 - channel_dim] < 1):
-            what = "(B, L, H)" if self.channels_last else "(B, H, L)"
-            got = shape_or_type(x)
-            raise ValueError(f"x must have shape {what} with H={self.d_model} and L >= 1, got {got}")
-        u = x.transpose(1, 2) if self.channels_last else x
-        if padding_mask is not None:
-            if padding_mask.shape != (u.shape[0], u.shape[2]):
-                raise ValueError(f"padding_mask must have shape (B, L) = {(u.shape[0], u.shape[2])}, "
-                                 f"got {tuple(padding_mask.shape)}")
-            u = u.masked_fill(padding_mask[:, None, :].to(torch.bool), 0.0)
-        y = self.mix(self.ssm(u, dt_scale).transpose(1, 2))
-        return y if self.channels_last else y.transpose(1, 2)
 
     # ---- causal streaming [X] (docs/essm.md, 'Recurrent mode') --------------------------------------------
 

@@ -5,8 +5,9 @@
   instead of by the FFT convolution (causal only).
 
 'Diagonal + FFT' is :class:`ssm_plugins.layers.essm.ESSM` itself (``bidirectional=False`` for the same causal
-system). All three share ESSM's mixing after the core (gate / head mixer, ``glu``) and its forward; the paper does
-not describe how its Vanilla layer is parameterised (docs/essm.md, 'Efficiency baselines').
+system). All three are :class:`~ssm_plugins.layers.essm.SSMLayerBase`: the same forward and mixing after the core
+(gate / head mixer, ``glu``). The paper does not describe how its Vanilla layer is parameterised (docs/essm.md,
+'Efficiency baselines').
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from ..ops._backend import no_autocast
 from ..ops._validate import compute_dtype
 from ..ops.reference.essm import essm_recurrent
 from ._common import choice, positive_int, probability
-from .essm import ESSM, GLUS, _trunc_normal, hippo_legs_normal, log_uniform_log_dt
+from .essm import ESSM, GLUS, SSMLayerBase, hippo_legs_normal, log_uniform_log_dt, trunc_normal_init
 
 __all__ = ["VanillaRecurrentSSM", "DiagonalRecurrentESSM"]
 
@@ -46,7 +47,7 @@ class DiagonalRecurrentESSM(ESSM):
                                   discretization=self.discretization, gbt_alpha=self.gbt_alpha)
 
 
-class VanillaRecurrentSSM(nn.Module):
+class VanillaRecurrentSSM(SSMLayerBase):
     """Fig. 7 'Vanilla': the real MIMO SSM x' = A x + B u, y = C x + D u with a dense A (N x N), one Δ per state,
     ZOH-discretised and computed step by step: x_t = Ā x_{t-1} + B̄ u_t, y_t = C x_t + D ⊙ u_t (causal).
 
@@ -60,13 +61,6 @@ class VanillaRecurrentSSM(nn.Module):
     Parameters ``A`` (N, N), ``B`` (N, H), ``C`` (H, N), ``D`` (H,), ``log_dt`` (N,), and ESSM's mixing layers for
     ``glu`` (one head: no head mixer). (B, L, H) -> (B, L, H), or (B, H, L) with ``channels_last=False``.
     """
-
-    # the eSSM layer's input checks, padding mask and mixing after the core, shared as they are
-    forward = ESSM.forward
-    mix = ESSM.mix
-    _dt_scale = ESSM._dt_scale
-    _init_mixing = ESSM._init_mixing
-    _reset_mixing = ESSM._reset_mixing
 
     def __init__(self, d_model: int, d_state: Optional[int] = None, dt_min: float = 1e-3, dt_max: float = 1e-1,
                  glu: str = "half_glu1", dropout: float = 0.0, channels_last: bool = True, device=None, dtype=None):
@@ -93,8 +87,8 @@ class VanillaRecurrentSSM(nn.Module):
     def reset_parameters(self) -> None:
         N = self.d_state
         log_dt = log_uniform_log_dt(N, dt_min=self.dt_min, dt_max=self.dt_max)
-        for param, value in ((self.A, hippo_legs_normal(N)), (self.B, _trunc_normal(N, self.d_model)),
-                             (self.C, _trunc_normal(self.d_model, N)), (self.log_dt, log_dt)):
+        for param, value in ((self.A, hippo_legs_normal(N)), (self.B, trunc_normal_init(N, self.d_model)),
+                             (self.C, trunc_normal_init(self.d_model, N)), (self.log_dt, log_dt)):
             param.copy_(value.to(param.dtype))
         self.D.fill_(1.0)
         self._reset_mixing()

@@ -78,14 +78,14 @@ class RelativePositionBias(nn.Module):
 
 def _spatial_mixer_options(spatial_mixer: Union[str, SpatialMixerOptions],
                            mixer_kwargs: Optional[Dict[str, Any]] = None) -> SpatialMixerOptions:
-    """The blocks' two call forms as one options object: a kind with ``mixer_kwargs`` (SpatialMixerOptions'
-    fields), or a SpatialMixerOptions as it is."""
+    """The blocks' two call forms as one options object: a kind with ``mixer_kwargs``
+    (:meth:`SpatialMixerOptions.from_mixer_kwargs`), or a SpatialMixerOptions as it is."""
     if isinstance(spatial_mixer, SpatialMixerOptions):
         if mixer_kwargs:
             raise ValueError(f"mixer_kwargs must be empty when spatial_mixer is a SpatialMixerOptions (set its "
                              f"fields instead), got {sorted(mixer_kwargs)}")
         return spatial_mixer
-    return SpatialMixerOptions(spatial_mixer, **(mixer_kwargs or {}))
+    return SpatialMixerOptions.from_mixer_kwargs(spatial_mixer, mixer_kwargs)
 
 
 class MovingAverageGatedAttention(nn.Module):
@@ -99,8 +99,9 @@ class MovingAverageGatedAttention(nn.Module):
 
     Args:
         dim: D. zdim: shared Q/K dimension. hdim: value / gate dimension.
-        spatial_mixer: "ema" (Mega), "ssm2d", "s4nd" or "none" (Mega-ablate), with ``mixer_kwargs`` the
-            :class:`SpatialMixerOptions` fields (d_state, ..., extra); or a SpatialMixerOptions (no mixer_kwargs).
+        spatial_mixer: "ema" (Mega), "ssm2d", "s4nd" or "none" (Mega-ablate), with ``mixer_kwargs`` the layer's
+            keyword arguments (:meth:`SpatialMixerOptions.from_mixer_kwargs`); or a SpatialMixerOptions (no
+            mixer_kwargs).
         attn_activation: "laplace" [D: Mega's vision models] or "softmax".
         max_positions: tokens the relative position bias covers natively; None disables the bias.
         drop, attn_drop, hidden_drop: dropout on mx and h; on the attention weights; on v. drop_path: on h.

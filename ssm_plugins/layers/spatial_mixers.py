@@ -54,11 +54,12 @@ class SpatialMixerOptions:
             docs/2d-ssm.md, 'Parameterisation'].
         layernorm: LayerNorm over channels after the 2-D SSM [D: False, code-v1].
         fused: the 2-D SSM's directions as one fused kernel and one FFT convolution (exact either way) [D: True].
-        extra: further keyword arguments of the chosen layer's constructor (the models' ``mixer_kwargs``);
-            "none" takes none.
+        extra: further keyword arguments of the chosen layer's constructor; "none" takes none.
 
-    The models' timm kwargs are ``spatial_mixer`` (kind), ``mixer_kwargs`` (extra) and ``ssm_<option>``, e.g.
-    ``ssm_d_state`` (:meth:`pop_model_kwargs`).
+    ``mixer_kwargs``, in the models and in the Mega blocks alike, is one dict of the layer's keyword arguments: the
+    names above set these options, the others go to ``extra`` (:meth:`from_mixer_kwargs`). The models' timm kwargs
+    are ``spatial_mixer`` (kind), ``mixer_kwargs`` and ``ssm_<option>``, e.g. ``ssm_d_state``
+    (:meth:`pop_model_kwargs`).
     """
 
     kind: str = "ssm2d"
@@ -79,10 +80,21 @@ class SpatialMixerOptions:
             raise ValueError(f"spatial_mixer='none' takes no extra arguments, got {sorted(self.extra)}")
 
     @classmethod
+    def from_mixer_kwargs(cls, kind: str, mixer_kwargs: Optional[Mapping[str, Any]] = None,
+                          **options) -> "SpatialMixerOptions":
+        """``kind`` with ``mixer_kwargs`` (the layer's keyword arguments: option names set the options, the rest
+        go to ``extra``) and further ``options``; a name given both ways is a TypeError."""
+        fields, extra = _split_mixer_kwargs(mixer_kwargs)
+        twice = sorted(set(fields) & set(options))
+        if twice:
+            raise TypeError(f"{', '.join(twice)} given twice: as an option and in mixer_kwargs")
+        return cls(kind=kind, **fields, **options, extra=extra)
+
+    @classmethod
     def pop_model_kwargs(cls, kwargs: Dict[str, Any], default_kind: str) -> "SpatialMixerOptions":
         """Take a model's spatial-mixer kwargs out of ``kwargs`` (in place): ``spatial_mixer`` (a kind, default
-        ``default_kind``, or a SpatialMixerOptions, which the other two then update), ``mixer_kwargs`` (extra) and
-        ``ssm_<option>``; a ``ssm_*`` key that names no option is a TypeError."""
+        ``default_kind``, or a SpatialMixerOptions, which the other two then update), ``mixer_kwargs``
+        (:meth:`from_mixer_kwargs`) and ``ssm_<option>``; a ``ssm_*`` key that names no option is a TypeError."""
         names = [name for name in kwargs if name.startswith(_MODEL_PREFIX)]
         options = {name[len(_MODEL_PREFIX):]: kwargs.pop(name) for name in names}
         unknown = sorted(_MODEL_PREFIX + name for name in options if name not in _OPTION_NAMES)
@@ -90,7 +102,11 @@ class SpatialMixerOptions:
             valid = ", ".join(_MODEL_PREFIX + name for name in _OPTION_NAMES)
             raise TypeError(f"unknown spatial mixer option(s) {', '.join(unknown)}; the options are {valid}")
         if "mixer_kwargs" in kwargs:
-            options["extra"] = kwargs.pop("mixer_kwargs")
+            fields, options["extra"] = _split_mixer_kwargs(kwargs.pop("mixer_kwargs"))
+            twice = sorted(_MODEL_PREFIX + name for name in set(fields) & set(options))
+            if twice:
+                raise TypeError(f"{', '.join(twice)} given twice: as a model kwarg and in mixer_kwargs")
+            options.update(fields)
         kind = kwargs.pop("spatial_mixer", default_kind)
         if isinstance(kind, cls):
             return dataclasses.replace(kind, **options)
@@ -107,6 +123,17 @@ class SpatialMixerOptions:
         layer, fixed = _LAYERS[self.kind]
         extra = {"device": device, "dtype": dtype, **(self.extra or {})}
         return layer(dim, **self.layer_kwargs(), **fixed, input_fmt="NHWC", **extra)
+
+
+def _split_mixer_kwargs(mixer_kwargs: Optional[Mapping[str, Any]]):
+    """(options, extra) of a ``mixer_kwargs`` dict: the SpatialMixerOptions names, then the rest (None if none)."""
+    if mixer_kwargs is None:
+        return {}, None
+    if not isinstance(mixer_kwargs, Mapping):
+        raise TypeError(f"mixer_kwargs must be a dict or None, got {type(mixer_kwargs).__name__}")
+    fields = {name: value for name, value in mixer_kwargs.items() if name in _OPTION_NAMES}
+    extra = {name: value for name, value in mixer_kwargs.items() if name not in _OPTION_NAMES}
+    return fields, extra or None
 
 
 def make_spatial_mixer(kind: str, dim: int, *, device=None, dtype=None, **options) -> nn.Module:

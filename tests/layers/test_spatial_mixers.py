@@ -73,6 +73,25 @@ def test_pop_model_kwargs_takes_the_timm_kwargs_and_leaves_the_rest():
             == SpatialMixerOptions("ssm2d", complex=True, d_state=4))
 
 
+def test_mixer_kwargs_means_the_same_in_the_models_and_the_blocks():
+    # one dict of the layer's keyword arguments: option names set the options, the others go to extra
+    expected = SpatialMixerOptions("s4nd", d_state=4, extra=dict(init="lin"))
+    mixer_kwargs = dict(d_state=4, init="lin")
+    assert SpatialMixerOptions.from_mixer_kwargs("s4nd", mixer_kwargs) == expected
+    assert SpatialMixerOptions.pop_model_kwargs(dict(spatial_mixer="s4nd", mixer_kwargs=mixer_kwargs), "ema") == expected
+    torch.manual_seed(0)
+    block = MegaBlock(8, 4, 8, 8, spatial_mixer="s4nd", mixer_kwargs=mixer_kwargs, max_positions=16)
+    torch.manual_seed(0)
+    assert _same_state(block, MegaBlock(8, 4, 8, 8, spatial_mixer=expected, max_positions=16))
+    assert SpatialMixerOptions.from_mixer_kwargs("ema", None) == SpatialMixerOptions("ema")
+    with pytest.raises(TypeError, match="ssm_d_state given twice: as a model kwarg and in mixer_kwargs"):
+        SpatialMixerOptions.pop_model_kwargs(dict(ssm_d_state=8, mixer_kwargs=dict(d_state=4)), "ssm2d")
+    with pytest.raises(TypeError, match="d_state given twice"):
+        SpatialMixerOptions.from_mixer_kwargs("ssm2d", dict(d_state=4), d_state=8)
+    with pytest.raises(TypeError, match="mixer_kwargs must be a dict or None, got list"):
+        SpatialMixerOptions.from_mixer_kwargs("ssm2d", [("d_state", 4)])
+
+
 def test_pop_model_kwargs_names_unknown_ssm_keys():
     with pytest.raises(TypeError, match=r"ssm_dstate, ssm_kind; the options are ssm_d_state, ssm_n_ssm, "
                                         r"ssm_directions, ssm_complex, ssm_complex_param, ssm_layernorm, ssm_fused"):

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from .selective_scan import finite_rates
 
 
-def _prepare(x, dt, A, B, C, dt_bias, dt_softplus):
+def prepare_inputs(x, dt, A, B, C, dt_bias, dt_softplus):
     """Accumulation-dtype copies with per-head B, C: (batch, L, H, N); Δ after bias and softplus."""
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     heads = x.shape[2]
@@ -56,8 +56,8 @@ def qs_mix(x, dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias=None, dt_
            dt_softplus=False, qs_shift="exact"):
     """y = S_strict(x) + flip(S'_strict(flip x)) + γ ⊙ x  (App. D, Q = L + D + U with L, U strict)."""
     hydra = qs_shift == "hydra"
-    xs, delta, A, B, C = _prepare(x, dt, A, B, C, dt_bias, dt_softplus)
-    _, delta_rev, A_rev, B_rev, C_rev = _prepare(x, dt_rev, A_rev, B_rev, C_rev, dt_bias_rev, dt_softplus)
+    xs, delta, A, B, C = prepare_inputs(x, dt, A, B, C, dt_bias, dt_softplus)
+    _, delta_rev, A_rev, B_rev, C_rev = prepare_inputs(x, dt_rev, A_rev, B_rev, C_rev, dt_bias_rev, dt_softplus)
     flip = lambda t: t.flip(1)  # noqa: E731  (reverses the sequence axis)
     lower = _strict_scan(xs, delta, A, B, C, hydra)
     upper = flip(_strict_scan(flip(xs), flip(delta_rev), A_rev, flip(B_rev), flip(C_rev), hydra))
@@ -75,8 +75,8 @@ def qs_matrix(dt, A, B, C, dt_rev, A_rev, B_rev, C_rev, gamma, dt_bias=None, dt_
     and C'_{t+1}ᵀ(Π_{j=t+1..k-1} Ā'_j) B̄'_k above the diagonal.
     """
     x_like = dt.new_zeros(*dt.shape, 1)
-    _, delta, A, B, C = _prepare(x_like, dt, A, B, C, dt_bias, dt_softplus)
-    _, delta_rev, A_rev, B_rev, C_rev = _prepare(x_like, dt_rev, A_rev, B_rev, C_rev, dt_bias_rev, dt_softplus)
+    _, delta, A, B, C = prepare_inputs(x_like, dt, A, B, C, dt_bias, dt_softplus)
+    _, delta_rev, A_rev, B_rev, C_rev = prepare_inputs(x_like, dt_rev, A_rev, B_rev, C_rev, dt_bias_rev, dt_softplus)
     batch, length, heads = dt.shape
     hydra = qs_shift == "hydra"
     Q = delta.new_zeros(batch, heads, length, length)

@@ -22,6 +22,21 @@ def low_rank_delta(delta, delta_proj, acc):
     return torch.matmul(proj, delta.to(acc)).view(batch, -1, length)
 
 
+def scan_inputs(u, delta, B, C, delta_bias, delta_softplus, delta_proj):
+    """The scan's inputs in the accumulation dtype ``acc``: (acc, x = u, Δ (batch, dim, L) with its bias and softplus,
+    B, C as (batch, groups, N, L)); shared with the export's scan (``ssm_plugins.export``)."""
+    acc = torch.float64 if u.dtype == torch.float64 else torch.float32
+    x = u.to(acc)
+    dt = delta.to(acc) if delta_proj is None else low_rank_delta(delta, delta_proj, acc)
+    if delta_bias is not None:
+        dt = dt + delta_bias.to(acc)[:, None]
+    if delta_softplus:
+        dt = F.softplus(dt)
+    Bm = B.to(acc) if B.dim() == 4 else B.to(acc)[:, None]
+    Cm = C.to(acc) if C.dim() == 4 else C.to(acc)[:, None]
+    return acc, x, dt, Bm, Cm
+
+
 def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
                    return_last_state=False, delta_proj=None, reverse=False):
     """h_t = exp(Δ_t A) h_{t-1} + Δ_t B_t u_t;  y_t = C_t·h_t + D u_t;  out = y · silu(z).
@@ -40,16 +55,8 @@ def selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_sof
         out = selective_scan(flip(u), flip(delta), A, flip(B), flip(C), D, flip(z), delta_bias, delta_softplus,
                              return_last_state, delta_proj)
         return (out[0].flip(-1), out[1]) if return_last_state else out.flip(-1)
-    acc = torch.float64 if u.dtype == torch.float64 else torch.float32
+    acc, x, dt, Bm, Cm = scan_inputs(u, delta, B, C, delta_bias, delta_softplus, delta_proj)
     batch, dim, length = u.shape
-    x = u.to(acc)
-    dt = delta.to(acc) if delta_proj is None else low_rank_delta(delta, delta_proj, acc)
-    if delta_bias is not None:
-        dt = dt + delta_bias.to(acc)[:, None]
-    if delta_softplus:
-        dt = F.softplus(dt)
-    Bm = B.to(acc) if B.dim() == 4 else B.to(acc)[:, None]  # (batch, groups, N, L)
-    Cm = C.to(acc) if C.dim() == 4 else C.to(acc)[:, None]
     groups, n_state = Bm.shape[1], A.shape[1]
     # The channels of a group share its B_t and C_t: work on (batch, groups, dim // groups, ...).
     dA = torch.exp(dt[..., None] * finite_rates(A, acc)[:, None, :])  # (batch, dim, L, N)

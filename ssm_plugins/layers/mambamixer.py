@@ -172,7 +172,9 @@ class SelectiveTokenMixer(nn.Module):
         self.qs_shift, self.headdim = qs_shift, headdim
 
         self.in_proj = nn.Linear(dim, inner, bias=False)
-        self._build_local_mixing(d_conv, gate_kernels)
+        self.conv = _DWConv1d(inner, d_conv, self.causal)
+        self.gate_convs = nn.ModuleList(_DWConv1d(dim, k, self.causal) for k in gate_kernels)
+        self.gate_proj = nn.Linear(len(gate_kernels) * dim, inner, bias=False)
         self.out_proj = nn.Linear(inner, dim, bias=False)
         sel_dim = dim if selection_input == "block_input" else inner
         if token_mixer == "qs":
@@ -187,13 +189,6 @@ class SelectiveTokenMixer(nn.Module):
             self.fwd = _S6Direction(sel_dim, inner, d_state, dt_rank)
             self.bwd = _S6Direction(sel_dim, inner, d_state, dt_rank) if token_mixer == "s6_bi" else None
             self.D = nn.Parameter(torch.ones(inner))
-
-    def _build_local_mixing(self, d_conv: int, gate_kernels: Sequence[int]):
-        """The main branch's depthwise conv (Eq. 3) and the multi-resolution gate's convs and W_g (Eq. 4), along the
-        token sequence. A subclass that mixes locally in another way (ViM2's 2-D grid) builds its own here."""
-        self.conv = _DWConv1d(self.inner, d_conv, self.causal)
-        self.gate_convs = nn.ModuleList(_DWConv1d(self.dim, k, self.causal) for k in gate_kernels)
-        self.gate_proj = nn.Linear(len(gate_kernels) * self.dim, self.inner, bias=False)
 
     def extra_repr(self):
         return (f"dim={self.dim}, inner={self.inner}, d_state={self.d_state}, token_mixer={self.token_mixer!r}, "

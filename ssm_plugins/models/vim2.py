@@ -184,13 +184,9 @@ class VisionTokenMixer(SelectiveTokenMixer):
 
     def __init__(self, dim: int, token_mixer: str = "s6_bi", **kwargs):
         super().__init__(dim, token_mixer=token_mixer, causal=False, gate_kernels=(1,), **kwargs)
-        # after the base's modules: the parameter order that saved optimiser states index by
+        del self.conv, self.gate_convs
         self.conv2d = nn.Conv2d(self.inner, self.inner, 3, padding=1, groups=self.inner, bias=True)
-
-    def _build_local_mixing(self, d_conv, gate_kernels):
-        """No 1-D convs: the main branch's conv is the 3 x 3 depthwise ``conv2d`` on the patch grid, and the gate
-        is a linear map of u, SiLU(W_z u) [D]."""
-        self.gate_proj = nn.Linear(self.dim, self.inner, bias=False)
+        self.gate_proj = nn.Linear(dim, self.inner, bias=False)
 
     def forward(self, u, grid_size, sos, orders, inverses, gates):
         u = u.contiguous()

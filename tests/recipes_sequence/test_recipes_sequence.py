@@ -26,7 +26,11 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _train_module(recipe):
-    spec = importlib.util.spec_from_file_location(f"train_{recipe}", ROOT / recipe / "train.py")
+    return _script(recipe, "train.py")
+
+
+def _script(recipe, name):
+    spec = importlib.util.spec_from_file_location(f"{name[:-3]}_{recipe}", ROOT / recipe / name)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -160,6 +164,20 @@ def test_listops_recipe_learns_above_chance(lra_root, tmp_path):
     assert stats["task"] == "listops" and 1 <= stats["epochs"] <= 8  # the epoch of the best valid checkpoint
     assert stats["test"]["accuracy"] > majority + 0.1, (stats, majority)
     assert (tmp_path / "run" / "train_log.txt").read_text().count("valid accuracy") == 8
+    # eSSM Figs. 8-9 from the run's best checkpoint: both trained layers, their λ moved from HiPPO, Re λ <= -ε
+    plot = _script("LRA", "plot_essm_parameters.py")
+    layers = plot.main([str(tmp_path / "run" / "save"), "--out", str(tmp_path / "figures")])
+    assert [layer["name"] for layer in layers] == ["blocks.0.ssm", "blocks.1.ssm"]
+    from ssm_plugins.layers.essm import hippo_diagonal_init
+
+    init = hippo_diagonal_init(32 // 4, True, "paper")[0].to(torch.complex128).repeat(4)
+    for layer in layers:
+        assert layer["lambda"].shape == (32,) and layer["re_max"] <= -1e-4
+        assert not torch.allclose(layer["lambda"], init, atol=1e-6)  # trained: not the initial eigenvalues
+    for name in ("essm_eigenvalues.png", "essm_log_dt.png"):
+        assert (tmp_path / "figures" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(FileNotFoundError, match="no SpeechBrain checkpoint"):
+        plot.main([str(tmp_path / "figures")])
 
 
 def test_smnist_recipe_learns_above_chance(images_root, tmp_path):

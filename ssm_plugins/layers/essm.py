@@ -167,7 +167,7 @@ class SSMLayerBase(nn.Module):
         """x: (B, L, H) if ``channels_last`` else (B, H, L); same layout out.
 
         dt_scale: overrides the module's ``dt_scale`` for this call. padding_mask [X]: (B, L) bool, True at
-        padded steps, which are zeroed before the convolution so they do not leak into valid outputs
+        padded steps, which are zeroed before the core (``ssm``) so they do not leak into valid outputs
         (docs/essm.md, 'Padding mask').
         """
         channel_dim = 2 if self.channels_last else 1

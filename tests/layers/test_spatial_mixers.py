@@ -78,7 +78,8 @@ def test_mixer_kwargs_means_the_same_in_the_models_and_the_blocks():
     expected = SpatialMixerOptions("s4nd", d_state=4, extra=dict(init="lin"))
     mixer_kwargs = dict(d_state=4, init="lin")
     assert SpatialMixerOptions.from_mixer_kwargs("s4nd", mixer_kwargs) == expected
-    assert SpatialMixerOptions.pop_model_kwargs(dict(spatial_mixer="s4nd", mixer_kwargs=mixer_kwargs), "ema") == expected
+    model_kwargs = dict(spatial_mixer="s4nd", mixer_kwargs=mixer_kwargs)
+    assert SpatialMixerOptions.pop_model_kwargs(model_kwargs, "ema") == expected
     torch.manual_seed(0)
     block = MegaBlock(8, 4, 8, 8, spatial_mixer="s4nd", mixer_kwargs=mixer_kwargs, max_positions=16)
     torch.manual_seed(0)

@@ -9,9 +9,9 @@ forward uses, min(θ_re, -ε) (``ESSM.lambda_re``).
     python plot_essm_parameters.py results/essm_listops/<seed>/save/CKPT+... --no-conj-sym
 
 The argument is the run's ``save`` folder (the checkpoint with the lowest validation error, as train.py tests it,
-found by SpeechBrain's Checkpointer) or one ``CKPT+...`` folder. Prints one line per layer and writes
-``essm_eigenvalues.png`` and ``essm_log_dt.png``. ``--conj-sym`` / ``--init`` / ``--real-clip`` are the layers'
-options (the hparams file's; the defaults are ``ESSM``'s); they set the HiPPO dots and ε.
+found by SpeechBrain's Checkpointer), one ``CKPT+...`` folder or its ``model.ckpt``. Prints one line per layer
+and writes ``essm_eigenvalues.png`` and ``essm_log_dt.png``. ``--conj-sym`` / ``--init`` / ``--real-clip`` are the
+layers' options (the hparams file's; the defaults are ``ESSM``'s); they set the HiPPO dots and ε.
 """
 from __future__ import annotations
 
@@ -26,12 +26,16 @@ from ssm_plugins.layers.essm import INITS, hippo_diagonal_init
 
 
 def checkpoint_file(path: Path) -> Path:
-    """The model's parameter file of a ``CKPT+...`` folder, or of the best checkpoint of a ``save`` folder."""
+    """The model's parameter file: ``path`` itself, that of a ``CKPT+...`` folder, or that of the best checkpoint of
+    a ``save`` folder."""
     path = Path(path)
+    if path.is_file():  # model.ckpt itself
+        return path
     if (path / "model.ckpt").is_file():
         return path / "model.ckpt"
     if not path.is_dir():
-        raise FileNotFoundError(f"checkpoint: {path} is neither a save folder nor a CKPT+... folder with model.ckpt")
+        raise FileNotFoundError(f"checkpoint: {path} does not exist (expected a save folder, a CKPT+... folder or "
+                                "its model.ckpt)")
     from speechbrain.utils.checkpoints import Checkpointer
 
     found = Checkpointer(path).find_checkpoint(min_key="error_rate")
@@ -99,7 +103,7 @@ def plot(layers: List[dict], init: torch.Tensor, out: Path) -> List[Path]:
 
 def main(argv: Optional[List[str]] = None) -> List[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("checkpoint", type=Path, help="the run's save folder, or one CKPT+... folder")
+    parser.add_argument("checkpoint", type=Path, help="the run's save folder, one CKPT+... folder, or its model.ckpt")
     parser.add_argument("--out", type=Path, default=Path("."), help="folder for the two PNGs")
     parser.add_argument("--conj-sym", action=argparse.BooleanOptionalAction, default=True,
                         help="the layers' conj_sym (HiPPO at size 2n); default: ESSM's")

@@ -178,6 +178,8 @@ def test_listops_recipe_learns_above_chance(lra_root, tmp_path):
         assert (tmp_path / "figures" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(FileNotFoundError, match="no SpeechBrain checkpoint"):
         plot.main([str(tmp_path / "figures")])
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        plot.main([str(tmp_path / "missing")])
 
 
 def test_smnist_recipe_learns_above_chance(images_root, tmp_path):

@@ -11,11 +11,22 @@ import torch.nn as nn
 
 from ..ops._validate import traced_int
 
-__all__ = ["is_positive_int", "positive_int", "probability", "choice", "shape_or_type", "drop_path", "DropPath",
+__all__ = ["eigh_fixed_phase", "is_positive_int", "positive_int", "probability", "choice", "shape_or_type", "drop_path", "DropPath",
            "MIXER_NORMS", "make_mixer_norm", "check_tokens"]
 
 
 # ---- argument checks -------------------------------------------------------------------------------------------
+
+
+def eigh_fixed_phase(matrix: torch.Tensor):
+    """``torch.linalg.eigh`` with each eigenvector's phase fixed: its first entry of magnitude > 1e-8 made real and
+    positive. eigh leaves the phases free and LAPACK's choice can differ between CPUs, which made the HiPPO
+    initialisations (B, C projected on these vectors) depend on the machine."""
+    values, vectors = torch.linalg.eigh(matrix)
+    first = (vectors.abs() > 1e-8).to(torch.int64).argmax(0)  # per column, the first entry that is not ~0
+    pivot = vectors.gather(0, first[None]).squeeze(0)
+    phase = pivot.abs() / pivot if vectors.is_complex() else pivot.sign()  # pivot * phase = |pivot|
+    return values, vectors * phase[None]
 
 
 def is_positive_int(value, minimum: int = 1) -> bool:

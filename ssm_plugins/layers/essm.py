@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from .. import ops
 from ..ops._backend import no_autocast
 from ..ops.reference.essm import DISCRETIZATIONS, essm_discretize
-from ._common import choice, drop_path, positive_int, probability, shape_or_type
+from ._common import choice, drop_path, eigh_fixed_phase, positive_int, probability, shape_or_type
 
 __all__ = ["SSMLayerBase", "ESSM", "ESSMBlock", "BatchNormNLC", "make_norm", "hippo_legs_normal",
            "hippo_diagonal_init", "essm_layer_param_count", "trunc_normal_init", "log_uniform_log_dt"]
@@ -64,8 +64,8 @@ def hippo_legs_normal(size: int) -> torch.Tensor:
 def hippo_diagonal_init(n: int, conj_sym: bool = True, init: str = "paper") -> Tuple[torch.Tensor, torch.Tensor]:
     """Initial eigenvalues Λ (n,) complex128 and the matching eigenvectors V_keep (P, n), P = 2n under conj_sym.
 
-    ``init="paper"`` (docs/essm.md, 'Initialisation'): Hermitian eigendecomposition of -i(A^N + I/2),
-    λ = -1/2 + iω; with conj_sym the n eigenvalues with ω > 0 (one per conjugate pair, ascending ω), else all
+    ``init="paper"`` (docs/essm.md, 'Initialisation'): Hermitian eigendecomposition of -i(A^N + I/2) (each
+    eigenvector's phase fixed, ``eigh_fixed_phase``: the same V on every machine), λ = -1/2 + iω; with conj_sym the n eigenvalues with ω > 0 (one per conjugate pair, ascending ω), else all
     P = n of them.
     ``init="official"`` (the released code): general ``torch.linalg.eig`` of -i A^N, then λ = -1/2 + i·eig
     (so Re λ = -1), the first n in LAPACK order, then -|·| on real and imaginary parts. LAPACK's order is
@@ -78,7 +78,7 @@ def hippo_diagonal_init(n: int, conj_sym: bool = True, init: str = "paper") -> T
     normal = hippo_legs_normal(size)
     if init == "paper":
         skew = normal + 0.5 * torch.eye(size, dtype=torch.float64)
-        omega, V = torch.linalg.eigh(-1j * skew.to(torch.complex128))  # ascending real ω, unitary V
+        omega, V = eigh_fixed_phase(-1j * skew.to(torch.complex128))  # ascending real ω, unitary V
         keep = slice(size - n, size)  # conj_sym: the n largest ω (> 0); otherwise all of them
         lam = torch.complex(torch.full((n,), -0.5, dtype=torch.float64), omega[keep])
         return lam, V[:, keep]

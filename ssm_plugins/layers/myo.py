@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from .. import ops
 from ..ops._backend import no_autocast
 from ..ops import MyoTree
-from ._common import choice, positive_int, shape_or_type
+from ._common import choice, eigh_fixed_phase, positive_int, shape_or_type
 
 __all__ = ["MyoSSM", "MyoBlock", "MyoMixer2d", "hippo_n_init"]
 
@@ -48,7 +48,7 @@ def hippo_n_init(block_size: int, blocks: int, conj_sym: bool = True):
     legs = torch.tril(legs, -1) - torch.diag(n + 1)
     normal = legs + torch.outer(p, p)  # S = A + p pᵀ (normal matrix; its diagonal is -1/2)
     lambda_re = normal.diagonal().mean() * torch.ones(block_size, dtype=torch.float64)
-    lambda_im, vectors = torch.linalg.eigh(normal.to(torch.complex128) * -1j)
+    lambda_im, vectors = eigh_fixed_phase(normal.to(torch.complex128) * -1j)  # the same V on every machine
     keep = block_size // 2 if conj_sym else block_size
     lam = torch.complex(lambda_re, lambda_im)[:keep]
     vectors = vectors[:, :keep]

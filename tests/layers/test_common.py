@@ -51,3 +51,28 @@ def test_choice_and_mixer_norm():
     norm = make_mixer_norm("layernorm", 8)
     assert isinstance(norm, nn.LayerNorm) and norm.eps == 1e-6
     assert isinstance(make_mixer_norm("rmsnorm", 8), nn.RMSNorm)
+
+
+def test_eigh_fixed_phase_gives_the_same_vectors_whatever_phases_eigh_returns(monkeypatch):
+    # eigh leaves each eigenvector's phase free (LAPACK's choice can differ between CPUs); the HiPPO inits project
+    # B / C on these vectors, so they must not depend on it
+    from ssm_plugins.layers._common import eigh_fixed_phase
+    from ssm_plugins.layers.essm import hippo_diagonal_init
+
+    torch.manual_seed(0)
+    matrix = torch.randn(6, 6, dtype=torch.complex128)
+    matrix = matrix + matrix.conj().T
+    values, vectors = eigh_fixed_phase(matrix)
+    torch.testing.assert_close(matrix @ vectors, vectors * values, rtol=0, atol=1e-12)
+    assert torch.all(vectors[0].real > 0) and torch.all(vectors[0].imag.abs() < 1e-15)
+    expected = hippo_diagonal_init(4)[1]
+    real_eigh = torch.linalg.eigh
+    phases = torch.exp(1j * torch.rand(8, dtype=torch.float64) * 6.28)
+
+    def rotated(m):
+        w, v = real_eigh(m)
+        return w, v * phases[:v.shape[1]]
+
+    monkeypatch.setattr(torch.linalg, "eigh", rotated)
+    torch.testing.assert_close(hippo_diagonal_init(4)[1], expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(eigh_fixed_phase(matrix)[1], vectors, rtol=0, atol=1e-12)

@@ -11,11 +11,11 @@ import torch.nn as nn
 
 from ..ops._validate import traced_int
 
-__all__ = ["eigh_fixed_phase", "is_positive_int", "positive_int", "probability", "choice", "shape_or_type", "drop_path", "DropPath",
-           "MIXER_NORMS", "make_mixer_norm", "check_tokens"]
+__all__ = ["eigh_fixed_phase", "is_positive_int", "positive_int", "probability", "choice", "shape_or_type",
+           "drop_path", "DropPath", "MIXER_NORMS", "make_mixer_norm", "check_tokens"]
 
 
-# ---- argument checks -------------------------------------------------------------------------------------------
+# ---- initialisation -------------------------------------------------------------------------------------------
 
 
 def eigh_fixed_phase(matrix: torch.Tensor):
@@ -27,6 +27,9 @@ def eigh_fixed_phase(matrix: torch.Tensor):
     pivot = vectors.gather(0, first[None]).squeeze(0)
     phase = pivot.abs() / pivot if vectors.is_complex() else pivot.sign()  # pivot * phase = |pivot|
     return values, vectors * phase[None]
+
+
+# ---- argument checks -------------------------------------------------------------------------------------------
 
 
 def is_positive_int(value, minimum: int = 1) -> bool:

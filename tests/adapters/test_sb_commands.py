@@ -247,7 +247,10 @@ def test_sc10_mfcc_recipe_trains_on_speechbrain_mfcc_frames(keywords, tmp_path):
     _run_recipe("essm_sc10_mfcc.yaml", keywords, out, "--number_of_epochs=4")
     stats = json.loads((out / "test_stats.json").read_text())
     assert set(stats["test"]) == {str(RATE)}  # no zero-shot rate on features
-    (checkpoint,) = (out / "save").glob("CKPT+*")
+    # the checkpoint the test stage loaded: the lowest valid error rate (SpeechBrain also keeps the latest one)
+    from speechbrain.utils.checkpoints import Checkpointer
+
+    checkpoint = Checkpointer(out / "save").find_checkpoint(min_key="error_rate").path
     weights = torch.load(checkpoint / "classifier.ckpt", map_location="cpu")
     encoder = next(v for k, v in weights.items() if k.endswith("encoder.weight"))
     assert encoder.shape[1] == 20  # one MFCC frame of 20 coefficients per step

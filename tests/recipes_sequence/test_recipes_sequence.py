@@ -186,10 +186,11 @@ def test_smnist_recipe_learns_above_chance(images_root, tmp_path):
     """sMNIST (784-step pixel sequences, 10 balanced classes) in a short run of a small eSSM; psMNIST order."""
     stats = _run("sequential_images", "essm_smnist.yaml", images_root / "mnist", tmp_path / "run",
                  "--d_model=32", "--depth=2", "--d_state=32", "--n_heads=8", "--num_workers=0",
-                 "--number_of_epochs=6", "--batch_size=10", "--lr=0.01", "--lr_ssm=0.004", result_keys=("order",))
-    # chance is 0.1; this 6-epoch run gives 0.24 on the hash-locked stack (2026-11-29, deterministic: the same figure
-    # in one process and under xdist) where the earlier floating stack gave > 0.3; which package moved it is not found
-    assert stats["order"] == "row" and stats["test"]["accuracy"] > 0.2, stats
+                 "--number_of_epochs=10", "--batch_size=10", "--lr=0.005", "--lr_ssm=0.002", result_keys=("order",))
+    # chance is 0.1. Six epochs at lr 0.01 were on the edge (0.17-0.43 over seeds 1234 / 1 / 2; the fixed-phase HiPPO
+    # init moved seed 1234 from 0.24 to 0.19). Ten at half that lr: 0.51 / 0.41 / 0.48 / 0.41 at seeds 1234 / 1 / 2 / 3
+    # under make test's xdist (one thread per worker; Xeon, 2026-12-02), deterministic for a given thread count
+    assert stats["order"] == "row" and stats["test"]["accuracy"] > 0.25, stats
 
 
 HPARAMS = sorted([("LRA", p.name) for p in (ROOT / "LRA" / "hparams").glob("essm_*.yaml")]

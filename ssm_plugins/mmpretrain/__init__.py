@@ -25,8 +25,8 @@ from mmpretrain.registry import MODELS
 from ..openmmlab import (BACKBONES, ESSM2D, MyoNet, SwinSSM2D, TimmNoDecayOptimWrapperConstructor, ViM2, ViQS,
                          no_weight_decay_parameters)  # also registers our timm models and the constructor
 from .classifiers import TimmMultiLabelClassifier
-from .datasets import (CELEBA_ATTRIBUTES, CelebA, LocalCIFAR100, TinyImageNet, read_celeba_attributes,
-                       read_celeba_partition)
+from .datasets import (CELEBA_ATTRIBUTES, CelebA, LocalCIFAR100, TinyImageNet, TrainingFraction, fraction_indices,
+                       read_celeba_attributes, read_celeba_partition)
 from .metrics import MultiLabelAccuracy
 
 for _backbone in BACKBONES:
@@ -34,4 +34,5 @@ for _backbone in BACKBONES:
 
 __all__ = ["MODELS", "ViM2", "ViQS", "SwinSSM2D", "ESSM2D", "MyoNet", "TimmNoDecayOptimWrapperConstructor",
            "no_weight_decay_parameters", "LocalCIFAR100", "TinyImageNet", "CelebA", "CELEBA_ATTRIBUTES",
-           "read_celeba_attributes", "read_celeba_partition", "TimmMultiLabelClassifier", "MultiLabelAccuracy"]
+           "read_celeba_attributes", "read_celeba_partition", "TrainingFraction", "fraction_indices",
+           "TimmMultiLabelClassifier", "MultiLabelAccuracy"]

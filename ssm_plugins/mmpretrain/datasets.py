@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import os
 import pickle
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
 
+import numpy as np
+
+from mmengine.dataset import BaseDataset as MMEngineBaseDataset
 from mmengine.fileio import exists, get, get_text, join_path, list_dir_or_file
 from mmpretrain.datasets import CIFAR100, BaseDataset, MultiLabelDataset
 from mmpretrain.registry import DATASETS
 
 __all__ = ["LocalCIFAR100", "TinyImageNet", "CelebA", "CELEBA_ATTRIBUTES", "read_celeba_attributes",
-           "read_celeba_partition"]
+           "read_celeba_partition", "TrainingFraction", "fraction_indices"]
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.ppm', '.bmp', '.pgm', '.tif')
 
@@ -207,3 +210,48 @@ class CelebA(MultiLabelDataset):
         return [{'img_path': join_path(self.data_prefix['img_path'], name),
                  'gt_label': [i for i, v in enumerate(values) if v == 1]}
                 for name, values in rows.items() if partition[name] == wanted]
+
+
+# ---- training-set fractions (the paper's Figure 3) ------------------------------------------------------------
+
+
+def fraction_indices(labels: List[Union[int, List[int]]], fraction: float, seed: int = 0) -> List[int]:
+    """Sorted indices of a seeded random ``fraction`` of a dataset: per class for single-label data (each class
+    keeps round(fraction * its size), at least one), over all samples for multi-label data (CelebA). The draws
+    are nested: for one seed, a smaller fraction keeps a subset of what a larger one keeps, so the points of a
+    training-set-size curve differ only by the images added."""
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 < fraction <= 1.0:
+        raise ValueError(f'fraction must be a number in (0, 1], got {fraction!r}')
+    rng = np.random.default_rng(seed)
+    if not labels:
+        return []
+    if all(isinstance(label, (int, np.integer)) for label in labels):
+        labels = np.asarray(labels)
+        keep = []
+        for label in np.unique(labels):
+            members = np.flatnonzero(labels == label)
+            keep.append(rng.permutation(members)[:max(1, round(fraction * len(members)))])
+        return sorted(int(i) for i in np.concatenate(keep))
+    return sorted(int(i) for i in rng.permutation(len(labels))[:max(1, round(fraction * len(labels)))])
+
+
+@DATASETS.register_module()
+def TrainingFraction(dataset: Union[dict, MMEngineBaseDataset], fraction: float,  # noqa: N802 (a dataset type)
+                     seed: int = 0) -> MMEngineBaseDataset:
+    """The 2-D SSM paper's training-set-size experiment (Figure 3; its code's ``--dataset_percentage``): ``dataset``
+    (a config or a built dataset) cut to a seeded random ``fraction`` of its samples, stratified by class where
+    each sample has one label (``fraction_indices``).
+
+    Registered as a builder, like a dataset type (``dict(type='TrainingFraction', dataset=..., fraction=0.1)``); it
+    returns the dataset itself, cut in place (``BaseDataset.get_subset_``), so its class, metainfo and evaluation stay
+    those of the full set. MMEngine's own ``indices`` keeps the first N samples, which for Tiny-ImageNet's
+    class-ordered folders would be the first classes only."""
+    if isinstance(dataset, dict):
+        dataset = DATASETS.build(dataset)
+    if not isinstance(dataset, MMEngineBaseDataset):
+        raise TypeError(f'TrainingFraction: dataset must be an MMEngine BaseDataset or its config, got {type(dataset).__name__}')
+    dataset.full_init()
+    labels = [dataset.get_data_info(i)['gt_label'] for i in range(len(dataset))]
+    labels = [label if isinstance(label, (int, np.integer)) else list(label) for label in labels]
+    dataset.get_subset_(fraction_indices(labels, fraction, seed))
+    return dataset

@@ -54,7 +54,11 @@ def test_config_is_offline_and_its_pipelines_build(path):
     if "model_name" in cfg.model:  # TimmClassifier and its multi-label twin
         assert cfg.model.model_name in timm.list_models(), cfg.model.model_name
     for loader in ("train_dataloader", "val_dataloader", "test_dataloader"):
-        for step in cfg[loader].dataset.get("pipeline", []):
+        dataset = cfg[loader].dataset
+        while "dataset" in dataset:  # a wrapper (TrainingFraction, Figure 3): the pipeline is its dataset's
+            dataset = dataset.dataset
+        assert dataset.get("pipeline"), (loader, dataset.type)
+        for step in dataset.pipeline:
             TRANSFORMS.build(step)
 
 

@@ -5,6 +5,7 @@ row its name says, and ``mim train mmpretrain`` runs a CIFAR-100 and a CelebA co
 import ast
 import functools
 import pickle
+import re
 from pathlib import Path
 
 import numpy as np
@@ -280,8 +281,14 @@ _BACKBONES = {("vit", "cifar100"): "vit_cifar_patch4_32_ssm2d",
 SSM2D_CONFIG_FILES = sorted(p for p in SSM2D_CONFIGS.glob("*.py"))
 
 
+def _fraction(stem: str):
+    """(stem without its "-<N>pct" suffix, N / 100 or None): Figure 3's configs train on N % of the training set."""
+    match = re.fullmatch(r"(.*)-(\d+)pct", stem)
+    return (match[1], int(match[2]) / 100) if match else (stem, None)
+
+
 def _expected(stem: str):
-    model_part, _gpus, dataset = stem.split("_")
+    model_part, _gpus, dataset = _fraction(stem)[0].split("_")
     nope = model_part.endswith("-nope")
     model_part = model_part[:-len("-nope")] if nope else model_part
     for backbone in sorted({b for b, _ in _BACKBONES}, key=len, reverse=True):
@@ -300,7 +307,7 @@ def _expected(stem: str):
     return name, options
 
 
-def test_the_configs_cover_tables_1_to_3_and_figure_5():
+def test_the_configs_cover_tables_1_to_3_and_figures_3_and_5():
     stems = {p.stem for p in SSM2D_CONFIG_FILES}
     table1 = {f"{m}_1xb128_{d}" for d in ("cifar100", "tiny-imagenet") for m in (
         "vit", "vit-s4nd", "vit-ssm2d-r", "vit-ssm2d-c", "mega-ablate", "mega", "mega-s4nd", "mega-ssm2d-r",
@@ -311,7 +318,10 @@ def test_the_configs_cover_tables_1_to_3_and_figure_5():
               for m, s in (("vit", "1xb128_cifar100"), ("swin", "1xb128_tiny-imagenet"),
                            ("deit-tiny", "8xb128_celeba-224px"))}
     figure5 = {"mega-tiny_4xb256_in1k", "mega-tiny-ablate_4xb256_in1k", "mega-tiny-ssm2d-r_4xb256_in1k"}
-    assert stems == table1 | table2 | table3 | figure5
+    figure3 = {f"{m}{v}_{s}-10pct" for v in ("", "-ssm2d-r")
+               for m, s in (("vit", "1xb128_cifar100"), ("swin", "1xb128_tiny-imagenet"),
+                            ("deit-tiny", "8xb128_celeba-224px"))}
+    assert stems == table1 | table2 | table3 | figure5 | figure3
 
 
 @functools.lru_cache(maxsize=None)
@@ -334,24 +344,34 @@ def test_config_is_the_row_its_name_says(path):
     assert cfg.model.model_name == name
     for key in ("spatial_mixer", "ssm_complex", "no_pos_embed"):
         assert cfg.model.get(key) == options.get(key), key
+    dataset = cfg.train_dataloader.dataset
+    fraction = _fraction(path.stem)[1]
+    if fraction is not None:  # Figure 3: the row's training set, cut to that fraction
+        assert dataset.type == "TrainingFraction" and dataset.fraction == fraction and dataset.seed == 0
+        dataset = dataset.dataset
     if "celeba" in path.stem:
         assert cfg.model.type == "TimmMultiLabelClassifier" and cfg.model.num_classes == 40
-        assert cfg.train_cfg.max_epochs == 20 and cfg.train_dataloader.dataset.type == "CelebA"
+        assert cfg.train_cfg.max_epochs == 20 and dataset.type == "CelebA"
         assert cfg.val_evaluator[0].type == "MultiLabelAccuracy"
     elif "in1k" not in path.stem:
         assert cfg.optim_wrapper.optimizer.lr == 3e-3 and cfg.train_cfg.max_epochs == 100
         assert cfg.train_dataloader.batch_size == 128 and cfg.model.drop_path_rate == 0.1
         assert cfg.train_dataloader.sampler == dict(type="RepeatAugSampler", num_repeats=3, shuffle=True)
-        assert cfg.train_dataloader.dataset.type == ("LocalCIFAR100" if "cifar100" in path.stem else "TinyImageNet")
+        assert dataset.type == ("LocalCIFAR100" if "cifar100" in path.stem else "TinyImageNet")
     assert cfg.optim_wrapper.constructor == "TimmNoDecayOptimWrapperConstructor"
 
 
-@pytest.mark.parametrize("path", [p for p in SSM2D_CONFIG_FILES if "\n_base_ = './" in p.read_text()],
-                         ids=lambda p: p.stem)
+def _parent(path: Path) -> Path:
+    (node,) = [n for n in ast.parse(path.read_text()).body if isinstance(n, ast.Assign) and n.targets[0].id == "_base_"]
+    return (path.parent / ast.literal_eval(node.value)).resolve()
+
+
+# (Figure 3's baseline configs change the training set instead: test_figure3_config_cuts_the_training_set_only)
+@pytest.mark.parametrize("path", [p for p in SSM2D_CONFIG_FILES if "\n_base_ = './" in p.read_text() and (
+    _fraction(p.stem)[1] is None or _fraction(_parent(p).stem)[1] is not None)], ids=lambda p: p.stem)
 def test_derived_config_changes_only_the_model_options_of_its_row(path):
     """A row config inherits its baseline (or the row it extends) and changes the model options its name adds."""
-    (node,) = [n for n in ast.parse(path.read_text()).body if isinstance(n, ast.Assign) and n.targets[0].id == "_base_"]
-    parent = (path.parent / ast.literal_eval(node.value)).resolve()
+    parent = _parent(path)
     child, base = _flat(_config(path).to_dict()), _flat(_config(parent).to_dict())
     changed = {k for k in set(child) | set(base) if child.get(k) != base.get(k)}
     name, options = _expected(path.stem)
@@ -417,6 +437,76 @@ def test_generators_are_deterministic(cifar_root, tmp_path):
     again = cifar_digits(tmp_path / "again")
     for name in ("train", "test", "meta"):
         assert (again / "cifar-100-python" / name).read_bytes() == (cifar_root / "cifar-100-python" / name).read_bytes()
+
+
+# ---- Figure 3: training-set fractions ------------------------------------------------------------------------
+
+
+def test_fraction_indices_keep_each_class_in_proportion_with_a_seed():
+    from ssm_plugins.mmpretrain import fraction_indices
+
+    labels = [0] * 50 + [1] * 30 + [2] * 20
+    kept = fraction_indices(labels, 0.1, seed=0)
+    assert sorted(kept) == kept and len(set(kept)) == len(kept)
+    assert np.bincount(np.asarray(labels)[kept]).tolist() == [5, 3, 2]  # round(0.1 * n) per class
+    assert fraction_indices(labels, 0.1, seed=0) == kept and fraction_indices(labels, 0.1, seed=1) != kept
+    assert np.bincount(np.asarray(labels)[fraction_indices(labels, 0.01)]).tolist() == [1, 1, 1]  # >= 1 per class
+    assert fraction_indices(labels, 1.0) == list(range(100))
+    assert set(kept) < set(fraction_indices(labels, 0.3, seed=0))  # nested draws
+    multi = [[0, 3], [], [1]] * 10  # multi-label (CelebA): a random tenth of the samples
+    assert len(fraction_indices(multi, 0.1)) == 3
+    for bad in (0, 0.0, 1.5, -0.1, "0.1", True):
+        with pytest.raises(ValueError, match="fraction must be a number in"):
+            fraction_indices(labels, bad)
+
+
+@pytest.mark.parametrize("stem", [p.stem for p in SSM2D_CONFIG_FILES
+                                  if _fraction(p.stem)[1] is not None and "-ssm2d" not in p.stem])
+def test_figure3_config_cuts_the_training_set_only(stem):
+    """A Figure 3 baseline is its Table 1 / 2 row with the training set wrapped in TrainingFraction, nothing else."""
+    path = SSM2D_CONFIGS / f"{stem}.py"
+    assert _parent(path).stem == _fraction(stem)[0]
+    child, base = _config(path).to_dict(), _config(_parent(path)).to_dict()
+    wrapped = child["train_dataloader"].pop("dataset")
+    assert wrapped.pop("dataset") == base["train_dataloader"].pop("dataset")
+    assert wrapped == {"type": "TrainingFraction", "fraction": 0.1, "seed": 0} and child == base
+
+
+@pytest.mark.parametrize("stem, root", [("vit_1xb128_cifar100-10pct", "cifar_root"),
+                                        ("swin_1xb128_tiny-imagenet-10pct", "tiny_imagenet_root"),
+                                        ("deit-tiny_8xb128_celeba-224px-10pct", "celeba_root")])
+def test_figure3_training_set_is_the_stratified_fraction(stem, root, request):
+    """Built from the config on the generated sets: a tenth of the training images (of each class, where each
+    image has one label), the same images for the same seed, and the --cfg-options sweep value is honoured."""
+    from mmengine.registry import init_default_scope
+    from mmpretrain.registry import DATASETS
+
+    import ssm_plugins.mmpretrain  # noqa: F401
+
+    init_default_scope("mmpretrain")
+    cfg = load(SSM2D_CONFIGS / f"{stem}.py").train_dataloader.dataset.to_dict()
+    cfg["dataset"]["data_root"] = str(request.getfixturevalue(root))
+    full = DATASETS.build(cfg["dataset"])
+    cut = DATASETS.build(cfg)
+    assert type(cut) is type(full) and cut.metainfo == full.metainfo
+    def images(dataset):  # a file path, or the pixels themselves for the CIFAR pickles
+        infos = (dataset.get_data_info(i) for i in range(len(dataset)))
+        return [info["img_path"] if "img_path" in info else info["img"].tobytes() for info in infos]
+
+    paths = images(cut)
+    assert paths == images(DATASETS.build(cfg)) and set(paths) <= set(images(full))
+    if "celeba" in stem:
+        assert len(cut) == round(0.1 * len(full))
+    else:
+        full_counts = np.bincount(full.get_gt_labels())
+        assert np.bincount(cut.get_gt_labels()).tolist() == [max(1, round(0.1 * n)) for n in full_counts]
+    assert cut[0]["inputs"].dtype == torch.uint8  # the row's own pipeline
+    half = DATASETS.build({**cfg, "fraction": 0.5})
+    assert len(half) > len(cut) and set(paths) < set(images(half))  # nested: the 10 % images are in the 50 %
+    with pytest.raises(ValueError, match="fraction must be a number in"):
+        DATASETS.build({**cfg, "fraction": 10})  # a percentage where a fraction belongs
+    with pytest.raises(TypeError, match="dataset must be an MMEngine BaseDataset"):
+        DATASETS.build({**cfg, "dataset": list(range(10))})
 
 
 # ---- end to end: the toolbox's train.py as mim train runs it ------------------------------------------------

@@ -147,13 +147,7 @@ class MyoSSM(nn.Module):
         # S5 (jax lecun_normal, fan_in = shape[-2] x the receptive field): B₀ (P, H) has fan_in P
         b0 = _lecun_normal((self.state_size, self.dim), fan_in=self.state_size)
         b_tilde = vinv @ b0.to(torch.complex128)
-        if self.C_init == "complex_normal":
-            c_tilde = torch.complex(torch.randn(self.dim, self.num_heads, dtype=torch.float64),
-                                    torch.randn(self.dim, self.num_heads, dtype=torch.float64)) * math.sqrt(0.5)
-        else:  # a complex (H, P) matrix, times V; lecun_normal draws (H, P, 2) at once, trunc_standard_normal by row
-            fan_in = self.state_size * (self.dim if self.C_init == "lecun_normal" else 1)
-            c_pair = _lecun_normal((self.dim, self.state_size, 2), fan_in=fan_in)
-            c_tilde = torch.complex(c_pair[..., 0], c_pair[..., 1]) @ v_full
+        c_tilde = self._draw_readout(v_full)
         with torch.no_grad():
             self.Lambda_re.copy_(lam.real)
             self.Lambda_im.copy_(lam.imag)
@@ -161,6 +155,16 @@ class MyoSSM(nn.Module):
             self.B.copy_(torch.view_as_real(b_tilde))
             self.C.copy_(torch.view_as_real(c_tilde))
             self.D.normal_(0.0, 1.0)
+
+    def _draw_readout(self, v_full: torch.Tensor) -> torch.Tensor:
+        """C̃ (dim, P_c) complex128 per ``C_init`` (S5's ``init_CV``)."""
+        if self.C_init == "complex_normal":
+            return torch.complex(torch.randn(self.dim, self.num_heads, dtype=torch.float64),
+                                 torch.randn(self.dim, self.num_heads, dtype=torch.float64)) * math.sqrt(0.5)
+        # a complex (H, P) matrix, times V; lecun_normal draws (H, P, 2) at once, trunc_standard_normal by row
+        fan_in = self.state_size * (self.dim if self.C_init == "lecun_normal" else 1)
+        c_pair = _lecun_normal((self.dim, self.state_size, 2), fan_in=fan_in)
+        return torch.complex(c_pair[..., 0], c_pair[..., 1]) @ v_full
 
     def extra_repr(self) -> str:
         return (f"{self.dim}, state_size={self.state_size}, heads={self.num_heads}, blocks={self.blocks}, "
@@ -239,6 +243,9 @@ class MyoBlock(nn.Module):
     Input (B, N, dim) node features, as for MyoSSM.
     """
 
+    ssm_class = MyoSSM  # the SSM between norm and gate (S5Block: S5's recurrence on the same parameters)
+    activation = staticmethod(F.silu)  # the paper's SiLU (S5: GELU)
+
     def __init__(self, dim: int, state_size: int = 64, blocks: int = 1, norm: str = "batch",
                  bn_momentum: float = 0.05, glu: str = "half_glu1", dropout: float = 0.0, device=None, dtype=None,
                  **ssm_kwargs):
@@ -249,7 +256,7 @@ class MyoBlock(nn.Module):
         self.norm_kind = norm
         self.glu = glu
         self.norm = nn.BatchNorm1d(dim, momentum=bn_momentum, **dd) if norm == "batch" else nn.LayerNorm(dim, **dd)
-        self.ssm = MyoSSM(dim, state_size, blocks, **ssm_kwargs, **dd)
+        self.ssm = self.ssm_class(dim, state_size, blocks, **ssm_kwargs, **dd)
         self.gate = nn.Linear(dim, dim, **dd) if glu != "none" else None
         if self.gate is not None:  # flax Dense: LeCun normal weights, zero bias
             nn.init.trunc_normal_(self.gate.weight, std=1 / math.sqrt(dim) / 0.8796, a=-2 / math.sqrt(dim) / 0.8796,
@@ -260,20 +267,25 @@ class MyoBlock(nn.Module):
     def _dropout(self, y: torch.Tensor) -> torch.Tensor:
         return self.drop(y.transpose(1, 2)).transpose(1, 2)  # one channel mask per sample, all nodes
 
-    def forward(self, x: torch.Tensor, tree: MyoTree, node_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def _norm(self, x: torch.Tensor) -> torch.Tensor:
         # BatchNorm over (batch x nodes) per channel on a (B*N, dim) view: the same statistics as on (B, dim, N),
         # without the transposes (whose output strides the CPU kernel and its meta function disagree on, which
         # broke torch.compile's aot_eager: "view size is not compatible with input tensor's size and stride")
-        z = self.norm(x.reshape(-1, x.shape[-1])).reshape(x.shape) if self.norm_kind == "batch" else self.norm(x)
-        y_pre = self.ssm(z, tree, node_mask=node_mask)
-        y = self._dropout(F.silu(y_pre))
+        return self.norm(x.reshape(-1, x.shape[-1])).reshape(x.shape) if self.norm_kind == "batch" else self.norm(x)
+
+    def _residual(self, x: torch.Tensor, y_pre: torch.Tensor) -> torch.Tensor:
+        """x + the activation / gate / dropout path of the SSM output y_pre."""
+        y = self._dropout(self.activation(y_pre))
         if self.glu == "half_glu1":
             y = y * torch.sigmoid(self.gate(y))
         elif self.glu == "half_glu2":
             y = y_pre * torch.sigmoid(self.gate(y))
-        else:  # plain SiLU: S5's single-dropout activation path
+        else:  # plain activation: S5's single-dropout activation path
             return x + y
         return x + self._dropout(y)
+
+    def forward(self, x: torch.Tensor, tree: MyoTree, node_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return self._residual(x, self.ssm(self._norm(x), tree, node_mask=node_mask))
 
 
 class MyoMixer2d(nn.Module):

@@ -1,6 +1,7 @@
 """The efficiency benchmarks run at a tiny size and print their tables with the paper's figures beside ours:
-benchmarks/essm_diagonal_fft.py (eSSM Fig. 7) and benchmarks/ssm2d_train_time.py (2-D SSM Table 1, train time)."""
-from benchmarks import essm_diagonal_fft, ssm2d_train_time
+benchmarks/essm_diagonal_fft.py (eSSM Fig. 7), benchmarks/essm_fig1.py (eSSM Figs. 1 and 6) and
+benchmarks/ssm2d_train_time.py (2-D SSM Table 1, train time)."""
+from benchmarks import essm_diagonal_fft, essm_fig1, ssm2d_train_time
 
 
 def test_essm_diagonal_fft_prints_both_tables_and_writes_the_plot(capsys, tmp_path):
@@ -18,3 +19,18 @@ def test_ssm2d_train_time_prints_ours_and_the_papers_ratio(capsys):
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| ViT")]
     assert len(rows) == 2 and "| 1.00x " in rows[0] and "| 2.66x " in rows[1]
+
+
+def test_essm_fig1_prints_every_model_at_every_size_and_writes_the_plot(capsys, tmp_path):
+    png = tmp_path / "fig1.png"
+    essm_fig1.main(["--widths", "32", "64", "--lengths", "16", "24", "--batch", "2", "--plot", str(png)])
+    out = capsys.readouterr().out
+    for heading in ("H = 32, L = 24", "H = 64, L = 24", "H = 64, L = 16", "Fig. 6"):
+        assert heading in out
+    rows = [line for line in out.splitlines() if line.startswith("| eSSM ")]
+    assert len(rows) == 3 + 1  # three Fig. 1 tables and Fig. 6
+    assert all("| 100.0 % " in row and "| 1.00x " in row for row in rows[:3])
+    assert "| +0 " in rows[3]  # eSSM's bidirectional kernel adds no parameters
+    for name in ("Transformer", "LSTM", "S4", "Mamba"):
+        assert sum(line.startswith(f"| {name} ") for line in out.splitlines()) >= 3
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

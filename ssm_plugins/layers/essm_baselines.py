@@ -1,4 +1,5 @@
-"""The two recurrent baselines of the eSSM paper's efficiency ablation (arXiv 2402.15290, Sec. 5.8.1, Fig. 7).
+"""Baselines of the eSSM paper's efficiency studies (arXiv 2402.15290): the two recurrent ones of Fig. 7
+(Sec. 5.8.1) and the S4 of Figs. 1 and 6 (Sec. 5.3).
 
 * :class:`VanillaRecurrentSSM` ('Vanilla'): the original MIMO SSM, a real dense A (N x N), computed step by step.
 * :class:`DiagonalRecurrentESSM` ('Diagonal'): the eSSM layer's diagonal Λ and parameters, computed step by step
@@ -11,10 +12,12 @@ system). All three are :class:`~ssm_plugins.layers.essm.SSMLayerBase`: the same 
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from ..ops._backend import no_autocast
 from ..ops._validate import compute_dtype
@@ -22,7 +25,7 @@ from ..ops.reference.essm import essm_recurrent
 from ._common import choice, positive_int, probability
 from .essm import ESSM, GLUS, SSMLayerBase, hippo_legs_normal, log_uniform_log_dt, trunc_normal_init
 
-__all__ = ["VanillaRecurrentSSM", "DiagonalRecurrentESSM"]
+__all__ = ["VanillaRecurrentSSM", "DiagonalRecurrentESSM", "S4D"]
 
 
 class DiagonalRecurrentESSM(ESSM):
@@ -119,3 +122,76 @@ class VanillaRecurrentSSM(SSMLayerBase):
                 states.append(state)
             y = torch.einsum("mn,lbn->bml", self.C.to(acc), torch.stack(states)) + self.D.to(acc)[:, None] * x
         return y.to(u.dtype)
+
+
+class S4D(nn.Module):
+    """The S4 baseline of the eSSM paper's Figs. 1 and 6: S4D (Gu, Gupta, Goel & Ré, *On the Parameterization and
+    Initialization of Diagonal State Space Models*, NeurIPS 2022), H independent SISO diagonal SSMs with N/2
+    conjugate pairs each, computed as a causal FFT convolution with the kernel (B = 1, ZOH):
+
+        K_h[l] = 2 Re Σ_n C_hn (exp(Δ_h A_hn) - 1)/A_hn · exp(Δ_h A_hn l),   y = K * u + D ⊙ u
+
+    then GELU, dropout and the output projection Linear(H, 2H) + GLU. ``bidirectional`` (S4's option) adds a second
+    kernel of its own C on the time-reversed input (H N extra parameters, the cost Fig. 6 shows).
+
+    Initialisation S4D-Lin: A = -1/2 + iπn, C ~ N(0, 1) complex, D ~ N(0, 1), log Δ uniform in [log dt_min,
+    log dt_max]. Parameters ``log_dt`` (H,), ``log_A_real``, ``A_imag`` (H, N/2), ``C`` (channels, H, N/2, 2), ``D``
+    (H,), ``output_linear``. (B, L, H) -> (B, L, H).
+    """
+
+    def __init__(self, d_model: int, d_state: int = 64, bidirectional: bool = False, dt_min: float = 1e-3,
+                 dt_max: float = 1e-1, dropout: float = 0.0, device=None, dtype=None):
+        super().__init__()
+        positive_int("d_model", d_model)
+        positive_int("d_state", d_state)
+        if d_state % 2:
+            raise ValueError(f"d_state must be even (N/2 conjugate pairs), got {d_state}")
+        probability("dropout", dropout)
+        dd = {"device": device, "dtype": dtype}
+        self.d_model, self.d_state, self.bidirectional = d_model, d_state, bool(bidirectional)
+        self.dt_min, self.dt_max = float(dt_min), float(dt_max)
+        pairs, channels = d_state // 2, 2 if bidirectional else 1
+        self.log_dt = nn.Parameter(torch.empty(d_model, **dd))
+        self.log_A_real = nn.Parameter(torch.empty(d_model, pairs, **dd))
+        self.A_imag = nn.Parameter(torch.empty(d_model, pairs, **dd))
+        self.C = nn.Parameter(torch.empty(channels, d_model, pairs, 2, **dd))
+        self.D = nn.Parameter(torch.empty(d_model, **dd))
+        self.drop = nn.Dropout(dropout)
+        self.output_linear = nn.Linear(d_model, 2 * d_model, **dd)
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        pairs = self.d_state // 2
+        self.log_dt.copy_(log_uniform_log_dt(self.d_model, dt_min=self.dt_min, dt_max=self.dt_max))
+        self.log_A_real.fill_(math.log(0.5))
+        self.A_imag.copy_(math.pi * torch.arange(pairs, dtype=torch.float64).expand(self.d_model, pairs))
+        self.C.normal_(0.0, math.sqrt(0.5))  # a standard complex normal
+        self.D.normal_()
+        self.output_linear.reset_parameters()
+
+    def extra_repr(self) -> str:
+        return f"{self.d_model}, d_state={self.d_state}, bidirectional={self.bidirectional}"
+
+    def kernel(self, length: int) -> torch.Tensor:
+        """(channels, H, L) real convolution kernels."""
+        dt = self.log_dt.exp()[:, None]
+        A = torch.complex(-self.log_A_real.exp(), self.A_imag)  # (H, N/2)
+        C = torch.view_as_complex(self.C.contiguous()) * (torch.exp(dt * A) - 1) / A
+        steps = torch.arange(length, device=A.device, dtype=dt.dtype)
+        return 2 * torch.einsum("chn,hnl->chl", C, torch.exp((dt * A)[..., None] * steps)).real
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        if not isinstance(u, torch.Tensor) or u.dim() != 3 or u.shape[-1] != self.d_model:
+            raise ValueError(f"u must have shape (B, L, d_model) with d_model={self.d_model}, got "
+                             f"{tuple(u.shape) if isinstance(u, torch.Tensor) else type(u).__name__}")
+        length = u.shape[1]
+        x = u.transpose(1, 2)  # (B, H, L)
+        k = self.kernel(length)
+        n = 2 * length  # no wrap-around
+        y = torch.fft.irfft(torch.fft.rfft(x, n=n) * torch.fft.rfft(k[0], n=n), n=n)[..., :length]
+        if self.bidirectional:  # the second kernel on the future: the convolution of the reversed input, reversed
+            y = y + torch.fft.irfft(torch.fft.rfft(x.flip(-1), n=n) * torch.fft.rfft(k[1], n=n),
+                                    n=n)[..., :length].flip(-1)
+        y = self.drop(F.gelu(y + self.D[:, None] * x)).transpose(1, 2)
+        return F.glu(self.output_linear(y), dim=-1)

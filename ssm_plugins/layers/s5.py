@@ -23,9 +23,11 @@ import torch.nn.functional as F
 
 from ..ops._backend import no_autocast
 from ._common import shape_or_type
-from .myo import _LOW_PRECISION, MyoBlock, MyoSSM, hippo_n_init
+from .myo import MyoBlock, MyoSSM, hippo_n_init
 
 __all__ = ["S5SSM", "S5Block", "s5_recurrence"]
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)  # run the scan in float32
 
 
 def s5_recurrence(v_re: torch.Tensor, v_im: torch.Tensor, a_re: torch.Tensor, a_im: torch.Tensor,

@@ -1,13 +1,16 @@
 """What the model families share: the pretrained_cfg of a model with no published weights, the
 forward_intermediates of hierarchical NHWC backbones, optimizer parameter groups, the no-weight-decay names, the
-input check of image classifiers and the classifier head of ``reset_classifier``."""
+input check of image classifiers, the classifier head of ``reset_classifier`` and flax's Dense initialisation (the
+S5-style models)."""
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import torch
 import torch.nn as nn
 from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from timm.layers import trunc_normal_
 from timm.models._features import feature_take_indices
 
 from ..layers._common import shape_or_type
@@ -112,3 +115,12 @@ def no_weight_decay_names(model: nn.Module, params: Tuple[str, ...] = (), norms:
         if norms and isinstance(module, norms):
             names.update(prefix + p for p, _ in module.named_parameters(recurse=False))
     return names
+
+
+def lecun_linear(layer: nn.Linear) -> nn.Linear:
+    """flax Dense initialisation, in place: LeCun normal weights (truncated at 2 sigma, rescaled as flax does), zero
+    bias (docs/myosotis.md, 'S5 settings'). Returns the layer."""
+    std = 1.0 / math.sqrt(layer.in_features) / 0.87962566103423978
+    trunc_normal_(layer.weight, std=std, a=-2 * std, b=2 * std)
+    nn.init.zeros_(layer.bias)
+    return layer

@@ -43,7 +43,7 @@ from timm.models._manipulate import checkpoint, checkpoint_seq
 from .. import ops
 from ..ops import myo as myo_ops
 from ..ops.reference import myo as myo_reference
-from ._common import local_weights_cfg, new_head, no_weight_decay_names, param_groups, stage_intermediates
+from ._common import lecun_linear, local_weights_cfg, new_head, no_weight_decay_names, param_groups, stage_intermediates
 from ..layers._common import choice, is_positive_int, shape_or_type
 from ..layers.myo import MyoBlock, MyoMixer2d, MyoSSM
 
@@ -77,14 +77,6 @@ def _myo_no_weight_decay(model: nn.Module, params: Tuple[str, ...] = ()) -> Set[
     """S5's "ssm" group (docs/myosotis.md, 'S5 settings'): Λ^re, Λ^im, log Δ of every Myo layer, and all norm
     parameters (and ``params`` of the model's own, where it has them)."""
     return no_weight_decay_names(model, params=params, norms=(nn.BatchNorm1d, nn.LayerNorm))
-
-
-def _lecun_linear(layer: nn.Linear) -> nn.Linear:
-    """flax Dense initialisation: LeCun normal weights, zero bias (docs/myosotis.md, 'S5 settings')."""
-    std = 1.0 / math.sqrt(layer.in_features) / 0.87962566103423978
-    trunc_normal_(layer.weight, std=std, a=-2 * std, b=2 * std)
-    nn.init.zeros_(layer.bias)
-    return layer
 
 
 # ---- the paper's S5 classifier with Myo blocks: sequences and pixel images -----------------------------------
@@ -395,7 +387,7 @@ class MyoSequence(nn.Module):
             std = 1.0 / math.sqrt(vocab_size) / 0.87962566103423978
             trunc_normal_(self.encoder.weight, std=std, a=-2 * std, b=2 * std)
         else:
-            self.encoder = _lecun_linear(nn.Linear(in_chans, embed_dim, **dd))
+            self.encoder = lecun_linear(nn.Linear(in_chans, embed_dim, **dd))
         self.level_embed = None
         if virtual_init == 'embed':
             if self.seq_len is None:
@@ -420,7 +412,7 @@ class MyoSequence(nn.Module):
             for _ in range(depth)])
         self.feature_info = [dict(num_chs=embed_dim, reduction=1, module=f'blocks.{i}') for i in range(depth)]
         self.head_drop = nn.Dropout(drop_rate)
-        self.head = new_head(self.encoder.weight, embed_dim, num_classes, init=_lecun_linear)
+        self.head = new_head(self.encoder.weight, embed_dim, num_classes, init=lecun_linear)
 
     def _designed_grid(self) -> Optional[Tuple[int, int]]:
         """Leaf grid of a Morton model's designed image (padded for perfect trees), else None."""
@@ -466,7 +458,7 @@ class MyoSequence(nn.Module):
             self._check_pool(global_pool)
             self.global_pool = global_pool
         like = self.blocks[0].ssm.D if len(self.blocks) else None
-        self.head = new_head(like, self.embed_dim, num_classes, init=_lecun_linear, training=self.training)
+        self.head = new_head(like, self.embed_dim, num_classes, init=lecun_linear, training=self.training)
 
     # ---- tree inputs and readout -------------------------------------------------------------------------
 
@@ -950,9 +942,9 @@ def myopix_zcifar(pretrained: bool = False, **kwargs) -> MyoPix:
 
 # S5 per-task architectures (docs/myosotis.md, 'S5 settings'): depth, H, P, J, dropout, C_init, GLU, BatchNorm
 # momentum (PyTorch), dt_min
-_S5_MNIST = dict(depth=4, embed_dim=96, state_size=128, blocks=1, dropout=0.1, C_init='trunc_standard_normal',
+S5_MNIST = dict(depth=4, embed_dim=96, state_size=128, blocks=1, dropout=0.1, C_init='trunc_standard_normal',
                  glu='half_glu1', bn_momentum=0.05)
-_S5_CIFAR = dict(depth=6, embed_dim=512, state_size=384, blocks=3, dropout=0.1, C_init='lecun_normal',
+S5_CIFAR = dict(depth=6, embed_dim=512, state_size=384, blocks=3, dropout=0.1, C_init='lecun_normal',
                  glu='half_glu1', bn_momentum=0.05)
 
 
@@ -963,21 +955,21 @@ def _sequence(variant: str, pretrained: bool, model_args: Dict[str, Any], kwargs
 @register_model
 def myo_smnist(pretrained: bool = False, **kwargs) -> MyoSequence:
     """sMNIST (Table 4: 99.2 %): snake-order pixels, perfect 4-ary tree (784 -> 1024 leaves, 1365 nodes)."""
-    model_args = dict(in_chans=1, img_size=28, arity=4, order='snake', **_S5_MNIST)
+    model_args = dict(in_chans=1, img_size=28, arity=4, order='snake', **S5_MNIST)
     return _sequence('myo_smnist', pretrained, model_args, kwargs)
 
 
 @register_model
 def myo_zmnist(pretrained: bool = False, **kwargs) -> MyoSequence:
     """zMNIST (Table 4: 99.7 %): Morton-order pixels = quadtree, image zero-padded to 32 x 32 (2 px a side)."""
-    model_args = dict(in_chans=1, img_size=28, arity=4, order='morton', **_S5_MNIST)
+    model_args = dict(in_chans=1, img_size=28, arity=4, order='morton', **S5_MNIST)
     return _sequence('myo_zmnist', pretrained, model_args, kwargs)
 
 
 @register_model
 def myo_scifar(pretrained: bool = False, **kwargs) -> MyoSequence:
     """sCIFAR (Table 4: 92.6 %): snake-order RGB pixels, perfect 4-ary tree over 1024 leaves."""
-    model_args = dict(in_chans=3, img_size=32, arity=4, order='snake', **_S5_CIFAR)
+    model_args = dict(in_chans=3, img_size=32, arity=4, order='snake', **S5_CIFAR)
     return _sequence('myo_scifar', pretrained, model_args, kwargs)
 
 
@@ -985,7 +977,7 @@ def myo_scifar(pretrained: bool = False, **kwargs) -> MyoSequence:
 def myo_zcifar(pretrained: bool = False, **kwargs) -> MyoSequence:
     """zCIFAR (Table 4: 93.4 %): Morton-order pixels = quadtree over 32 x 32 (the ``myopix_zcifar`` network with
     the perfect-tree option; on 32 x 32 inputs the two are the same function)."""
-    model_args = dict(in_chans=3, img_size=32, arity=4, order='morton', **_S5_CIFAR)
+    model_args = dict(in_chans=3, img_size=32, arity=4, order='morton', **S5_CIFAR)
     return _sequence('myo_zcifar', pretrained, model_args, kwargs)
 
 

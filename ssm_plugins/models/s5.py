@@ -27,9 +27,9 @@ from timm.models import build_model_with_cfg, generate_default_cfgs, register_mo
 from timm.models._features import feature_take_indices
 from timm.models._manipulate import checkpoint
 
-from ._common import local_weights_cfg, new_head
+from ._common import lecun_linear, local_weights_cfg, new_head, no_weight_decay_names
 from .essm import check_padding_mask, masked_mean
-from .myo import CIFAR10_MEAN, CIFAR10_STD, _S5_CIFAR, _S5_MNIST, _lecun_linear, _myo_no_weight_decay
+from .myo import CIFAR10_MEAN, CIFAR10_STD, S5_CIFAR, S5_MNIST
 from ..data.seq_images import pixel_order
 from ..layers._common import choice, shape_or_type
 from ..layers.s5 import S5Block
@@ -117,14 +117,14 @@ class S5Sequence(nn.Module):
         self.global_pool = global_pool
         self.num_features = self.head_hidden_size = self.embed_dim = embed_dim
         self.grad_checkpointing = False
-        self.encoder = _lecun_linear(nn.Linear(in_chans, embed_dim, **dd))  # flax Dense (S5's encoder)
+        self.encoder = lecun_linear(nn.Linear(in_chans, embed_dim, **dd))  # flax Dense (S5's encoder)
         self.blocks = nn.ModuleList([
             S5Block(embed_dim, state_size, blocks, norm=norm, bn_momentum=bn_momentum, glu=glu, dropout=dropout,
                     **ssm_kwargs, **dd)
             for _ in range(depth)])
         self.feature_info = [dict(num_chs=embed_dim, reduction=1, module=f'blocks.{i}') for i in range(depth)]
         self.head_drop = nn.Dropout(drop_rate)
-        self.head = new_head(self.encoder.weight, embed_dim, num_classes, init=_lecun_linear)
+        self.head = new_head(self.encoder.weight, embed_dim, num_classes, init=lecun_linear)
 
     @staticmethod
     def _check_pool(global_pool: str) -> None:
@@ -133,7 +133,7 @@ class S5Sequence(nn.Module):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
-        return _myo_no_weight_decay(self)
+        return no_weight_decay_names(self, norms=(nn.BatchNorm1d, nn.LayerNorm))  # S5's "ssm" group
 
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
@@ -152,7 +152,7 @@ class S5Sequence(nn.Module):
         if global_pool is not None:
             self._check_pool(global_pool)
             self.global_pool = global_pool
-        self.head = new_head(self.encoder.weight, self.embed_dim, num_classes, init=_lecun_linear,
+        self.head = new_head(self.encoder.weight, self.embed_dim, num_classes, init=lecun_linear,
                              training=self.training)
 
     def _embed(self, x: torch.Tensor) -> Tuple[torch.Tensor, Optional[Tuple[int, int]]]:
@@ -261,12 +261,12 @@ PAPER_RECIPES: Dict[str, Dict[str, Any]] = {
 @register_model
 def s5_zmnist(pretrained: bool = False, **kwargs) -> S5Sequence:
     """S5 on zMNIST (Myosotis Table 4: 99.5 %): the 784 pixels in Morton order, S5's sMNIST configuration."""
-    model_args = dict(in_chans=1, order='morton', **_S5_MNIST)
+    model_args = dict(in_chans=1, order='morton', **S5_MNIST)
     return _create('s5_zmnist', pretrained, **dict(model_args, **kwargs))
 
 
 @register_model
 def s5_zcifar(pretrained: bool = False, **kwargs) -> S5Sequence:
     """S5 on zCIFAR (Myosotis Table 4: 89.9 %): the 1024 RGB pixels in Morton order, S5's sCIFAR configuration."""
-    model_args = dict(in_chans=3, order='morton', **_S5_CIFAR)
+    model_args = dict(in_chans=3, order='morton', **S5_CIFAR)
     return _create('s5_zcifar', pretrained, **dict(model_args, **kwargs))

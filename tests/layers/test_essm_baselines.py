@@ -1,10 +1,11 @@
 """The eSSM paper's Fig. 7 baselines (ssm_plugins.layers.essm_baselines): Vanilla (dense A) and Diagonal, both
-recurrent, against each other, against the FFT eSSM layer and against a direct convolution."""
+recurrent, against each other, against the FFT eSSM layer and against a direct convolution; the S4 (S4D) of
+Figs. 1 / 6 against its recurrence."""
 import pytest
 import torch
 
 from ssm_plugins.layers.essm import ESSM, essm_layer_param_count
-from ssm_plugins.layers.essm_baselines import DiagonalRecurrentESSM, VanillaRecurrentSSM
+from ssm_plugins.layers.essm_baselines import S4D, DiagonalRecurrentESSM, VanillaRecurrentSSM
 
 
 def _params(module):
@@ -85,3 +86,47 @@ def test_vanilla_is_initialised_from_hippo_and_is_stable():
     assert torch.all(layer.D == 1)
     y = layer(torch.randn(2, 16, 8))
     assert y.shape == (2, 16, 8) and torch.isfinite(y).all()
+
+
+def _s4d_by_recurrence(layer: S4D, u: torch.Tensor) -> torch.Tensor:
+    """S4D's SSM step by step (complex128, B = 1, ZOH): x_t = exp(ΔA) x_(t-1) + (exp(ΔA) - 1)/A u_t, y = 2 Re(C x)."""
+    dt = layer.log_dt.double().exp()[:, None]
+    A = torch.complex(-layer.log_A_real.double().exp(), layer.A_imag.double())
+    a_bar, b_bar = torch.exp(dt * A), (torch.exp(dt * A) - 1) / A
+    C = torch.view_as_complex(layer.C.double().contiguous())
+    x = u.double().transpose(1, 2)  # (B, H, L)
+
+    def scan(c, steps):
+        state, out = torch.zeros(*x.shape[:2], A.shape[1], dtype=torch.complex128), {}
+        for t in steps:
+            state = a_bar * state + b_bar * x[..., t, None]
+            out[t] = 2 * (c * state).sum(-1).real
+        return torch.stack([out[t] for t in range(x.shape[-1])], -1)
+
+    y = scan(C[0], range(x.shape[-1]))
+    if layer.bidirectional:
+        y = y + scan(C[1], reversed(range(x.shape[-1])))
+    y = torch.nn.functional.gelu(y + layer.D.double()[:, None] * x).transpose(1, 2)
+    return torch.nn.functional.glu(layer.output_linear.double()(y), dim=-1)
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_s4d_convolution_equals_its_recurrence(bidirectional):
+    torch.manual_seed(0)
+    layer = S4D(6, 8, bidirectional=bidirectional).double()
+    with torch.no_grad():
+        layer.log_dt.uniform_(-3.0, -0.5)
+    u = torch.randn(2, 33, 6, dtype=torch.float64)
+    torch.testing.assert_close(layer(u), _s4d_by_recurrence(layer, u), rtol=1e-9, atol=1e-9)
+
+
+def test_s4d_parameters_and_the_bidirectional_cost():
+    H, N = 16, 64
+    # log Δ (H), A real / imaginary (H N/2 each), C (H N/2 complex), D (H), Linear(H, 2H)
+    assert _params(S4D(H, N)) == H + H * N + H * N + H + 2 * H * H + 2 * H
+    assert _params(S4D(H, N, bidirectional=True)) - _params(S4D(H, N)) == H * N  # a second C (Fig. 6)
+    assert _params(ESSM(H, H, n_heads=H, bidirectional=True)) == _params(ESSM(H, H, n_heads=H, bidirectional=False))
+    with pytest.raises(ValueError, match="d_state must be even"):
+        S4D(4, 7)
+    with pytest.raises(ValueError, match="shape \\(B, L, d_model\\) with d_model=4"):
+        S4D(4, 8)(torch.randn(2, 5, 3))

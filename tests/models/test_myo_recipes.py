@@ -140,6 +140,7 @@ def test_s5_hparams_file_runs_one_batch_through_train_py(name, data, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.exhaustive  # make test-all: 70 s
 def test_s5_zmnist_tiny_run_learns(data, tmp_path):
     """The README's tiny run (recipes_sequence/README.md; 46 % on 2026-12-03, 79 s at two threads): S5 learns the
     generated digits in Morton order well above chance (10 %), the control for the Myo rows' tiny runs."""

@@ -99,7 +99,7 @@ def _models_run(report):
 # essm_2d_tiny 11, essm_scifar 38, myopix 30, myo_zcifar 28, myonet_tiny 22.
 CLASS_MODELS = ("viqs_t", "sviqs_scifar", "vit_cifar_patch4_32_ssm2d", "swin_cifar_patch2_window4_32_ssm2d",
                 "mega_cifar_patch4_32_ssm2d", "essm_2d_tiny", "essm_scifar", "myopix_zcifar", "myo_zcifar",
-                "myonet_tiny")
+                "myonet_tiny", "s5_zcifar")
 # make test: one model of each paper's family, the cheapest of its image backbones
 FAMILY_MODELS = ("viqs_t", "vit_cifar_patch4_32_ssm2d", "essm_2d_tiny", "myonet_tiny")
 SELECTIONS = {"one model per family": FAMILY_MODELS, "one model per class": CLASS_MODELS}

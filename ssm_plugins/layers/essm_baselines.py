@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from ..ops._backend import no_autocast
 from ..ops._validate import compute_dtype
 from ..ops.reference.essm import essm_recurrent
-from ._common import choice, positive_int, probability
+from ._common import choice, positive_int, probability, shape_or_type
 from .essm import ESSM, GLUS, SSMLayerBase, hippo_legs_normal, log_uniform_log_dt, trunc_normal_init
 
 __all__ = ["VanillaRecurrentSSM", "DiagonalRecurrentESSM", "S4D"]
@@ -183,8 +183,7 @@ class S4D(nn.Module):
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         if not isinstance(u, torch.Tensor) or u.dim() != 3 or u.shape[-1] != self.d_model:
-            raise ValueError(f"u must have shape (B, L, d_model) with d_model={self.d_model}, got "
-                             f"{tuple(u.shape) if isinstance(u, torch.Tensor) else type(u).__name__}")
+            raise ValueError(f"u must have shape (B, L, d_model) with d_model={self.d_model}, got {shape_or_type(u)}")
         length = u.shape[1]
         x = u.transpose(1, 2)  # (B, H, L)
         k = self.kernel(length)

@@ -74,3 +74,7 @@ fi
 # timm's own model tests (tests/timm_suite runs them against our models): the pinned sdist's tests/, cached
 # outside the repo like the mmcv wheel; a no-op once cached
 "$venv/bin/python" scripts/timm_test_suite.py fetch >/dev/null || log "could not fetch timm's sdist tests (tests/timm_suite will skip)"
+
+# The CUDA harness (tests/cuda_harness: the .cu kernels compiled for the host, which the suite runs on the CPU): built
+# here like the extension, each object cached by its content outside the repo (1 min cold, 0.1 s warm)
+"$venv/bin/python" tests/cuda_harness/harness.py >/dev/null || log "could not build the CUDA harness (its tests will build it or skip)"

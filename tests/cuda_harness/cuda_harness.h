@@ -3,12 +3,15 @@
 // tests/cuda_harness/README.md. Force-included (-include cuda_harness.h) before every .cu of the harness build.
 //
 // Execution model
-//   * blocks of a grid run one after another; the threads of a block are OS threads (std::thread);
-//   * by default a block's warps run one at a time between two __syncthreads() (barrier phases); the lanes of
-//     the running warp run concurrently (warp shuffles exchange values among them); the warp order alternates
-//     between phases: ascending warp index in even phases, descending in odd ones, so a missing
+//   * blocks of a grid run one after another;
+//   * by default a block's warps run one at a time between two __syncthreads() (barrier phases), the warp order
+//     alternating between phases: ascending warp index in even phases, descending in odd ones, so a missing
 //     __syncthreads() between a write in one warp and a read in another shows up as a wrong value
-//     deterministically; cuda_harness_set_schedule(1) lets all warps run concurrently instead;
+//     deterministically. The lanes of the running warp are fibers of the launching thread (ucontext), run in
+//     lane order, each up to its next warp intrinsic, barrier or return: a warp intrinsic is a rendezvous of the
+//     warp's live lanes;
+//   * cuda_harness_set_schedule(1) lets all warps run concurrently instead: every CUDA thread an OS thread
+//     (std::thread), in whatever interleaving the OS picks;
 //   * a thread that returns drops out of later barriers (like an exited CUDA thread);
 //   * global memory is reached through ssm::global_ptr<T> (ssm_plugins/csrc/cuda/device.h), which in this
 //     build is cuda_harness::checked_ptr<T>: every dereference is checked against the allocations the caller
@@ -47,6 +50,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -55,6 +59,10 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
 
 namespace cuda_harness {
 
@@ -289,7 +297,120 @@ inline void wait_turn(std::unique_lock<std::mutex>& lock, std::uint64_t after_ph
                 "__syncthreads()");
 }
 
+// ---- the ordered schedule on fibers ------------------------------------------------------------------
+// One warp runs at a time in the ordered schedule, so its lanes need not be OS threads: each CUDA thread is a
+// fiber of the launching thread, switched at its sync points (a switch costs a system call, where an OS-thread
+// rendezvous of 32 lanes cost 32 futex wake-ups and context switches: most of the harness's time).
+struct Lane {
+  enum class State { ready, at_warp_sync, at_barrier, exited };
+  ucontext_t context{};
+  void* stack = nullptr;
+  uint3 thread_idx{};
+  int warp = 0, lane = 0;
+  std::uint64_t shuffles = 0;
+  State state = State::ready;
+};
+
+struct Fibers {
+  ucontext_t scheduler{};
+  std::vector<Lane> lanes;
+  Lane* current = nullptr;
+  std::function<void()> kernel;
+};
+inline thread_local Fibers* t_fibers = nullptr;
+
+// Stacks are kept for the process (a launch of 1024 threads maps 1024 of them; pages are committed as touched),
+// each with a guard page below it, so an overflow faults instead of corrupting its neighbour.
+constexpr std::size_t kFiberStack = 1 << 20;
+inline void* fiber_stack(std::size_t index) {
+  static thread_local std::vector<void*> pool;
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  while (pool.size() <= index) {
+    void* base = mmap(nullptr, kFiberStack + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                      -1, 0);
+    if (base == MAP_FAILED) {
+      std::fprintf(stderr, "cuda_harness: cannot map a fiber stack\n");
+      std::abort();
+    }
+    mprotect(base, page, PROT_NONE);
+    pool.push_back(static_cast<unsigned char*>(base) + page);
+  }
+  return pool[index];
+}
+
+// Back to the scheduler; it resumes this lane (restoring the per-thread built-ins) when the lane may go on.
+inline void fiber_yield(Lane::State state) {
+  Fibers& f = *t_fibers;
+  Lane& me = *f.current;
+  me.state = state;
+  me.shuffles = t_shuffles;
+  swapcontext(&me.context, &f.scheduler);
+}
+
+inline void fiber_entry() {
+  Fibers& f = *t_fibers;
+  try {
+    f.kernel();
+  } catch (const std::exception& e) {
+    record_error(cudaErrorLaunchFailure, std::string("exception in kernel: ") + e.what());
+  }
+  Lane& me = *f.current;
+  --t_block->live[me.warp];
+  me.state = Lane::State::exited;
+  setcontext(&f.scheduler);
+}
+
+inline void fiber_resume(Fibers& f, Lane& lane) {
+  threadIdx = lane.thread_idx;
+  t_warp = lane.warp;
+  t_lane = lane.lane;
+  t_shuffles = lane.shuffles;
+  f.current = &lane;
+  swapcontext(&f.scheduler, &lane.context);
+}
+
+// Runs warp w's lanes until each has reached the barrier or returned; a warp intrinsic releases once every live
+// lane of the warp has reached one.
+inline void fiber_run_warp(Fibers& f, int w) {
+  Lane* first = f.lanes.data() + w * kWarpSize;
+  const int n = t_block->lanes(w);
+  for (;;) {
+    for (int k = 0; k < n; ++k) {
+      if (first[k].state == Lane::State::ready) fiber_resume(f, first[k]);
+    }
+    int waiting = 0, live = 0;
+    for (int k = 0; k < n; ++k) {
+      waiting += first[k].state == Lane::State::at_warp_sync;
+      live += first[k].state != Lane::State::exited;
+    }
+    if (waiting == 0) return;
+    if (waiting < live) {
+      std::fprintf(stderr, "cuda_harness: deadlock: %d lanes of warp %d wait at a warp intrinsic, %d at "
+                   "__syncthreads() (block (%u,%u,%u))\n", waiting, w, live - waiting, blockIdx.x, blockIdx.y,
+                   blockIdx.z);
+      std::abort();
+    }
+    for (int k = 0; k < n; ++k) {
+      if (first[k].state == Lane::State::at_warp_sync) first[k].state = Lane::State::ready;
+    }
+  }
+}
+
+// One block: barrier phases until every thread has returned, the warps of a phase in the alternating order.
+inline void fiber_run_block(Fibers& f) {
+  Block& b = *t_block;
+  for (std::uint64_t phase = 0;; ++phase) {
+    for (int pos = 0; pos < b.warps; ++pos) fiber_run_warp(f, phase % 2 == 0 ? pos : b.warps - 1 - pos);
+    bool waiting = false;
+    for (Lane& lane : f.lanes) {
+      if (lane.state == Lane::State::at_barrier) lane.state = Lane::State::ready, waiting = true;
+    }
+    if (!waiting) return;
+  }
+}
+
 inline void syncthreads() {
+  if (t_fibers) return fiber_yield(Lane::State::at_barrier);
   Block& b = *t_block;
   std::unique_lock<std::mutex> lock(b.mutex);
   const std::uint64_t phase = b.phase;
@@ -307,6 +428,7 @@ inline void thread_exit() {
 }
 
 inline void syncwarp() {
+  if (t_fibers) return fiber_yield(Lane::State::at_warp_sync);
   Block& b = *t_block;
   std::unique_lock<std::mutex> lock(b.mutex);
   const std::uint64_t gen = b.sync_gen[t_warp];
@@ -367,6 +489,36 @@ void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, std::size_t smem, c
     state->dynamic_region = &smem_region;
   };
   setup();
+  if (!state->concurrent) {
+    Fibers fibers;
+    fibers.kernel = [&] { std::apply(kernel, params); };
+    fibers.lanes.resize(threads);
+    t_fibers = &fibers;
+    blockDim = block;
+    gridDim = grid;
+    for (; block_id < blocks; ++block_id) {
+      if (block_id > 0) setup();
+      t_block = state.get();
+      blockIdx = uint3{static_cast<unsigned>(block_id % grid.x), static_cast<unsigned>(block_id / grid.x % grid.y),
+                       static_cast<unsigned>(block_id / (std::uint64_t(grid.x) * grid.y))};
+      for (unsigned t = 0; t < threads; ++t) {
+        Lane& lane = fibers.lanes[t];
+        lane = Lane{};
+        lane.thread_idx = uint3{t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+        lane.warp = static_cast<int>(t / kWarpSize);
+        lane.lane = static_cast<int>(t % kWarpSize);
+        getcontext(&lane.context);
+        lane.context.uc_stack.ss_sp = fiber_stack(t);
+        lane.context.uc_stack.ss_size = kFiberStack;
+        lane.context.uc_link = nullptr;
+        makecontext(&lane.context, fiber_entry, 0);
+      }
+      fiber_run_block(fibers);
+    }
+    t_fibers = nullptr;
+    t_block = nullptr;
+    return;
+  }
   std::barrier between_blocks(static_cast<std::ptrdiff_t>(threads), [&]() noexcept {
     if (++block_id < blocks) setup();
   });

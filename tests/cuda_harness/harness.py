@@ -12,7 +12,9 @@ raises ``HarnessError`` with the launcher's message when a kernel fails (an ille
 """
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
+import fcntl
 import hashlib
 import os
 import shutil
@@ -123,16 +125,26 @@ def build(replace: dict[str, str] | None = None, extra: tuple[str, ...] = (), ve
     sources.update({name: (HERE / name).read_text() for name in extra})
     units = [(name, text, ".cu.cpp", ["-include", "cuda_harness.h"]) for name, text in sources.items()]
     units.append(("api.cpp", (HERE / "api.cpp").read_text(), ".cpp", []))
-    paths = []
-    for name, text, suffix, flags in units:
+    def compiled(unit) -> Path:
+        name, text, suffix, flags = unit
         key = _digest(base, name, text)
         out = objs / f"{Path(name).stem}-{key}.o"
-        if not out.exists():
-            start = time.perf_counter()
-            _compile(cxx, text, suffix, out, key, flags)
-            if verbose:
-                print(f"cuda_harness: compiled {name} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
-        paths.append(out)
+        if out.exists():
+            return out
+        # One compile per object across processes: xdist's workers start on the same cold cache together, and
+        # the second waits here for the first's object instead of compiling it again.
+        with open(objs / f"{Path(name).stem}-{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not out.exists():
+                start = time.perf_counter()
+                _compile(cxx, text, suffix, out, key, flags)
+                if verbose:
+                    print(f"cuda_harness: compiled {name} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+        return out
+
+    # the units compile in parallel (selective_scan.cu alone is half of a cold build)
+    with concurrent.futures.ThreadPoolExecutor(max(1, min(len(units), os.cpu_count() or 1))) as pool:
+        paths = list(pool.map(compiled, units))
     lib = cache_dir() / f"libssm_cuda_harness-{_digest(LINK_VERSION, *(p.name for p in paths))}.so"
     if not lib.exists():
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=lib.parent)

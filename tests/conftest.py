@@ -14,6 +14,36 @@ def pytest_configure(config):
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ.setdefault(name, "1")
+    if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
+        return  # xdist's controller runs no test
+    _remember_inductor_isa_probes()
+
+
+def _remember_inductor_isa_probes():
+    """Inductor (CPU) picks its vector ISA by building a probe library per ISA and loading each in a fresh Python
+    that imports torch: 10 probes, 20-33 s of every process's first compile on the 2-core machine, warm cache or not
+    (pytorch/pytorch#140970). torch 2.11 caches the builds but not the load probes; later torch remembers a probe that
+    loaded (pytorch/pytorch#190561, ``.load_ok`` markers). The same here, for the suite's processes: a probe that
+    loaded once for this compiler, flags, torch and CPU is not loaded again; one that failed is retried."""
+    from torch._inductor import cpu_vec_isa
+    from torch._inductor.codecache import get_hash
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    probe = cpu_vec_isa.VecISA.check_build
+
+    def check_build(isa, code):
+        key = get_hash(code.strip(), f"{cpu_vec_isa._get_isa_dry_compile_fingerprint(isa._arch_flags)}="
+                       f"{cpu_vec_isa.x86_isa_checker()}", "code")
+        marker = Path(cache_dir(), "vec_isa_probes", f"{key}.load_ok")
+        if marker.exists():
+            return True
+        loaded = probe(isa, code)
+        if loaded:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+        return loaded
+
+    cpu_vec_isa.VecISA.check_build = check_build
 
 
 def pytest_collection_modifyitems(config, items):

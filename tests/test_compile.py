@@ -153,7 +153,7 @@ def _assert_compiles_in_one_graph(model, x, backend="aot_eager"):
 def _openmmlab_backbone(backbone):
     """The mmdet/mmseg backbone (its four feature maps) at test_mm_backbones' small sizes, and an input."""
     pytest.importorskip("mmdet")
-    sys.path.insert(0, str(Path(__file__).parent / "toolboxes"))
+    sys.path.insert(0, str(Path(__file__).parent / "adapters"))
     from test_mm_backbones import SMALL, _small
 
     from ssm_plugins import openmmlab

@@ -24,6 +24,7 @@ from ..ops._validate import compute_dtype
 from ..ops.reference.essm import essm_recurrent
 from ._common import choice, positive_int, probability, shape_or_type
 from .essm import ESSM, GLUS, SSMLayerBase, hippo_legs_normal, log_uniform_log_dt, trunc_normal_init
+from .lti import fft_conv, s4d_kernel
 
 __all__ = ["VanillaRecurrentSSM", "DiagonalRecurrentESSM", "S4D"]
 
@@ -175,11 +176,7 @@ class S4D(nn.Module):
 
     def kernel(self, length: int) -> torch.Tensor:
         """(channels, H, L) real convolution kernels."""
-        dt = self.log_dt.exp()[:, None]
-        A = torch.complex(-self.log_A_real.exp(), self.A_imag)  # (H, N/2)
-        C = torch.view_as_complex(self.C.contiguous()) * (torch.exp(dt * A) - 1) / A
-        steps = torch.arange(length, device=A.device, dtype=dt.dtype)
-        return 2 * torch.einsum("chn,hnl->chl", C, torch.exp((dt * A)[..., None] * steps)).real
+        return s4d_kernel(self.log_dt, self.log_A_real, self.A_imag, self.C, length)
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         if not isinstance(u, torch.Tensor) or u.dim() != 3 or u.shape[-1] != self.d_model:
@@ -187,10 +184,8 @@ class S4D(nn.Module):
         length = u.shape[1]
         x = u.transpose(1, 2)  # (B, H, L)
         k = self.kernel(length)
-        n = 2 * length  # no wrap-around
-        y = torch.fft.irfft(torch.fft.rfft(x, n=n) * torch.fft.rfft(k[0], n=n), n=n)[..., :length]
-        if self.bidirectional:  # the second kernel on the future: the convolution of the reversed input, reversed
-            y = y + torch.fft.irfft(torch.fft.rfft(x.flip(-1), n=n) * torch.fft.rfft(k[1], n=n),
-                                    n=n)[..., :length].flip(-1)
+        y = fft_conv(x, k[0])
+        if self.bidirectional:  # the second kernel on the future
+            y = y + fft_conv(x, k[1], reverse=True)
         y = self.drop(F.gelu(y + self.D[:, None] * x)).transpose(1, 2)
         return F.glu(self.output_linear(y), dim=-1)

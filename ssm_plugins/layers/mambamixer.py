@@ -3,7 +3,8 @@ our choices where the paper is silent: docs/mambamixer.md (tags [D], [X], [P1] e
 
     SelectiveTokenMixer    Sec. 2.1, Eq. 3-5: x̄ = SiLU(DWConv(W_in u)), gate = W_g[DWConv_k(u) ‖ …],
                            y = W_out(mix(x̄) ⊙ SiLU(gate)) with mix = causal S6 ('s6'), forward+backward S6
-                           ('s6_bi') or scalar-A QS ('qs').
+                           ('s6_bi'), scalar-A QS ('qs'), or an input-independent S4D ('s4') / HiPPO ('hippo') SSM
+                           (Table 3's token mixers, layers/lti.py).
     SelectiveChannelMixer  Sec. 2.1, Eq. 8, 10: QS along the channel axis (channels are the sequence, tokens the
                            features), gated per token by SiLU(u W_2ᵀ).
     ForwardBackwardChannelMixer  the naive alternative (Table 4 "w/ f+b"): two Mamba-style S6 blocks along the
@@ -36,6 +37,7 @@ from ._common import (check_tokens, choice, drop_path, is_positive_int, make_mix
                       shape_or_type)
 # The Switch of Scans and the multi-resolution conv branch live in their own modules; their names stay importable
 # from here, where they were defined until 2026-12-02.
+from .lti import LTI_KINDS, LTITokenSSM
 from .multires_conv import ConvTokenInteraction, MultiResolutionConvGate, SpatialPriorModule  # noqa: F401
 from .switch_of_scans import (SCAN_NAMES, SCAN_SETS, SwitchOfScans, gather_tokens, resolve_scans,  # noqa: F401
                               scan_orders)
@@ -43,7 +45,7 @@ from .switch_of_scans import (SCAN_NAMES, SCAN_SETS, SwitchOfScans, gather_token
 __all__ = ["SelectiveTokenMixer", "SelectiveChannelMixer", "ForwardBackwardChannelMixer", "MambaMixerBlock",
            "QSMixerBlock", "TimeVariateMixerBlock", "MixerStack"]
 
-_TOKEN_MIXERS = ("s6", "s6_bi", "qs")
+_TOKEN_MIXERS = ("s6", "s6_bi", "qs") + LTI_KINDS
 _SELECTION_INPUTS = ("block_input", "conv_output")
 _CHANNEL_PARAMS = ("scalar", "diag")
 _QS_SHIFTS = ("exact", "hydra")
@@ -128,10 +130,13 @@ class SelectiveTokenMixer(nn.Module):
         gate_kernels: depthwise kernels of the multi-resolution gate [D: (3, 5, 7), docs/mambamixer.md
             'Selective Token Mixer']; (1,) makes the gate a linear map (Remark 1, Mamba's gate).
         token_mixer: 's6' (causal S6, D skip), 's6_bi' (forward + backward S6 with per-direction
-            Δ/B/C/A and shared in/conv/gate/out projections, D skip) or 'qs' (scalar-A QS, Sec. 2.2) [D: 's6'].
+            Δ/B/C/A and shared in/conv/gate/out projections, D skip), 'qs' (scalar-A QS, Sec. 2.2), or the
+            linear time-invariant 's4' (S4D-Lin) / 'hippo' (fixed HiPPO-LegS A, B) of Table 3, D skip, causal or
+            bidirectional (``LTITokenSSM``; no selection) [D: 's6'].
         selection_input: Δ/B/C from 'block_input' u (App. F.4) or Mamba's 'conv_output' x̄ [D: 'block_input'].
-        causal: left padding of all convolutions (causal data); False = 'same' padding [D: True for 's6',
-            False for 's6_bi'/'qs' when None].
+        causal: left padding of all convolutions (causal data); False = 'same' padding and, for 's4' /
+            'hippo', a second kernel on the reversed sequence [D: True for 's6', 's4', 'hippo', False for
+            's6_bi'/'qs' when None].
         headdim: P, features per head of the 'qs' mixer [D: 64]; E must be divisible by it.
         qs_shift: strict part of QS, 'exact' (Eq. 8) or 'hydra' [D: 'exact'].
 
@@ -142,7 +147,8 @@ class SelectiveTokenMixer(nn.Module):
     @property
     def no_weight_decay_names(self):
         names = ("D", "gamma_bias", "fwd.A_log", "fwd.dt_bias", "bwd.A_log", "bwd.dt_bias")
-        return tuple(n for n in names if _has_param(self, n))
+        lti = tuple(f"lti.{n}" for n in self.lti.no_weight_decay_names) if hasattr(self, "lti") else ()
+        return tuple(n for n in names if _has_param(self, n)) + lti
 
     def __init__(self, dim: int, d_state: int = 16, expand: int = 2, d_conv: int = 4, dt_rank="auto",
                  gate_kernels: Sequence[int] = (3, 5, 7), token_mixer: str = "s6",
@@ -164,9 +170,10 @@ class SelectiveTokenMixer(nn.Module):
         if token_mixer == "qs" and inner % headdim != 0:
             raise ValueError(f"headdim ({headdim}) must divide the inner width expand*dim = {inner} for token_mixer='qs'")
         if causal is None:
-            causal = token_mixer == "s6"
-        if causal and token_mixer != "s6":
-            raise ValueError(f"causal=True needs token_mixer='s6', got token_mixer={token_mixer!r} (non-causal)")
+            causal = token_mixer in ("s6",) + LTI_KINDS
+        if causal and token_mixer in ("s6_bi", "qs"):
+            raise ValueError(f"causal=True needs token_mixer 's6', 's4' or 'hippo', got token_mixer={token_mixer!r} "
+                             "(non-causal)")
         self.dim, self.inner, self.d_state = dim, inner, d_state
         self.token_mixer, self.selection_input, self.causal = token_mixer, selection_input, bool(causal)
         self.qs_shift, self.headdim = qs_shift, headdim
@@ -185,6 +192,9 @@ class SelectiveTokenMixer(nn.Module):
             self.gamma_bias = nn.Parameter(torch.ones(heads))
             self.gamma_proj = nn.Linear(inner, heads, bias=False)
             nn.init.zeros_(self.gamma_proj.weight)
+        elif token_mixer in LTI_KINDS:
+            self.lti = LTITokenSSM(inner, d_state, kind=token_mixer, bidirectional=not self.causal)
+            self.D = nn.Parameter(torch.ones(inner))
         else:
             self.fwd = _S6Direction(sel_dim, inner, d_state, dt_rank)
             self.bwd = _S6Direction(sel_dim, inner, d_state, dt_rank) if token_mixer == "s6_bi" else None
@@ -205,6 +215,8 @@ class SelectiveTokenMixer(nn.Module):
                            dt_r, -torch.exp(self.bwd.A_log), B_r, C_r, gamma, dt_bias=self.fwd.dt_bias,
                            dt_bias_rev=self.bwd.dt_bias, dt_softplus=True, qs_shift=self.qs_shift)
             return y.reshape(batch, length, -1)
+        if self.token_mixer in LTI_KINDS:
+            return self.lti(xbar) + xbar * self.D
         u = xbar.transpose(1, 2)
         dt, B, C = self.fwd.selection(sel)
         y = ops.selective_scan(u, dt, -torch.exp(self.fwd.A_log), B, C, self.D, delta_bias=self.fwd.dt_bias,

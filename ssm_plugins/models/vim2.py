@@ -41,7 +41,8 @@ from timm.models._manipulate import checkpoint
 from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 
 from .. import ops
-from ..layers._common import drop_path, make_mixer_norm
+from ..layers._common import choice, drop_path, make_mixer_norm
+from ..layers.lti import LTI_KINDS
 from ..layers.mambamixer import ForwardBackwardChannelMixer, SelectiveChannelMixer, SelectiveTokenMixer
 from ..layers.multires_conv import ConvTokenInteraction, MultiResolutionConvGate, SpatialPriorModule
 from ..layers.switch_of_scans import SwitchOfScans
@@ -167,7 +168,8 @@ def _no_grad() -> bool:
 
 
 class VisionTokenMixer(SelectiveTokenMixer):
-    """Token mixer of ViM2 ('s6_bi') / ViQS ('qs') on (batch, 1 + h*w, dim) tokens (class token first).
+    """Token mixer of ViM2 ('s6_bi') / ViQS ('qs') on (batch, 1 + h*w, dim) tokens (class token first); 's4' /
+    'hippo': Table 3's LTI token mixers in the same block.
 
     Main branch: x̄ = SiLU(DWConv2d_3x3(W_in u)) on the h x w grid [D] (the class token bypasses the conv);
     gate: SiLU(W_z u) [D]; selection from u (App. F.4). For each selected scan the patches are permuted, the class
@@ -183,6 +185,7 @@ class VisionTokenMixer(SelectiveTokenMixer):
     """
 
     def __init__(self, dim: int, token_mixer: str = "s6_bi", **kwargs):
+        choice("token_mixer", token_mixer, ("s6_bi", "qs") + LTI_KINDS)
         super().__init__(dim, token_mixer=token_mixer, causal=False, gate_kernels=(1,), **kwargs)
         del self.conv, self.gate_convs
         self.conv2d = nn.Conv2d(self.inner, self.inner, 3, padding=1, groups=self.inner, bias=True)
@@ -191,7 +194,8 @@ class VisionTokenMixer(SelectiveTokenMixer):
     def forward(self, u, grid_size, sos, orders, inverses, gates):
         u = u.contiguous()
         perms, invs = scan_sequences(orders, inverses)
-        xbar, mix = self._xbar(u, grid_size), (self._mix_qs if self.token_mixer == "qs" else self._mix_s6_bi)
+        mix = {"qs": self._mix_qs, "s6_bi": self._mix_s6_bi}.get(self.token_mixer, self._mix_lti)
+        xbar = self._xbar(u, grid_size)
         outputs = [_take_tokens(mix(u, xbar, perms[:, j]), invs[:, j]) for j in range(perms.shape[1])]
         return sos.combine(u, outputs, gates)
 
@@ -252,6 +256,16 @@ class VisionTokenMixer(SelectiveTokenMixer):
         return self.out_proj(y.view(batch, length, self.inner) * F.silu(gate))
 
 
+    # ---- 's4' / 'hippo' (Table 3's token mixers) ----------------------------------------------------------------
+
+    def _mix_lti(self, u, xbar, perm):
+        """The bidirectional LTI SSM (S4D or HiPPO, no selection) along the scan ``perm``; W_out's output in scan
+        order."""
+        gate = F.silu(self.gate_proj(_take_tokens(u, perm)))
+        x_scan = _take_tokens(xbar, perm)
+        return self.out_proj((self.lti(x_scan) + x_scan * self.D) * gate)
+
+
 @register_notrace_module  # per-sample scan orders, loops over the selected scans
 class VisionMixerBlock(nn.Module):
     """Pre-norm residual VisionTokenMixer then channel mixer (paper Sec. 2.1/2.2), DropPath on both branches.
@@ -303,7 +317,8 @@ class VisionMambaMixer(nn.Module):
 
     Args ([D] = a default of ours, docs/mambamixer.md, exposed here with its default):
         img_size [224], patch_size [16], in_chans [3], num_classes [1000], embed_dim, depth,
-        token_mixer: 's6_bi' (ViM2) or 'qs' (ViQS); d_state [16]; expand [2]; headdim [64];
+        token_mixer: 's6_bi' (ViM2), 'qs' (ViQS), or Table 3's input-independent 's4' (S4D-Lin) / 'hippo'
+            (HiPPO-LegS) bidirectional SSMs in ViM2's block (layers/lti.py); d_state [16]; expand [2]; headdim [64];
         drop_path_rate: linear stochastic-depth schedule; norm: 'layernorm' | 'rmsnorm' [D: layernorm],
         channel_mixer: True/'qs', 'fb' (naive forward + backward S6 blocks, '*_fb', Table 4 "w/ f+b"), 'mlp'
             ('*_mlp', Table 3) or False/'none' ('*_noqs') [True]; channel_qs_param [D: 'scalar'],

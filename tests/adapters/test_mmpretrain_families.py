@@ -95,6 +95,8 @@ def _expected_change(path: Path):
             "model.backbone.conv_kernels", "model.backbone.init_cfg.checkpoint")
     if "-k3" in name:
         return ("model.conv_kernels",), ("model.conv_kernels",)
+    if re.match(r"vim2-t-(s4|hippo)[-_]", name):  # Table 3's LTI token mixers, each with the row's channel mixer
+        return ("model.token_mixer", "model.channel_mixer"), ("model.token_mixer", "model.channel_mixer")
     if name.startswith("viqs-t-") and any(f"-{s.replace('_', '-')}_" in name for s in
                                           ("cross1", "cross2", "zigzag1", "zigzag2", "zigzag4", "local",
                                            "local_global")):
@@ -125,6 +127,10 @@ def test_derived_configs_hold_what_they_name():
             assert (resize.scale, crop.crop_size) == (int(size * 256 / 224), size), name
             assert "img_size" not in model
             assert cfg.val_dataloader.dataset.pipeline == cfg.test_dataloader.dataset.pipeline
+        if "token_mixer" in model:  # vim2-t-<token mixer>[-mlp|-noqs]: Table 3's rows
+            token_mixer, _, channel = name.split("_")[0].split("-", 2)[2].partition("-")
+            assert model.token_mixer == token_mixer, name
+            assert model.channel_mixer == {"": True, "mlp": "mlp", "noqs": False}[channel], name
         if "fixed_scans" in model:
             assert model.fixed_scans in SCAN_SETS and model.fixed_scans.replace("_", "-") in name, name
         if "conv_kernels" in model:
@@ -135,6 +141,26 @@ def test_derived_configs_hold_what_they_name():
         if path.parent.name in ("vim2", "viqs") and path.parts[-3] == "configs_mmpretrain":
             size = name.split("_")[0].split("-")[1]
             assert model.drop_path_rate == {"t": 0.1, "s": 0.3, "b": 0.4, "l": 0.5}[size], name
+
+
+TABLE3_LTI = [p for p in CONFIGS if re.match(r"vim2-t-(s4|hippo)[-_]", p.name)]
+
+
+def test_table3_token_mixer_configs_build_through_mmpretrain():
+    """Each of Table 3's S4 / HiPPO rows builds through MMPretrain's registry (a TimmClassifier passing the row's
+    options to timm.create_model), here at a small width, and classifies."""
+    from mmpretrain.registry import MODELS
+    from ssm_plugins.layers.lti import LTITokenSSM
+
+    assert len(TABLE3_LTI) == 6
+    for path in TABLE3_LTI:
+        cfg = dict(_config(path)["model"], img_size=64, embed_dim=32, depth=2, d_state=4, spm_inplanes=8,
+                   num_classes=3)
+        model = MODELS.build(cfg).eval()
+        lti = [m for m in model.modules() if isinstance(m, LTITokenSSM)]
+        assert len(lti) == 2 and {m.kind for m in lti} == {cfg["token_mixer"]}, path.name
+        with torch.no_grad():
+            assert model(torch.randn(1, 3, 64, 64), mode="tensor").shape == (1, 3), path.name
 
 
 # ---- end to end: the toolbox's train.py as mim train runs it, on imagenet_digits ------------------------------------

@@ -21,15 +21,17 @@ import ssm_plugins  # noqa: F401  (registers the models)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
-# One small model per family: (name, kwargs, input size). ViM2/ViQS take 4 min each on a cold inductor cache, so
-# `make test` leaves them to `make test-all` (exhaustive): the selective scan's layout under inductor is checked at
-# op level below, and both models compile in one graph through AOTAutograd (the fake kernels) in the sweep.
+# One small model per family: (name, kwargs, input size). ViM2/ViQS take 4 min each on a cold inductor cache and
+# the 2-D SSM ViT 101 s (2026-12-03, the slow Xeon), most of it inductor's code for the ViT around the layer, so
+# `make test` leaves them to `make test-all` (exhaustive): their ops' layouts under inductor are checked at op level
+# below (selective_scan; ssm2d_kernel and fft_conv2d, forward and backward), and the models compile in one graph
+# through AOTAutograd (the fake kernels) in the sweep.
 _VIM2_CASE = dict(img_size=64, embed_dim=32, depth=2, n_interactions=2, spm_inplanes=8, headdim=16, d_state=4)
 CASES = [
     pytest.param("vim2_t", _VIM2_CASE, (64, 64), marks=pytest.mark.exhaustive, id="vim2_t"),
     pytest.param("viqs_t", _VIM2_CASE, (64, 64), marks=pytest.mark.exhaustive, id="viqs_t"),  # qs_mix
     pytest.param("vit_cifar_patch4_32_ssm2d", dict(embed_dim=32, depth=2, num_heads=2, ssm_d_state=4, ssm_n_ssm=2),
-                 (32, 32), id="vit_cifar_patch4_32_ssm2d"),
+                 (32, 32), marks=pytest.mark.exhaustive, id="vit_cifar_patch4_32_ssm2d"),  # op level below
     pytest.param("essm_scifar_tiny", dict(d_model=16, depth=2, d_state=16, n_heads=4), (8, 8), id="essm_scifar_tiny"),
     pytest.param("myopix_zcifar", dict(embed_dim=32, depth=2, state_size=16, blocks=1), (8, 8), id="myopix_zcifar"),
 ]
@@ -77,6 +79,33 @@ def test_inductor_transposed_inputs_to_the_ops():
     with torch._inductor.config.patch(fx_graph_cache=False):
         for fn, args in ((scan, scan_args), (solve, solve_args)):
             torch.testing.assert_close(torch.compile(fn)(*args), fn(*args), rtol=1e-4, atol=1e-5)
+
+
+def test_inductor_2d_ssm_ops_forward_and_backward():
+    """The 2-D SSM's two ops under inductor, each fed a transposed intermediate: the kernels from a transposed view
+    of the stored A, their sum over the directions convolved with a transposed image; outputs and every input's
+    gradient equal eager."""
+    from ssm_plugins import ops
+
+    def layer(A, B, C, x):
+        kernels = ops.ssm2d_kernel(A.transpose(1, 2) * 1.0, B, C, 5, 6)  # A stored (4, N, S): a transposed view
+        return ops.fft_conv2d(x.transpose(-1, -2) * 2, kernels.sum(0).repeat(4, 1, 1)) + 1
+
+    def forward_backward(fn, args):
+        for a in args:
+            a.grad = None
+        out = fn(*args)
+        out.square().sum().backward()
+        return out.detach(), [a.grad.clone() for a in args]
+
+    torch.manual_seed(0)
+    n_ssm, n_state = 8, 3
+    args = [torch.randn(4, n_state, n_ssm), torch.randn(2, n_ssm, n_state), torch.randn(2, n_ssm, n_state),
+            torch.randn(2, 8, 6, 5)]
+    args = [a.requires_grad_() for a in args]
+    expected = forward_backward(layer, args)
+    torch._dynamo.reset()
+    torch.testing.assert_close(forward_backward(torch.compile(layer), args), expected, rtol=1e-4, atol=1e-5)
 
 
 # Every registered image model, at test_contract's reduced sizes: one graph (fullgraph=True raises on any graph

@@ -14,7 +14,6 @@ def pytest_configure(config):
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ.setdefault(name, "1")
-    if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
         return  # xdist's controller runs no test
     _remember_inductor_isa_probes()
 

@@ -255,7 +255,6 @@ class VisionTokenMixer(SelectiveTokenMixer):
                        dt_bias_rev=self.bwd.dt_bias, dt_softplus=True, qs_shift=self.qs_shift)
         return self.out_proj(y.view(batch, length, self.inner) * F.silu(gate))
 
-
     # ---- 's4' / 'hippo' (Table 3's token mixers) ----------------------------------------------------------------
 
     def _mix_lti(self, u, xbar, perm):

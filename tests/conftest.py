@@ -1,6 +1,8 @@
 import json
 import os
+import sys
 import time
+from collections import OrderedDict
 from pathlib import Path
 
 import pytest
@@ -53,6 +55,20 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _restore_openmmlab_default_scope():
+    """A test that sets mmengine's default scope (init_default_scope, as a toolbox's runner does) would leave it set
+    for every later test in its worker: a TimmClassifier built next would be looked up in mmseg's registry, and which
+    test runs next depends on xdist's scheduling. Each test leaves the scope as it found it. mmengine keeps the
+    scopes in DefaultScope._instance_dict, latest current (its own overwrite_default_scope restores it so too)."""
+    registry = sys.modules.get("mmengine.registry")
+    saved = OrderedDict(registry.DefaultScope._instance_dict) if registry else OrderedDict()
+    yield
+    registry = sys.modules.get("mmengine.registry")
+    if registry:
+        registry.DefaultScope._instance_dict = saved
 
 
 @pytest.fixture

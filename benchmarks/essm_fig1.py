@@ -12,7 +12,8 @@ The paper names the models, not their sizes [D]: each variant is one layer of wi
 byte embedding (257 tokens) and head (BatchNorm, mean over time, Linear(H, 2)): eSSM = the essm_text layer
 (S = N = H, bidirectional kernel); Transformer = torch's TransformerEncoderLayer (H/32 heads, feed-forward 4H);
 LSTM = torch's one-layer nn.LSTM(H, H); S4 = S4D (ssm_plugins.layers.essm_baselines, N = 64, bidirectional);
-Mamba = our S6 block (SelectiveTokenMixer: expand 2, N 16, conv 4). Train step = forward + cross-entropy + backward
+Mamba = our S6 block (SelectiveTokenMixer: expand 2, N 16, conv 4). Fig. 6 adds DSS (DSS_softmax, N = 64: 32
+complex eigenvalues shared by the channels, bidirectional as S4). Train step = forward + cross-entropy + backward
 on (batch, L) byte ids; time per epoch = that x 25,000 / batch (IMDB's training set), the least process CPU time of
 --repeat runs after one warm-up, all in one process.
 """
@@ -25,7 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ssm_plugins.layers.essm import ESSM, BatchNormNLC
-from ssm_plugins.layers.essm_baselines import S4D
+from ssm_plugins.layers.essm_baselines import DSS, S4D
 from ssm_plugins.layers.mambamixer import SelectiveTokenMixer
 
 from ._common import add_clock, add_write_readme, clock_name, readme_section, table, timer
@@ -107,7 +108,8 @@ def bidirectional_params(width: int) -> str:
     """Fig. 6: layer parameters with and without the bidirectional kernel."""
     rows = []
     for name, make in (("eSSM", lambda bi: ESSM(width, width, n_heads=width, bidirectional=bi)),
-                       ("S4", lambda bi: S4D(width, 64, bidirectional=bi))):
+                       ("S4", lambda bi: S4D(width, 64, bidirectional=bi)),
+                       ("DSS", lambda bi: DSS(width, 64, bidirectional=bi))):
         one, two = _params(make(False)), _params(make(True))
         rows.append([name, f"{one:,}", f"{two:,}", f"{two - one:+,}"])
     return table(["model", "unidirectional", "bidirectional", "difference"], rows)
@@ -173,7 +175,7 @@ def main(argv=None) -> None:
             if length != longest:
                 print(f"\nFig. 1 (c): H = {widest}, L = {length}\n\n{tables(by_length[length], args.batch, False)}")
         print(f"\nFig. 6: parameters with the bidirectional kernel, H = {widest} (paper: eSSM adds none, S4 and DSS "
-              f"do; DSS not built here)\n\n{bidirectional_params(widest)}")
+              f"do)\n\n{bidirectional_params(widest)}")
     if args.plot:
         plot(by_width, by_length, args.plot, f"eSSM Fig. 1 on the CPU: {setting}")
         print(f"wrote {args.plot}")

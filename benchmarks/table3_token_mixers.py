@@ -2,11 +2,13 @@
 configs, each one ``mim train mmpretrain`` of the main job's classification run, beside a DeiT control.
 
     .venv/bin/python -m benchmarks.table3_token_mixers                 # 10 runs, about 25 min on 2 cores
+    .venv/bin/python -m benchmarks.table3_token_mixers --seeds 0 1 2   # each row over three seeds
     OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.table3_token_mixers --only S4 "S4 + QS" --work-dir work_dirs/t3
 
 Every row is the row's config (``configs_mmpretrain/vim2/vim2-t*.py``) with the options of the main job's
 classification stage (``scripts/main_openmmlab.py``): ``imagenet_digits`` (1,000 train / 200 val images of 64 px,
-10 classes), 6 epochs of batch 32, one warm-up epoch then cosine, lr 3e-3, light augmentation, seed 0, the backbone
+10 classes), 6 epochs of batch 32, one warm-up epoch then cosine, lr 3e-3, light augmentation, seed 0 (or each of
+``--seeds``: at this size one seed's top-1 moves by up to 25 points, scripts/README.md 'Repeats'), the backbone
 at the main job's CPU size (``CPU_PLAIN_MIXER``: 64 wide, 4 blocks, 2 interactions). The control is timm's DeiT
 (``deit_tiny_patch16_224``) at the same width and depth (64, 4 blocks, 2 heads) through the same ViM2-T config, so
 recipe, optimiser and data are the same. Top-1 on the 200 val images; the paper's ImageNet top-1 beside it.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -43,13 +46,14 @@ ROWS: Dict[str, Tuple[str, Optional[float]]] = {
 }
 
 
-def options(name: str, scale: float = 1.0) -> List[str]:
+def options(name: str, scale: float = 1.0, seed: int = 0) -> List[str]:
     """The main job's classification options for one row (and the control's model in place of ViM2)."""
     from ssm_plugins.data.imagenet_digits import imagenet_digits
     from ssm_plugins.openmmlab_tiny import mmpretrain_tiny_options
 
     out = mmpretrain_tiny_options(imagenet_digits(), epochs=max(1, round(6 * scale)), images=None, val_images=None,
-                                  image_size=64, batch_size=32, lr=3e-3, light_augment=True, warmup_cosine=True)
+                                  image_size=64, batch_size=32, lr=3e-3, light_augment=True, warmup_cosine=True,
+                                  seed=seed)
     kwargs = DEIT if name == CONTROL else CPU_PLAIN_MIXER
     return out + [f"model.{key}={value}" for key, value in kwargs.items()]
 
@@ -69,11 +73,11 @@ def parameters(name: str) -> float:
     return sum(p.numel() for p in net.parameters()) / 1e6
 
 
-def run(name: str, work_dir: Path, scale: float = 1.0) -> dict:
+def run(name: str, work_dir: Path, scale: float = 1.0, seed: int = 0) -> dict:
     from ssm_plugins.openmmlab_tiny import mim, summarise
 
     start = time.perf_counter()
-    done = mim("train", "mmpretrain", CONFIGS / ROWS[name][0], work_dir, options(name, scale))
+    done = mim("train", "mmpretrain", CONFIGS / ROWS[name][0], work_dir, options(name, scale, seed))
     if done.returncode != 0:
         raise RuntimeError(f"mim train mmpretrain ({name}) failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     return dict(summarise(work_dir, ["accuracy/top1"]), seconds=time.perf_counter() - start)
@@ -84,6 +88,7 @@ def main(argv: Optional[List[str]] = None) -> str:
     parser.add_argument("--only", nargs="+", choices=list(ROWS), default=None, help="these rows only")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the length of every run")
     parser.add_argument("--work-dir", type=Path, default=None, help="keep the mim work dirs here")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="train each row once per seed")
     args = parser.parse_args(argv)
     if args.scale <= 0:
         parser.error(f"--scale must be > 0, got {args.scale}")
@@ -91,16 +96,19 @@ def main(argv: Optional[List[str]] = None) -> str:
     with tempfile.TemporaryDirectory(prefix="ssm_plugins_table3_") as tmp:
         base = args.work_dir or Path(tmp)
         for i, name in enumerate(args.only or list(ROWS)):
-            r = run(name, base / f"row{i}", args.scale)
+            runs = [run(name, base / f"row{i}_seed{seed}", args.scale, seed) for seed in args.seeds]
+            top1 = [r["accuracy/top1"] for r in runs]
             paper = ROWS[name][1]
             rows.append([name, ROWS[name][0], f"{parameters(name):.3f}", "–" if paper is None else f"{paper:.1f}",
-                         f"{r['accuracy/top1']:.1f}", f"{r['loss_start']:.2f} -> {r['loss_end']:.2f}",
-                         f"{r['seconds']:.0f}"])
+                         " / ".join(f"{t:.1f}" for t in top1), f"{statistics.mean(top1):.1f}",
+                         " / ".join(f"{r['loss_start']:.2f} -> {r['loss_end']:.2f}" for r in runs),
+                         f"{statistics.mean(r['seconds'] for r in runs):.0f}"])
             print(" | ".join(rows[-1]), flush=True)
-    text = (f"Table 3 at CPU size, imagenet_digits, 6 epochs (OMP_NUM_THREADS="
-            f"{os.environ.get('OMP_NUM_THREADS', 'unset')}):\n\n"
-            + table(["row", "config", "params M (here)", "paper top-1 (ImageNet)", "top-1 (digits)", "loss", "s"],
-                    rows))
+    seeds = " / ".join(map(str, args.seeds))
+    text = (f"Table 3 at CPU size, imagenet_digits, {max(1, round(6 * args.scale))} epochs, seeds {seeds} "
+            f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}):\n\n"
+            + table(["row", "config", "params M (here)", "paper top-1 (ImageNet)", f"top-1 (digits), seeds {seeds}",
+                     "mean", "loss", "s per run"], rows))
     print(text, flush=True)
     return text
 

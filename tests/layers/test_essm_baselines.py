@@ -1,11 +1,13 @@
 """The eSSM paper's Fig. 7 baselines (ssm_plugins.layers.essm_baselines): Vanilla (dense A) and Diagonal, both
 recurrent, against each other, against the FFT eSSM layer and against a direct convolution; the S4 (S4D) of
-Figs. 1 / 6 against its recurrence."""
+Figs. 1 / 6 and the DSS of Fig. 6 against their recurrences."""
+import math
+
 import pytest
 import torch
 
-from ssm_plugins.layers.essm import ESSM, essm_layer_param_count
-from ssm_plugins.layers.essm_baselines import S4D, DiagonalRecurrentESSM, VanillaRecurrentSSM
+from ssm_plugins.layers.essm import ESSM, essm_layer_param_count, hippo_legs_normal
+from ssm_plugins.layers.essm_baselines import DSS, S4D, DiagonalRecurrentESSM, VanillaRecurrentSSM
 
 
 def _params(module):
@@ -130,3 +132,73 @@ def test_s4d_parameters_and_the_bidirectional_cost():
         S4D(4, 7)
     with pytest.raises(ValueError, match="shape \\(B, L, d_model\\) with d_model=4"):
         S4D(4, 8)(torch.randn(2, 5, 3))
+
+
+def _dss_by_recurrence(layer: DSS, u: torch.Tensor) -> torch.Tensor:
+    """DSS's SSM step by step (complex128): x_t = e^(Δλ) x_(t-1) + b u_t, y = Re(W x), with b = (e^(Δλ) - 1)/λ
+    ('exp') or 1 / (λ Σ_(r<L) e^(rΔλ)) ('softmax': Proposition 1's normalisation, the sum taken directly)."""
+    lam = layer.eigenvalues().detach().to(torch.complex128)
+    dt_lam = layer.log_dt.detach().double().exp()[:, None] * lam  # (H, N/2)
+    length = u.shape[1]
+    if layer.version == "exp":
+        b = (dt_lam.exp() - 1) / lam
+    else:
+        b = 1 / (lam * torch.exp(dt_lam[..., None] * torch.arange(length, dtype=torch.float64)).sum(-1))
+    W = torch.view_as_complex(layer.W.detach().double().contiguous())
+    x = u.double().transpose(1, 2)  # (B, H, L)
+
+    def scan(w, steps):
+        state, out = torch.zeros(*x.shape[:2], lam.shape[0], dtype=torch.complex128), {}
+        for t in steps:
+            state = dt_lam.exp() * state + b * x[..., t, None]
+            out[t] = (w * state).sum(-1).real
+        return torch.stack([out[t] for t in range(length)], -1)
+
+    y = scan(W[0], range(length))
+    if layer.bidirectional:
+        y = y + scan(W[1], reversed(range(length)))
+    y = torch.nn.functional.gelu(y + layer.D.detach().double()[:, None] * x).transpose(1, 2)
+    return torch.nn.functional.glu(layer.output_linear.double()(y), dim=-1)
+
+
+@pytest.mark.parametrize("version", ["softmax", "exp"])
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_dss_convolution_equals_its_recurrence(version, bidirectional):
+    torch.manual_seed(0)
+    layer = DSS(5, 8, bidirectional=bidirectional, version=version, epsilon=0.0).double()
+    with torch.no_grad():
+        layer.log_dt.uniform_(-3.0, -0.5)
+        if version == "softmax":  # an eigenvalue with Re λ > 0: DSS_softmax's kernel stays finite and exact
+            layer.Lambda[1, 0] = 0.3
+    u = torch.randn(2, 29, 5, dtype=torch.float64)
+    torch.testing.assert_close(layer(u), _dss_by_recurrence(layer, u), rtol=1e-8, atol=1e-8)
+
+
+def test_dss_softmax_kernel_stays_finite_where_the_direct_sum_overflows():
+    layer = DSS(2, 4).double()
+    with torch.no_grad():
+        layer.Lambda[:, 0] = 5.0  # e^(l Δ λ) at l = 4095, Δ up to 0.1: e^2047, beyond float64
+        layer.log_dt.fill_(math.log(0.1))
+    k = layer.kernel(4096)
+    assert torch.isfinite(k).all() and k.abs().max() > 0
+
+
+def test_dss_initialisation_parameters_and_the_bidirectional_cost():
+    H, N = 16, 64
+    layer = DSS(H, N)
+    # DSS's skew-HiPPO init: -1/2 + iω, ω > 0, the eigenvalues of HiPPO-LegS's normal part at size N
+    lam = layer.eigenvalues().detach().to(torch.complex128)
+    normal = torch.linalg.eigvals(hippo_legs_normal(N))
+    torch.testing.assert_close(lam.real, torch.full((N // 2,), -0.5, dtype=torch.float64))
+    torch.testing.assert_close(lam.imag.sort().values, normal.imag[normal.imag > 0].sort().values, rtol=1e-5,
+                               atol=1e-5)
+    # log Δ (H), Λ (N/2 complex, shared by the channels), W (H N/2 complex), D (H), Linear(H, 2H)
+    assert _params(layer) == H + N + H * N + H + 2 * H * H + 2 * H
+    assert _params(DSS(H, N, version="exp")) == _params(layer)
+    assert _params(DSS(H, N, bidirectional=True)) - _params(layer) == H * N  # a second W (Fig. 6)
+    with pytest.raises(ValueError, match="version"):
+        DSS(4, 8, version="clip")
+    with pytest.raises(ValueError, match="d_state must be even"):
+        DSS(4, 7)
+    with pytest.raises(ValueError, match="shape \\(B, L, d_model\\) with d_model=4"):
+        DSS(4, 8)(torch.randn(2, 5, 3))

@@ -1,20 +1,16 @@
 """The README's main job learns: every family ends far above chance (10 %) on held-out digits."""
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from _scripts import load_script
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "main.py"
 
 
 def _main_job():
-    spec = importlib.util.spec_from_file_location("ssm_plugins_main_job", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "ssm_plugins_main_job")
 
 
 # make test: every family at half its epochs but vim2_t, which takes off late: at 3 epochs (seed 0, one thread) it
@@ -56,9 +52,7 @@ SPEECH_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "main_speech.p
 @pytest.mark.exhaustive  # make test: the recipe learns (test_sb_separation.py::test_short_training_improves_si_snri)
 def test_main_job_speech_separation_learns(tmp_path):
     """scripts/main_speech.py end to end through the recipe's command line, at 2 of its epochs."""
-    spec = importlib.util.spec_from_file_location("ssm_plugins_main_speech", SPEECH_SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(SPEECH_SCRIPT, "ssm_plugins_main_speech")
     (result,) = module.main(["--epochs", "2", "--workdir", str(tmp_path)])
     assert result["si_snri_before"] < -5.0, result  # the untrained decoder is far off the sources
     assert result["si_snri_after"] > 0.0 and result["sdri_after"] > 0.0, result  # better than the mixture itself

@@ -307,9 +307,12 @@ def main(argv=None) -> None:
     parser.add_argument("--videos", type=int, default=2, help="videos per split group (GTEA: per subject)")
     parser.add_argument("--frames", type=int, nargs=2, default=(80, 160), metavar=("LOW", "HIGH"))
     parser.add_argument("--feature-dim", type=int, default=2048)
+    parser.add_argument("--noise", type=float, default=1.0, help="standard deviation of the frames' noise (the "
+                        "action prototypes have unit variance per feature)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    print(write_release(args.out, args.dataset, args.videos, tuple(args.frames), args.feature_dim, seed=args.seed))
+    print(write_release(args.out, args.dataset, args.videos, tuple(args.frames), args.feature_dim, args.noise,
+                        args.seed))
 
 
 if __name__ == "__main__":

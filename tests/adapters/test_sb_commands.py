@@ -4,7 +4,6 @@ The recipe runs through its real command line on the generated keyword set (4 kH
 model through hparams overrides).
 """
 import csv
-import importlib.util
 import json
 import os
 import sys
@@ -14,6 +13,7 @@ import pytest
 import torch
 
 import _forked
+from _scripts import load_script
 
 pytest.importorskip("speechbrain")
 
@@ -34,10 +34,7 @@ def _tiny(n_classes=10, **kwargs):
 
 
 def _load_prepare():
-    spec = importlib.util.spec_from_file_location("prepare_GSC", RECIPE / "prepare_GSC.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(RECIPE / "prepare_GSC.py", "prepare_GSC")
 
 
 def _run_recipe(hparams, data, out, *overrides):

@@ -1,6 +1,5 @@
 """SpeechBrain separation: the dual-path blocks, the synthetic mixtures, and the WSJ0Mix recipe run as users run it."""
 import csv
-import importlib.util
 import os
 import re
 import sys
@@ -12,6 +11,7 @@ import pytest
 import torch
 
 import _forked
+from _scripts import load_script
 
 pytest.importorskip("speechbrain")
 
@@ -185,10 +185,7 @@ def test_prepare_reads_a_wsj0mix_folder(tiny_data, tmp_path):
 # ---- recipe helpers ----------------------------------------------------------------------------------------
 
 def _recipe_module():
-    spec = importlib.util.spec_from_file_location("wsj0mix_separation_train", RECIPE / "train.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(RECIPE / "train.py", "wsj0mix_separation_train")
 
 
 def test_sdr_is_fast_bss_eval_with_the_permutation_resolved():

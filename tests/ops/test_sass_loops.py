@@ -1,5 +1,4 @@
 """scripts/sass_loops.py, the no-GPU measure of the CUDA kernels' registers and loop sizes (csrc/README's figures)."""
-import importlib.util
 import re
 import shutil
 import subprocess
@@ -8,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from _scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "sass_loops.py"
 
@@ -15,10 +16,7 @@ pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc
 
 
 def script_module():
-    spec = importlib.util.spec_from_file_location("sass_loops", SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script
+    return load_script(SCRIPT, "sass_loops")
 
 
 def run(*args):

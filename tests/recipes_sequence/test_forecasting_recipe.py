@@ -3,11 +3,12 @@ beats the naive repeat-last-value forecast, every hparams file (TSM2, TSQS, the 
 runs one batch of its dataset, the defaults are the same for every dataset, a second run resumes the epoch counter,
 ``--plot`` writes the PNG, LSTNet's raw gzipped table is read as released, and a CSV with another variate count is
 refused."""
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+
+from _scripts import load_script
 
 pytest.importorskip("speechbrain")
 
@@ -26,10 +27,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 @pytest.fixture(scope="module")
 def recipe():
-    spec = importlib.util.spec_from_file_location("forecasting_train", RECIPE / "train.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(RECIPE / "train.py", "forecasting_train")
 
 
 @pytest.fixture(scope="module")
@@ -119,9 +117,7 @@ def test_predict_forecasts_the_rows_after_a_file_in_its_units_and_dates(recipe, 
 
     from ssm_plugins.data.timeseries import ForecastWindows, load_forecasting_splits
 
-    spec = importlib.util.spec_from_file_location("forecasting_predict", RECIPE / "predict.py")
-    predict = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(predict)
+    predict = load_script(RECIPE / "predict.py", "forecasting_predict")
     out = tmp_path / "run"
     args = [str(RECIPE / "hparams" / "tsm2_ETTh1.yaml"), f"--data_folder={data}", f"--output_folder={out}", *SHORT]
     with pytest.raises(FileNotFoundError, match="scaler.json does not exist: train.py writes it"):

@@ -6,7 +6,6 @@ hparams file builds its model and runs one training, valid and test batch (Speec
 readers, tokenisers and pixel orders are checked against the formats' definitions.
 """
 import gzip
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -14,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
+from _scripts import load_script
 
 from ssm_plugins.data import lra
 from ssm_plugins.data.seq_images import (load_cifar10, load_mnist, pixel_order, read_idx, seq_images,
@@ -30,10 +31,7 @@ def _train_module(recipe):
 
 
 def _script(recipe, name):
-    spec = importlib.util.spec_from_file_location(f"{name[:-3]}_{recipe}", ROOT / recipe / name)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / recipe / name, f"{name[:-3]}_{recipe}")
 
 
 def _run(recipe, hparams, data, out, *overrides, result_keys=()):

@@ -2,11 +2,12 @@
 layout: the three hparams files (ASMambaMixer, ASQSMixer, the SS-TCN control) differ only in the block, a short run
 of each learns far past the chance rate and writes MS-TCN's metrics and its last checkpoint, and bad options are
 refused."""
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+
+from _scripts import load_script
 
 pytest.importorskip("speechbrain")
 
@@ -24,10 +25,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 @pytest.fixture(scope="module")
 def recipe():
-    spec = importlib.util.spec_from_file_location("action_segmentation_train", RECIPE / "train.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(RECIPE / "train.py", "action_segmentation_train")
 
 
 @pytest.fixture(scope="module")

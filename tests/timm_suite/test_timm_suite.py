@@ -7,7 +7,6 @@ network access the tests skip, saying how to fetch it.
 """
 import ast
 import fnmatch
-import importlib.util
 import os
 import re
 import subprocess
@@ -20,13 +19,13 @@ from xml.etree import ElementTree
 import pytest
 import timm
 
+from _scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 import ssm_plugins  # noqa: E402,F401  (registers the models)
 
 OUR_MODELS = {n for n in timm.list_models() if timm.models.model_entrypoint(n).__module__.startswith("ssm_plugins.")}
-_spec = importlib.util.spec_from_file_location("timm_test_suite", ROOT / "scripts" / "timm_test_suite.py")
-suite = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(suite)
+suite = load_script(ROOT / "scripts" / "timm_test_suite.py", "timm_test_suite")
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,8 @@ Readers of released files (a user's download, read as released; each module also
 - ``seq_images``: MNIST idx files, CIFAR-10 python pickles (sMNIST, psMNIST, sCIFAR, zMNIST, zCIFAR, LRA-Image).
 - ``timeseries``: the ETT / Autoformer CSVs and LSTNet's raw tables, with their standard splits.
 - ``mixtures.prepare_wsjmix_csv``: a wsj0-2mix folder -> the separation recipe's CSVs.
+- ``action_segmentation``: MS-TCN's release (GTEA / 50Salads / Breakfast: mapping, split bundles, I3D features,
+  per-frame labels) and its evaluation (accuracy, edit score, F1@k).
 - The image sets' readers are the toolboxes' own (MMPretrain's ImageNet / CIFAR / CustomDataset, MMDetection's
   CocoDataset, MMSegmentation's ADE20KDataset; ``ssm_plugins.mmpretrain.datasets`` where MMPretrain has none).
 

@@ -81,9 +81,7 @@ def test_metrics(model, videos: ActionSegmentationVideos, device) -> dict:
     rate = videos.sample_rate
     for features, labels in videos:
         predicted = model(features[None].to(device))[0].argmax(-1).cpu()
-        predicted = predicted.repeat_interleave(rate)[: len(labels)]
-        if len(predicted) < len(labels):  # a last partial step: its prediction continues
-            predicted = torch.cat([predicted, predicted[-1:].expand(len(labels) - len(predicted))])
+        predicted = predicted.repeat_interleave(rate)[: len(labels)]  # ceil(T / rate) steps cover the T frames
         names = [videos.actions[i] for i in predicted.tolist()]
         metrics.append(names, [videos.actions[i] for i in labels.tolist()])
     return metrics.summarize()

@@ -149,7 +149,6 @@ TABLE3_LTI = [p for p in CONFIGS if re.match(r"vim2-t-(s4|hippo)[-_]", p.name)]
 def test_table3_token_mixer_configs_build_through_mmpretrain():
     """Each of Table 3's S4 / HiPPO rows builds through MMPretrain's registry (a TimmClassifier passing the row's
     options to timm.create_model), here at a small width, and classifies."""
-    from mmengine.registry import DefaultScope
     from mmpretrain.registry import MODELS
     from ssm_plugins.layers.lti import LTITokenSSM
 
@@ -157,9 +156,7 @@ def test_table3_token_mixer_configs_build_through_mmpretrain():
     for path in TABLE3_LTI:
         cfg = dict(_config(path)["model"], img_size=64, embed_dim=32, depth=2, d_state=4, spm_inplanes=8,
                    num_classes=3)
-        # an earlier test in this worker may have left mmseg or mmdet as the default scope, as mim train would not
-        with DefaultScope.overwrite_default_scope("mmpretrain"):
-            model = MODELS.build(cfg).eval()
+        model = MODELS.build(cfg).eval()
         lti = [m for m in model.modules() if isinstance(m, LTITokenSSM)]
         assert len(lti) == 2 and {m.kind for m in lti} == {cfg["token_mixer"]}, path.name
         with torch.no_grad():

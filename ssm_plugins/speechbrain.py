@@ -24,6 +24,7 @@ SC10/SC35).
 from __future__ import annotations
 
 import math
+import os
 from typing import Optional, Sequence
 
 import speechbrain  # noqa: F401  (fail here, with the toolbox's own error, when SpeechBrain is missing)
@@ -316,6 +317,22 @@ def warmup_cosine_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int,
         return 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def write_test_stats(hparams: dict, result: dict, digits: int = 1) -> None:
+    """A recipe's last step, on the main process only: the test metrics ``result["test"]`` to the train logger (with
+    the epoch loaded) and to stdout, and ``result`` to ``<output_folder>/test_stats.json``."""
+    import json
+
+    from speechbrain.utils.distributed import if_main_process
+
+    if not if_main_process():
+        return
+    stats = result["test"]
+    hparams["train_logger"].log_stats({"Epoch loaded": hparams["epoch_counter"].current}, test_stats=stats)
+    print("Test " + ", ".join(f"{k} {v:.{digits}f}" for k, v in stats.items()))
+    with open(os.path.join(hparams["output_folder"], "test_stats.json"), "w") as f:
+        json.dump(result, f, indent=1)
 
 
 def ddp_init_group(run_opts) -> None:

@@ -13,3 +13,14 @@ def load_script(path: Path, name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def hparams_blocks(folder: Path, names, key: str = "block") -> dict:
+    """``{name: value of key}`` of a recipe's hparams files, after checking that they differ in nothing else
+    (comments, ``model_name`` and ``output_folder`` aside)."""
+    texts = {name: (folder / name).read_text().splitlines() for name in names}
+    skip = ("#", "model_name:", f"{key}:", "output_folder:")
+    bodies = [[line for line in lines if not line.startswith(skip)] for lines in texts.values()]
+    assert all(body == bodies[0] for body in bodies), "the hparams files differ in more than their block"
+    return {name: next(line for line in lines if line.startswith(f"{key}:")).split("#")[0].split(":", 1)[1].strip()
+            for name, lines in texts.items()}

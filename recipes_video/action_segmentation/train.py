@@ -19,8 +19,6 @@ when the epoch's training loss has not fallen for 3 epochs (torch's ReduceLROnPl
 validation split, so the last epoch's model is tested (as ASFormer and MS-TCN do). Test metrics (MS-TCN's eval.py)
 go to ``<output_folder>/test_stats.json``.
 """
-import json
-import os
 import sys
 
 import speechbrain as sb
@@ -29,7 +27,7 @@ import torch.nn.functional as F
 from hyperpyyaml import load_hyperpyyaml
 
 from ssm_plugins.data.action_segmentation import ActionSegmentationVideos, SegmentationMetrics
-from ssm_plugins.speechbrain import ddp_init_group
+from ssm_plugins.speechbrain import ddp_init_group, write_test_stats
 
 
 def segmentation_loss(logits: torch.Tensor, labels: torch.Tensor, smoothing_weight: float = 0.15,
@@ -116,11 +114,7 @@ def main(argv=None):
     stats = test_metrics(brain.modules.model, test, brain.device)
     result = {"model": hparams["model_name"], "dataset": hparams["dataset"], "split": hparams["split"],
               "parameters": n_params, "epochs": hparams["epoch_counter"].current, "test": stats}
-    if sb.utils.distributed.if_main_process():
-        hparams["train_logger"].log_stats({"Epoch loaded": hparams["epoch_counter"].current}, test_stats=stats)
-        print("Test " + ", ".join(f"{k} {v:.1f}" for k, v in stats.items()))
-        with open(os.path.join(hparams["output_folder"], "test_stats.json"), "w") as f:
-            json.dump(result, f, indent=1)
+    write_test_stats(hparams, result)
     return result
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from _scripts import load_script
+from _scripts import hparams_blocks, load_script
 
 pytest.importorskip("speechbrain")
 
@@ -41,13 +41,8 @@ def _run(recipe, hparams, data, out, *overrides):
 
 
 def test_the_hparams_files_differ_only_in_the_block():
-    texts = {name: (RECIPE / "hparams" / name).read_text().splitlines() for name in HPARAMS}
-    body = {name: [line for line in lines if not line.startswith(("#", "model_name:", "block:", "output_folder:"))]
-            for name, lines in texts.items()}
-    assert body["asm2_gtea.yaml"] == body["asqs_gtea.yaml"] == body["sstcn_gtea.yaml"]
-    blocks = {name: next(line for line in lines if line.startswith("block:")).split("#")[0].split(":")[1].strip()
-              for name, lines in texts.items()}
-    assert blocks == {"asm2_gtea.yaml": "mambamixer", "asqs_gtea.yaml": "qsmixer", "sstcn_gtea.yaml": "none"}
+    assert hparams_blocks(RECIPE / "hparams", HPARAMS) == {
+        "asm2_gtea.yaml": "mambamixer", "asqs_gtea.yaml": "qsmixer", "sstcn_gtea.yaml": "none"}
 
 
 @pytest.mark.parametrize("hparams", HPARAMS)

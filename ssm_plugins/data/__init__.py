@@ -9,6 +9,8 @@ Readers of released files (a user's download, read as released; each module also
 - ``mixtures.prepare_wsjmix_csv``: a wsj0-2mix folder -> the separation recipe's CSVs.
 - ``action_segmentation``: MS-TCN's release (GTEA / 50Salads / Breakfast: mapping, split bundles, I3D features,
   per-frame labels) and its evaluation (accuracy, edit score, F1@k).
+- ``action_localization``: the HACS Segments release as ActionFormer-family code reads it (ActivityNet-format JSON,
+  SlowFast feature pickles or ``.npy``) and ActivityNet's detection mAP at tIoU thresholds.
 - The image sets' readers are the toolboxes' own (MMPretrain's ImageNet / CIFAR / CustomDataset, MMDetection's
   CocoDataset, MMSegmentation's ADE20KDataset; ``ssm_plugins.mmpretrain.datasets`` where MMPretrain has none).
 

@@ -106,7 +106,8 @@ def main(argv=None):
         hparams = load_hyperpyyaml(fin, overrides)
     sb.create_experiment_directory(experiment_directory=hparams["output_folder"],
                                    hyperparams_to_save=hparams_file, overrides=overrides)
-    common = dict(data_folder=hparams["data_folder"], dataset=hparams["dataset"], seq_len=hparams["seq_len"])
+    common = {key: hparams[key] for key in ("data_folder", "dataset", "seq_len", "json_file", "feature_folder",
+                                             "feature_ext")}
     train = ActionLocalizationVideos(subset="training", **common)
     test = ActionLocalizationVideos(subset=hparams["test_subset"], classes=train.classes, **common)
     if len(train.classes) != hparams["num_classes"]:

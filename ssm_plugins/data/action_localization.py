@@ -10,7 +10,7 @@ The layout (MambaMixer Table 8: ActionFormer on HACS Segment; the HACS configs o
         num_frames 32, 15 fps): a pickled dict {"slow_feature": (1, 2048, T), "fast_feature": (1, 256, T) (torch
         tensors or numpy arrays), "feature_frames": int}; features cat([slow, fast], dim=1).squeeze(0), transposed
 
-``json_file`` / ``feature_folder`` / ``feature_ext`` (the configs' ``--json_file/--feature_folder/--feature_ext``)
+``json_file`` / ``feature_folder`` / ``feature_ext`` (the recipe's ``--json_file/--feature_folder/--feature_ext``)
 select other releases, e.g. ActionFormer's ``.npy`` features (float32 (T, C); ``.npz`` with ``feats`` (C, T) too).
 Pickles execute code when loaded (torch tensors need torch to unpickle): load only files you trust. As that code
 reads them, a segment with end <= start is dropped, exact duplicates count once, ``label_id`` is ignored; the

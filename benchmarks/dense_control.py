@@ -84,8 +84,9 @@ def _derived(work_dir: Path, base: Path, toolbox: str, backbone: dict, channels:
     return path
 
 
-def spec(name: str, toolbox: str, work_dir: Path, scale: float = 1.0):
-    """(config path, --cfg-options) of one row."""
+def spec(name: str, toolbox: str, work_dir: Path, scale: float = 1.0, init_checkpoint: Optional[str] = None):
+    """(config path, --cfg-options) of one row; ``init_checkpoint``: the ResNet-18 row starts from an MMPretrain
+    classifier's checkpoint (its ``backbone.`` weights) instead of from scratch."""
     from ssm_plugins.data.ade_digits import ade_digits
     from ssm_plugins.data.coco_digits import coco_digits
     from ssm_plugins.openmmlab_tiny import mask_rcnn_width_options, mmdet_tiny_options, mmseg_tiny_options
@@ -104,16 +105,20 @@ def spec(name: str, toolbox: str, work_dir: Path, scale: float = 1.0):
     options += [f"model.backbone.{key}={value}" for key, value in kwargs.items()]
     if config is None:
         backbone = dict(RESNET18) if kind is None else dict(type=kind, arch="tiny", init_cfg=None)
+        if kind is None and init_checkpoint is not None:
+            backbone["init_cfg"] = dict(type="Pretrained", checkpoint=str(init_checkpoint), prefix="backbone.")
         config = _derived(work_dir, MMDET_VIM2 if toolbox == "mmdet" else MMSEG_VIM2, toolbox, backbone, channels)
     if kind is None:  # mmdet's / mmseg's ResNet has no build size and nothing to initialise from
         options = [o for o in options if not o.startswith(("model.backbone.img_size=", "model.backbone.init_cfg="))]
     return config, options
 
 
-def run(name: str, toolbox: str, work_dir: Path, scale: float = 1.0) -> dict:
+def run(name: str, toolbox: str, work_dir: Path, scale: float = 1.0, cfg_options: List[str] = (),
+        init_checkpoint: Optional[str] = None) -> dict:
     from ssm_plugins.openmmlab_tiny import mim, summarise
 
-    config, options = spec(name, toolbox, work_dir, scale)
+    config, options = spec(name, toolbox, work_dir, scale, init_checkpoint)
+    options = options + list(cfg_options)
     start = time.perf_counter()
     done = mim("train", toolbox, config, work_dir, options)
     if done.returncode != 0:

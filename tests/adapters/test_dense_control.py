@@ -82,3 +82,32 @@ def test_chain_transfer_groups_name_the_grid_dependent_weights(tmp_path):
     assert [(r["canvas"], r["place"]) for r in rows] == [(64, "centre"), (96, "centre"), (96, "corner"),
                                                          (96, "random")]
     assert all(0 <= r["top1"] <= 100 for r in rows)
+
+
+def test_chain_control_is_the_main_jobs_classifier_with_a_resnet18(tmp_path):
+    # benchmarks.chain_transfer control (issue 30): the main job's classification config and options with only the
+    # model swapped for mmpretrain's ResNet-18 classifier, and the detector's ResNet-18 loading its backbone weights
+    import argparse
+
+    from mmengine.config import Config, DictAction
+    from mmengine.registry import init_default_scope
+    from mmpretrain.registry import MODELS
+
+    from benchmarks import chain_transfer
+
+    job = chain_transfer.resnet18_chain_job(tmp_path)
+    spec = job.RUNS["mmpretrain"]
+    options = spec["options"](tmp_path / "data", 1.0, None)
+    vim2 = chain_transfer._main_job().RUNS["mmpretrain"]["options"](tmp_path / "data", 1.0, None)
+    dropped = set(vim2) - set(options)
+    assert dropped and all(o.startswith("model.") for o in dropped) and set(options) < set(vim2)
+    cfg = Config.fromfile(str(spec["config"]))
+    parsed = argparse.Namespace()
+    DictAction(option_strings=["--cfg-options"], dest="cfg_options")(None, parsed, options)
+    cfg.merge_from_dict(parsed.cfg_options)
+    init_default_scope("mmpretrain")
+    model = MODELS.build(cfg.model)
+    assert type(model.backbone).__name__ == "ResNet" and model.backbone.depth == 18
+    assert model.head.num_classes == 10 and cfg.optim_wrapper.optimizer.lr == 3e-3
+    config, _ = dense_control.spec(dense_control.CONTROL, "mmdet", tmp_path / "det", init_checkpoint="c.pth")
+    assert "'checkpoint': 'c.pth', 'prefix': 'backbone.'" in config.read_text()

@@ -82,7 +82,8 @@ def run(toolbox: str, work_dir: Path, scale: float = 1.0, pretrained: Path | Non
         raise RuntimeError(f"mim train {toolbox} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     summary = summarise(work_dir, list(spec["metrics"]))
     epochs = summary.pop("epochs")
-    result = {"toolbox": toolbox, "config": str(spec["config"].relative_to(REPO)),
+    config = spec["config"]  # a derived config (benchmarks.chain_transfer control) may lie outside the repository
+    result = {"toolbox": toolbox, "config": str(config.relative_to(REPO) if config.is_relative_to(REPO) else config),
               "pretrained": None if pretrained is None else pretrained.name, **summary,
               "seconds": round(time.perf_counter() - start, 1)}
     if spec["checkpoint"]:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from _scripts import hparams_blocks, load_script
 
@@ -36,6 +37,14 @@ def data(tmp_path_factory):
     return folder
 
 
+def recipe_model(hparams):
+    """The model a short run of ``hparams`` builds (the SHORT sizes; hyperpyyaml reads overrides as YAML)."""
+    from hyperpyyaml import load_hyperpyyaml
+
+    overrides = "\n".join(["data_folder: unused"] + [o[2:].replace("=", ": ", 1) for o in SHORT])
+    return load_hyperpyyaml((RECIPE / "hparams" / hparams).read_text(), overrides)["model"]
+
+
 def _run(recipe, hparams, data, out, *overrides):
     keys = {o.split("=")[0] for o in overrides}
     short = [o for o in SHORT if o.split("=")[0] not in keys]
@@ -59,7 +68,14 @@ def test_short_run_trains_and_writes_the_metrics(recipe, hparams, data, tmp_path
     losses = [float(line.split("train loss: ")[1].split(",")[0]) for line in
               (tmp_path / "train_log.txt").read_text().splitlines() if "train loss: " in line]
     assert len(losses) == 4 and losses[-1] < losses[0], losses
-    assert len(list((tmp_path / "save").glob("CKPT*"))) == 1  # the last epoch's checkpoint, which was tested
+    (checkpoint,) = (tmp_path / "save").glob("CKPT*")  # the last epoch's checkpoint, which was tested
+    # AdamW's two groups: 0.05 on the matrices, none on vectors nor on the mixers' A_log (2-D, Mamba's rule)
+    groups = torch.load(checkpoint / "optimizer.ckpt", weights_only=False)["param_groups"]
+    assert [g["weight_decay"] for g in groups] == [0.05, 0.0]
+    model = recipe_model(hparams)
+    no_decay = {n for n, p in model.named_parameters() if p.dim() <= 1 or n in model.no_weight_decay()}
+    assert [len(g["params"]) for g in groups] == [sum(1 for _ in model.parameters()) - len(no_decay), len(no_decay)]
+    assert hparams == "actionformer_hacs.yaml" or any(n.endswith("A_log") for n in no_decay)
 
 
 def test_the_mixer_localises_the_generated_actions(recipe, data, tmp_path):

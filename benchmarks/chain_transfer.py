@@ -12,7 +12,7 @@ and where the classifier looks.
     # the control through the same chain: the main job's classification run with a ResNet-18 in it (mmpretrain's
     # ImageClassifier: ResNet depth 18, average pooling, linear head), then benchmarks.dense_control's ResNet-18
     # Mask R-CNN from its checkpoint; --steps 300 runs the detector twice as long at the same constant lr
-    .venv/bin/python -m benchmarks.chain_transfer control [--steps 150 300] [--scratch]
+    .venv/bin/python -m benchmarks.chain_transfer control [--steps 150 300] [--scratch] [--frozen]
 
 ``CKPT`` is ``mim train mmpretrain``'s checkpoint of the main job's classifier (``epoch_6.pth``). ``--drop`` groups:
 ``pos_embed``; ``sos`` (Switch of Scans: window summaries, their projection, the router); ``channel_x_proj`` (the
@@ -107,20 +107,22 @@ def resnet18_chain_job(work_dir: Path):
     return main_job
 
 
-def control(work_dir: Path, steps: List[int], scratch: bool) -> List[dict]:
+def control(work_dir: Path, steps: List[int], scratch: bool, frozen: bool = False) -> List[dict]:
     """The ResNet-18 through the main job's chain: its classifier with the main job's classification options (the
     ViM2 model replaced), then the ResNet-18 Mask R-CNN of benchmarks.dense_control from that checkpoint (and from
-    scratch with ``scratch``), ``steps`` long each."""
+    scratch with ``scratch``), ``steps`` long each; ``frozen``: the backbone's stem and 4 stages frozen."""
     from benchmarks import dense_control
 
     classifier = resnet18_chain_job(work_dir).run("mmpretrain", work_dir / "classifier")
     rows = [{"run": "classifier", **{k: str(v) if isinstance(v, Path) else v for k, v in classifier.items()}}]
+    freeze = ["model.backbone.frozen_stages=4"] if frozen else []
     for n in steps:
         starts = [("checkpoint", classifier["checkpoint"])] + ([("scratch", None)] if scratch else [])
         for start, checkpoint in starts:
             result = dense_control.run("ResNet-18", "mmdet", work_dir / f"detector_{start}_{n}", scale=n / 150,
-                                       cfg_options=_constant_lr(n), init_checkpoint=checkpoint)
-            rows.append({"run": f"detector from {start}", "steps": n, **result})
+                                       cfg_options=_constant_lr(n) + freeze,
+                                       init_checkpoint=checkpoint)
+            rows.append({"run": f"detector from {start}", "steps": n, "frozen": frozen, **result})
     return rows
 
 
@@ -201,11 +203,12 @@ def main(argv: Optional[List[str]] = None) -> None:
     c = sub.add_parser("control", help="the chain with a ResNet-18 classifier and detector (the control)")
     c.add_argument("--steps", nargs="+", type=int, default=[150], help="detector steps (150: the main job's)")
     c.add_argument("--scratch", action="store_true", help="also the ResNet-18 detector from scratch")
+    c.add_argument("--frozen", action="store_true", help="the detector's backbone frozen (stem and 4 stages)")
     c.add_argument("--work-dir", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.command == "control":
         with tempfile.TemporaryDirectory(prefix="ssm_plugins_chain_") as tmp:
-            for row in control(args.work_dir or Path(tmp), args.steps, args.scratch):
+            for row in control(args.work_dir or Path(tmp), args.steps, args.scratch, args.frozen):
                 print(json.dumps(row, default=str), flush=True)
         return
     scratch = args.command == "detect" and str(args.checkpoint) == "scratch"

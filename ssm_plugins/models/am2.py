@@ -137,13 +137,14 @@ class ActionLocalizationMixer(nn.Module):
         prior_prob: the classification bias's initial probability [0.01].
         init_loss_norm: the starting value of the losses' normaliser, an EMA (momentum 0.9) of the positive points
             per batch [ActionFormer: 100; its ActivityNet config 400].
+        channel_mixer: False drops the mixers' channel mixer (the paper's "- QS" ablation, Table 3) [True].
     """
 
     def __init__(self, num_classes: int, features_dim: int = 2304, seq_len: int = 960, block: str = "mambamixer",
                  embed_dim: int = 512, arch: Sequence[int] = (2, 2, 5), d_state: int = 16, expand: int = 2,
                  headdim: int = 16, heads: int = 4, window: int = 19, drop_path: float = 0.1, head_layers: int = 3,
                  center_sample_radius: float = 1.5, label_smoothing: float = 0.1, prior_prob: float = 0.01,
-                 init_loss_norm: float = 100.0):
+                 init_loss_norm: float = 100.0, channel_mixer: bool = True):
         super().__init__()
         for name, value in (("num_classes", num_classes), ("features_dim", features_dim), ("seq_len", seq_len),
                             ("embed_dim", embed_dim), ("head_layers", head_layers), ("window", window)):
@@ -167,7 +168,8 @@ class ActionLocalizationMixer(nn.Module):
         def make_block(length: int) -> nn.Module:
             if block == "attention":
                 return _LocalAttentionBlock(embed_dim, heads, window, drop_path)
-            common = dict(drop_path=drop_path, d_state=d_state, expand=expand, token_grid=(1, length))
+            common = dict(drop_path=drop_path, d_state=d_state, expand=expand, token_grid=(1, length),
+                          channel_mixer=channel_mixer)
             if block == "mambamixer":
                 return MambaMixerBlock(embed_dim, length, token_mixer="s6_bi", **common)
             return QSMixerBlock(embed_dim, length, headdim=headdim, **common)

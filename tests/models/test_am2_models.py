@@ -101,3 +101,11 @@ def test_bad_arguments_are_named():
         ActionLocalizationMixer(3, arch=(2, 2, 6))
     with pytest.raises(ValueError, match="x must have shape \\(batch, seq_len=64, features_dim=8\\)"):
         _model()(torch.randn(1, 32, 8))
+
+
+def test_channel_mixer_false_drops_it_from_every_block():
+    with_mixer, without = _model(), _model(channel_mixer=False)
+    assert all(block.channel_mixer is not None for block in [*with_mixer.stem, *with_mixer.branch])
+    assert all(block.channel_mixer is None for block in [*without.stem, *without.branch])
+    assert sum(p.numel() for p in without.parameters()) < sum(p.numel() for p in with_mixer.parameters())
+    assert [tuple(t.shape) for t in without(torch.randn(1, 64, 8))[0]] == [(1, 64 // 2 ** l, 3) for l in range(6)]

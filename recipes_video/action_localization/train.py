@@ -38,31 +38,32 @@ class LocalizationBrain(sb.Brain):
         return self.modules.model(batch["features"].to(self.device))
 
     def compute_objectives(self, outputs, batch, stage):
-        losses = self.modules.model.loss(outputs, batch["segments"], batch["labels"])
+        # the model's own methods on the unwrapped module (self.modules.model is DDP-wrapped under torchrun)
+        losses = self.hparams.model.loss(outputs, batch["segments"], batch["labels"])
         self.last_losses = {k: v.detach() for k, v in losses.items()}
         return losses["total"]
 
     def init_optimizers(self):
         """AdamW in two groups: no weight decay on vectors (biases, norms, the heads' scales: ActionFormer's rule)
         and on what the model names in ``no_weight_decay()`` (the mixers' A_log and D, as Mamba keeps them)."""
-        model = self.modules.model
+        if self.opt_class is None:
+            return
+        model = self.hparams.model
         skip = model.no_weight_decay()
         named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         no_decay = [p for n, p in named if p.dim() <= 1 or n in skip]
         decay = [p for n, p in named if not (p.dim() <= 1 or n in skip)]
         self.optimizer = self.opt_class([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}])
         self.optimizers_dict = {"opt_class": self.optimizer}
+        steps_per_epoch = self.hparams.steps_per_epoch
+        self.lr_scheduler = CosineLRScheduler(
+            self.optimizer, t_initial=self.hparams.number_of_epochs * steps_per_epoch,
+            warmup_t=self.hparams.warmup_epochs * steps_per_epoch, warmup_lr_init=0.0, lr_min=0.0,
+            warmup_prefix=False, t_in_epochs=False)
+        self.lr_scheduler.step_update(0)
         if self.checkpointer is not None:
             self.checkpointer.add_recoverable("optimizer", self.optimizer)
-        if self.opt_class is not None:
-            steps_per_epoch = self.hparams.steps_per_epoch
-            self.lr_scheduler = CosineLRScheduler(
-                self.optimizer, t_initial=self.hparams.number_of_epochs * steps_per_epoch,
-                warmup_t=self.hparams.warmup_epochs * steps_per_epoch, warmup_lr_init=0.0, lr_min=0.0,
-                warmup_prefix=False, t_in_epochs=False)
-            self.lr_scheduler.step_update(0)
-            if self.checkpointer is not None:
-                self.checkpointer.add_recoverable("lr_scheduler", _SchedulerState(self.lr_scheduler))
+            self.checkpointer.add_recoverable("lr_scheduler", _SchedulerState(self.lr_scheduler))
 
     def on_fit_batch_end(self, batch, outputs, loss, should_step):
         if should_step:
@@ -137,7 +138,7 @@ def main(argv=None):
     brain = LocalizationBrain(modules=hparams["modules"], opt_class=hparams["opt_class"], hparams=hparams,
                               run_opts=run_opts, checkpointer=hparams["checkpointer"])
     brain.fit(hparams["epoch_counter"], train, train_loader_kwargs=loader_kwargs)
-    stats = test_metrics(brain.modules.model, test, loader_kwargs["batch_size"], brain.device, hparams["test_cfg"])
+    stats = test_metrics(hparams["model"], test, loader_kwargs["batch_size"], brain.device, hparams["test_cfg"])
     result = {"model": hparams["model_name"], "dataset": hparams["dataset"], "test_subset": hparams["test_subset"],
               "parameters": n_params, "epochs": hparams["epoch_counter"].current, "test": stats}
     write_test_stats(hparams, result, digits=2)

@@ -320,16 +320,18 @@ def warmup_cosine_scheduler(optimizer: torch.optim.Optimizer, warmup_steps: int,
 
 
 def write_test_stats(hparams: dict, result: dict, digits: int = 1) -> None:
-    """A recipe's last step, on the main process only: the test metrics ``result["test"]`` to the train logger (with
-    the epoch loaded) and to stdout, and ``result`` to ``<output_folder>/test_stats.json``."""
+    """A recipe's last step: the test metrics ``result["test"]`` to the train logger (with the epoch loaded) and, on
+    the main process, to stdout and with ``result`` to ``<output_folder>/test_stats.json``. Every process calls it:
+    the logger's ``log_stats`` is SpeechBrain's ``main_process_only``, which ends in a broadcast (called on the main
+    process alone, it waits for the others forever)."""
     import json
 
     from speechbrain.utils.distributed import if_main_process
 
-    if not if_main_process():
-        return
     stats = result["test"]
     hparams["train_logger"].log_stats({"Epoch loaded": hparams["epoch_counter"].current}, test_stats=stats)
+    if not if_main_process():
+        return
     print("Test " + ", ".join(f"{k} {v:.{digits}f}" for k, v in stats.items()))
     with open(os.path.join(hparams["output_folder"], "test_stats.json"), "w") as f:
         json.dump(result, f, indent=1)

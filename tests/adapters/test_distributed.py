@@ -17,6 +17,7 @@
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -389,3 +390,25 @@ def test_speechbrain_separation_two_processes_checkpoint_once_and_resume(small_m
     assert epochs == ["1", "2"]
     (last,) = (output / "save").glob("CKPT+*")  # the recipe keeps the best one: either way exactly one, complete
     assert (last / "masknet.ckpt").exists()
+
+
+# ---- the video recipes under torchrun --------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_action_localization_recipe_two_processes_ends_and_writes_its_metrics(tmp_path):
+    # the recipes' last step logs through SpeechBrain's main_process_only, a broadcast: called on the main process
+    # alone (as the video recipes did before write_test_stats), the run hung after its test
+    from ssm_plugins.data.action_localization import write_release
+
+    recipe = REPO / "recipes_video" / "action_localization"
+    data = Path(write_release(str(tmp_path / "hacs"), videos=12, classes=4, slow_dim=16, fast_dim=8))
+    output = tmp_path / "run"
+    args = [str(Path(sys.executable).with_name("torchrun")), "--nproc_per_node", str(PROCESSES),
+            "--master_port", str(_free_port()), str(recipe / "train.py"), str(recipe / "hparams" / "am2_hacs.yaml"),
+            f"--data_folder={data}", f"--output_folder={output}", "--device=cpu", "--noprogressbar",
+            "--distributed_backend=gloo", "--num_classes=4", "--features_dim=24", "--seq_len=64", "--embed_dim=16",
+            "--warmup_epochs=1", "--batch_size=4", "--number_of_epochs=2"]
+    succeeded(subprocess.run(args, env=_subprocess_env(), capture_output=True, text=True, timeout=300))
+    stats = json.loads((output / "test_stats.json").read_text())
+    assert stats["epochs"] == 2 and "mAP@0.5" in stats["test"]
+    assert len(list((output / "save").glob("CKPT+*"))) == 1

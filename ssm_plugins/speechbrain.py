@@ -23,6 +23,7 @@ SC10/SC35).
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 from typing import Optional, Sequence
@@ -324,8 +325,6 @@ def write_test_stats(hparams: dict, result: dict, digits: int = 1) -> None:
     the main process, to stdout and with ``result`` to ``<output_folder>/test_stats.json``. Every process calls it:
     the logger's ``log_stats`` is SpeechBrain's ``main_process_only``, which ends in a broadcast (called on the main
     process alone, it waits for the others forever)."""
-    import json
-
     from speechbrain.utils.distributed import if_main_process
 
     stats = result["test"]

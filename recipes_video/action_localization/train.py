@@ -15,19 +15,18 @@ the ActivityNet-format annotation JSON and one SlowFast feature file per video; 
 ssm_plugins.data.action_localization --out DIR`` writes a small generated one in the same layout. Every video's
 features are resized to ``seq_len`` steps (ActionFormer's fixed-length protocol for ActivityNet-style data).
 Training is ActionFormer's (ActivityNet): AdamW 1e-3, weight decay 0.05 (none on vectors), batch 16, linear warm-up
-over 5 epochs then cosine decay to 0 (timm's CosineLRScheduler, per step) over 15 epochs in all, gradients clipped
-at norm 1. The last epoch's model is tested on the ``test_subset`` videos (HACS: 'validation', as the paper and ActionFormer
-report); the metrics go to ``<output_folder>/test_stats.json``.
+over 5 epochs then cosine decay to 0 (``ssm_plugins.speechbrain.warmup_cosine_scheduler``, per step) over 15 epochs
+in all, gradients clipped at norm 1. The last epoch's model is tested on the ``test_subset`` videos (HACS:
+'validation', as the paper and ActionFormer report); the metrics go to ``<output_folder>/test_stats.json``.
 """
 import sys
 
 import speechbrain as sb
 import torch
 from hyperpyyaml import load_hyperpyyaml
-from timm.scheduler import CosineLRScheduler
 
 from ssm_plugins.data.action_localization import ActionLocalizationVideos, LocalizationMetrics
-from ssm_plugins.speechbrain import ddp_init_group, write_test_stats
+from ssm_plugins.speechbrain import ddp_init_group, warmup_cosine_scheduler, write_test_stats
 
 
 class LocalizationBrain(sb.Brain):
@@ -56,18 +55,15 @@ class LocalizationBrain(sb.Brain):
         self.optimizer = self.opt_class([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}])
         self.optimizers_dict = {"opt_class": self.optimizer}
         steps_per_epoch = self.hparams.steps_per_epoch
-        self.lr_scheduler = CosineLRScheduler(
-            self.optimizer, t_initial=self.hparams.number_of_epochs * steps_per_epoch,
-            warmup_t=self.hparams.warmup_epochs * steps_per_epoch, warmup_lr_init=0.0, lr_min=0.0,
-            warmup_prefix=False, t_in_epochs=False)
-        self.lr_scheduler.step_update(0)
+        self.lr_scheduler = warmup_cosine_scheduler(self.optimizer, self.hparams.warmup_epochs * steps_per_epoch,
+                                                    self.hparams.number_of_epochs * steps_per_epoch)
         if self.checkpointer is not None:
             self.checkpointer.add_recoverable("optimizer", self.optimizer)
-            self.checkpointer.add_recoverable("lr_scheduler", _SchedulerState(self.lr_scheduler))
+            self.checkpointer.add_recoverable("lr_scheduler", self.lr_scheduler)
 
     def on_fit_batch_end(self, batch, outputs, loss, should_step):
         if should_step:
-            self.lr_scheduler.step_update(self.optimizer_step)
+            self.lr_scheduler.step()
 
     def on_stage_end(self, stage, stage_loss, epoch=None):
         if stage != sb.Stage.TRAIN:
@@ -77,22 +73,6 @@ class LocalizationBrain(sb.Brain):
             stats_meta={"epoch": epoch, "lr": self.optimizer.param_groups[0]["lr"]}, train_stats=stats)
         self.checkpointer.save_and_keep_only(meta={"epoch": epoch, "loss": stage_loss}, keep_recent=True,
                                              num_to_keep=1)
-
-
-@sb.utils.checkpoints.register_checkpoint_hooks
-class _SchedulerState:
-    """A timm scheduler as a SpeechBrain recoverable (its state_dict / load_state_dict)."""
-
-    def __init__(self, scheduler):
-        self.scheduler = scheduler
-
-    @sb.utils.checkpoints.mark_as_saver
-    def save(self, path):
-        torch.save(self.scheduler.state_dict(), path)
-
-    @sb.utils.checkpoints.mark_as_loader
-    def load(self, path, end_of_epoch=False):
-        self.scheduler.load_state_dict(torch.load(path))
 
 
 @torch.no_grad()

@@ -108,7 +108,7 @@ def spec(name: str, toolbox: str, work_dir: Path, scale: float = 1.0, init_check
         if kind is None and init_checkpoint is not None:
             backbone["init_cfg"] = dict(type="Pretrained", checkpoint=str(init_checkpoint), prefix="backbone.")
         config = _derived(work_dir, MMDET_VIM2 if toolbox == "mmdet" else MMSEG_VIM2, toolbox, backbone, channels)
-    if kind is None:  # mmdet's / mmseg's ResNet has no build size and nothing to initialise from
+    if kind is None:  # mmdet's / mmseg's ResNet has no build size; its init_cfg is the derived config's
         options = [o for o in options if not o.startswith(("model.backbone.img_size=", "model.backbone.init_cfg="))]
     return config, options
 

@@ -179,9 +179,7 @@ class SelectiveTokenMixer(nn.Module):
         self.qs_shift, self.headdim = qs_shift, headdim
 
         self.in_proj = nn.Linear(dim, inner, bias=False)
-        self.conv = _DWConv1d(inner, d_conv, self.causal)
-        self.gate_convs = nn.ModuleList(_DWConv1d(dim, k, self.causal) for k in gate_kernels)
-        self.gate_proj = nn.Linear(len(gate_kernels) * dim, inner, bias=False)
+        self._build_branches(d_conv, gate_kernels)
         self.out_proj = nn.Linear(inner, dim, bias=False)
         sel_dim = dim if selection_input == "block_input" else inner
         if token_mixer == "qs":
@@ -199,6 +197,13 @@ class SelectiveTokenMixer(nn.Module):
             self.fwd = _S6Direction(sel_dim, inner, d_state, dt_rank)
             self.bwd = _S6Direction(sel_dim, inner, d_state, dt_rank) if token_mixer == "s6_bi" else None
             self.D = nn.Parameter(torch.ones(inner))
+
+    def _build_branches(self, d_conv: int, gate_kernels: Sequence[int]):
+        """The main branch's convolution and the gate's (``forward`` reads them); a subclass for other token
+        layouts builds its own (ViM2's 2-D grid)."""
+        self.conv = _DWConv1d(self.inner, d_conv, self.causal)
+        self.gate_convs = nn.ModuleList(_DWConv1d(self.dim, k, self.causal) for k in gate_kernels)
+        self.gate_proj = nn.Linear(len(gate_kernels) * self.dim, self.inner, bias=False)
 
     def extra_repr(self):
         return (f"dim={self.dim}, inner={self.inner}, d_state={self.d_state}, token_mixer={self.token_mixer!r}, "

@@ -187,9 +187,11 @@ class VisionTokenMixer(SelectiveTokenMixer):
     def __init__(self, dim: int, token_mixer: str = "s6_bi", **kwargs):
         choice("token_mixer", token_mixer, ("s6_bi", "qs") + LTI_KINDS)
         super().__init__(dim, token_mixer=token_mixer, causal=False, gate_kernels=(1,), **kwargs)
-        del self.conv, self.gate_convs
+
+    def _build_branches(self, d_conv, gate_kernels):
+        """A 3x3 depthwise conv on the grid and a linear gate, in place of the 1-D mixer's convolutions."""
         self.conv2d = nn.Conv2d(self.inner, self.inner, 3, padding=1, groups=self.inner, bias=True)
-        self.gate_proj = nn.Linear(dim, self.inner, bias=False)
+        self.gate_proj = nn.Linear(self.dim, self.inner, bias=False)
 
     def forward(self, u, grid_size, sos, orders, inverses, gates):
         u = u.contiguous()

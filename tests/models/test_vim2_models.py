@@ -229,3 +229,23 @@ def test_training_step_copies_nothing_from_the_host_after_the_first(name):
     with _HostToDeviceCopies() as seen:
         model(x).sum().backward()
     assert seen.copies == []
+
+
+@pytest.mark.parametrize("token_mixer, extra", [
+    ("s6_bi", {"D": (64,), "fwd.A_log": (64, 8), "fwd.dt_proj.weight": (64, 2), "bwd.A_log": (64, 8),
+               "bwd.dt_proj.weight": (64, 2), "fwd.x_proj.weight": (18, 32), "bwd.x_proj.weight": (18, 32)}),
+    ("qs", {"gamma_bias": (4,), "gamma_proj.weight": (4, 64), "fwd.A_log": (4,), "bwd.A_log": (4,),
+            "fwd.x_proj.weight": (20, 32), "bwd.x_proj.weight": (20, 32)}),
+])
+def test_token_mixer_keeps_its_checkpoint_keys(token_mixer, extra):
+    """The 2-D token mixer builds only the grid conv and the linear gate, under the keys (and shapes) every
+    checkpoint written so far holds, so those checkpoints load strictly; the 1-D mixer's convolutions are absent."""
+    from ssm_plugins.models.vim2 import VisionTokenMixer
+
+    mixer = VisionTokenMixer(32, d_state=8, token_mixer=token_mixer, headdim=16)
+    expected = {"in_proj.weight": (64, 32), "gate_proj.weight": (64, 32), "out_proj.weight": (32, 64),
+                "conv2d.weight": (64, 1, 3, 3), "conv2d.bias": (64,), "fwd.dt_bias": extra["fwd.A_log"][:1],
+                "bwd.dt_bias": extra["bwd.A_log"][:1], **extra}
+    assert {k: tuple(v.shape) for k, v in mixer.state_dict().items()} == expected
+    assert not hasattr(mixer, "conv") and not hasattr(mixer, "gate_convs")
+    mixer.load_state_dict({k: torch.zeros(s) for k, s in expected.items()}, strict=True)

@@ -50,8 +50,10 @@ CLIP_NORM = 1.0
 
 RECIPES = (
     # the conv branch at ViT-CoMer's widths (the Table-15 sizes use SPM 16 / MRFP 0.25 D to save FLOPs at 224²)
-    Recipe("mambamixer", "vim2_t", dict(embed_dim=64, depth=4, n_interactions=2, spm_inplanes=64, mrfp_ratio=0.5,
-                                        drop_path_rate=0.0), image_size=32, epochs=6, schedule=True, batch_size=32),
+    # built for its 32-px input (img_size): the channel mixers' token-axis weights then fit the 2 x 2 grid as built
+    Recipe("mambamixer", "vim2_t", dict(img_size=32, embed_dim=64, depth=4, n_interactions=2, spm_inplanes=64,
+                                        mrfp_ratio=0.5, drop_path_rate=0.0), image_size=32, epochs=6, schedule=True,
+           batch_size=32),
     Recipe("ssm2d", "vit_cifar_patch4_32_ssm2d",
            dict(img_size=8, patch_size=2, embed_dim=64, depth=2, num_heads=2), epochs=6),
     Recipe("essm", "essm_scifar_tiny", dict(norm="layer"), epochs=20, lr=1e-2),

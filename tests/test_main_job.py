@@ -13,13 +13,11 @@ def _main_job():
     return load_script(SCRIPT, "ssm_plugins_main_job")
 
 
-# make test: every family at half its epochs but vim2_t, which takes off late: at 3 epochs (seed 0, one thread) it
-# gave 79.9 % on an AMD EPYC and 39.8 % on an Intel Xeon (2026-12-02), so it runs its whole recipe (6 epochs at
-# batch 32; seed 0, one thread, Xeon: 93.6 %). make test-all: also seed 2, a seed that started late with the old
-# constant lr (64.1 %); at the recipe now 95.3 % (one thread, Xeon) and 91.9 % (two threads, EPYC). The floors
-# leave room for the thread count and the CPU.
+# make test: every family at half its epochs (vim2_t, seed 0, one thread, Xeon, 2026-12-04: 95.3 %; it needed its
+# whole recipe while it was built for 224 px and run at 32, when 3 epochs gave 39.8-79.9 %). make test-all: also
+# seed 2. The floors leave room for the thread count and the CPU.
 @pytest.mark.parametrize("family, scale, seed, floor", [
-    ("mambamixer", "1.0", "0", 75.0), pytest.param("mambamixer", "1.0", "2", 75.0, marks=pytest.mark.exhaustive),
+    ("mambamixer", "0.5", "0", 75.0), pytest.param("mambamixer", "0.5", "2", 75.0, marks=pytest.mark.exhaustive),
     ("ssm2d", "0.5", "0", 50.0), ("essm", "0.5", "0", 50.0), ("myo", "0.5", "0", 50.0)])
 def test_main_job_family_learns_digits(family, scale, seed, floor, one_thread):
     (result,) = _main_job().main(["--families", family, "--epochs-scale", scale, "--seed", seed])

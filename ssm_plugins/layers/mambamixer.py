@@ -43,7 +43,7 @@ from .switch_of_scans import (SCAN_NAMES, SCAN_SETS, SwitchOfScans, gather_token
                               scan_orders)
 
 __all__ = ["SelectiveTokenMixer", "SelectiveChannelMixer", "ForwardBackwardChannelMixer", "MambaMixerBlock",
-           "QSMixerBlock", "TimeVariateMixerBlock", "MixerStack"]
+           "QSMixerBlock", "TimeVariateMixerBlock", "MixerStack", "resample_token_axis"]
 
 _TOKEN_MIXERS = ("s6", "s6_bi", "qs") + LTI_KINDS
 _SELECTION_INPUTS = ("block_input", "conv_output")
@@ -241,16 +241,23 @@ class SelectiveTokenMixer(nn.Module):
         return self.out_proj(self.mix(xbar, sel) * F.silu(gate))
 
 
-def _resample_token_axis(weight, token_grid, num_prefix_tokens, grid_size):
+def resample_token_axis(weight, token_grid, num_prefix_tokens, grid_size):
     """A (out, num_prefix_tokens + h0*w0) token-axis weight for a (h, w) grid (docs/mambamixer.md, 'Channel mixer
-    at other token counts'): prefix columns kept, the h0*w0 columns resized bilinearly as maps and scaled by
-    h0*w0/(h*w); unchanged at (h0, w0)."""
+    at other token counts'): prefix columns kept, the h0*w0 columns resized as maps and scaled by h0*w0/(h*w);
+    unchanged at (h0, w0). An axis that shrinks is box-averaged (each new column the mean of the columns it covers,
+    so the rescaled weight keeps w·z for a z constant over them); one that grows is interpolated bilinearly. Read
+    at 2 x 2 by bilinear sampling alone, a 14 x 14 map kept 4 of its 196 columns, multiplied by 49: an untrained
+    channel mixer then returned 60-560 times its input."""
     h0, w0 = token_grid
-    if tuple(grid_size) == (h0, w0):
+    h, w = grid_size
+    if (h, w) == (h0, w0):
         return weight
-    prefix, maps = weight[:, :num_prefix_tokens], weight[:, num_prefix_tokens:]
-    maps = F.interpolate(maps.reshape(1, -1, h0, w0), size=tuple(grid_size), mode="bilinear", align_corners=False)
-    maps = maps.reshape(weight.shape[0], -1) * (h0 * w0 / (grid_size[0] * grid_size[1]))
+    prefix, maps = weight[:, :num_prefix_tokens], weight[:, num_prefix_tokens:].reshape(1, -1, h0, w0)
+    if h < h0 or w < w0:
+        maps = F.adaptive_avg_pool2d(maps, (min(h, h0), min(w, w0)))
+    if h > h0 or w > w0:
+        maps = F.interpolate(maps, size=(h, w), mode="bilinear", align_corners=False)
+    maps = maps.reshape(weight.shape[0], -1) * (h0 * w0 / (h * w))
     return torch.cat([prefix, maps], dim=1)
 
 
@@ -332,7 +339,7 @@ class SelectiveChannelMixer(nn.Module):
 
     def _resampled(self, weight, grid_size):
         """Token-axis weight (out, num_tokens) for a (h, w) token grid (the 'resample' rule, docs/mambamixer.md)."""
-        return _resample_token_axis(weight, self.token_grid, self.num_prefix_tokens, grid_size)
+        return resample_token_axis(weight, self.token_grid, self.num_prefix_tokens, grid_size)
 
     def forward(self, u, grid_size=None):
         """u: normalised input (batch, L, dim) -> (batch, L, dim); L = num_tokens, or num_prefix_tokens + h*w
@@ -441,7 +448,7 @@ class ForwardBackwardChannelMixer(nn.Module):
         else:
             check_tokens("u", u, self.dim, self.num_prefix_tokens + grid_size[0] * grid_size[1],
                          f" = num_prefix_tokens + h*w of grid_size {tuple(grid_size)}")
-            weights = [_resample_token_axis(d.x_proj.weight, self.token_grid, self.num_prefix_tokens, grid_size)
+            weights = [resample_token_axis(d.x_proj.weight, self.token_grid, self.num_prefix_tokens, grid_size)
                        for d in (self.fwd, self.bwd)]
         return self.fwd(u, weights[0]) + self.bwd(u.flip(-1), weights[1]).flip(-1)
 

@@ -220,8 +220,7 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: SequenceMam
         if key == "pos_embed" and model.pos_embed is not None and value.shape != model.pos_embed.shape:
             value = resample_pos_embed(value, 0, grid)
         elif key.endswith("x_proj.weight") and ".channel_mixer." in key and value.shape[1] != num_tokens:
-            value, old = resample_token_grid(value, 0, grid)
-            value = value * (old / num_tokens)
+            value = resample_token_grid(value, 0, grid)
         out[key] = value
     return out
 

@@ -43,7 +43,8 @@ from torch.fx._symbolic_trace import is_fx_symbolic_tracing
 from .. import ops
 from ..layers._common import choice, drop_path, make_mixer_norm
 from ..layers.lti import LTI_KINDS
-from ..layers.mambamixer import ForwardBackwardChannelMixer, SelectiveChannelMixer, SelectiveTokenMixer
+from ..layers.mambamixer import (ForwardBackwardChannelMixer, SelectiveChannelMixer, SelectiveTokenMixer,
+                                resample_token_axis)
 from ..layers.multires_conv import ConvTokenInteraction, MultiResolutionConvGate, SpatialPriorModule
 from ..layers.switch_of_scans import SwitchOfScans
 from ._common import check_image, local_weights_cfg, new_head, no_weight_decay_names
@@ -606,13 +607,12 @@ class VisionMambaMixer(nn.Module):
 
 
 def resample_token_grid(weight, prefix, size):
-    """Resample the columns after ``prefix`` of a (rows, prefix + h0*w0) tensor (square h0 = w0) to ``size``."""
+    """The channel-mixer rule (``resample_token_axis``) for a (rows, prefix + h0*w0) checkpoint tensor of a square
+    h0 = w0 grid: its columns after ``prefix`` resized to ``size`` and rescaled by h0*w0/(h*w)."""
     side = math.isqrt(weight.shape[1] - prefix)
     if side * side != weight.shape[1] - prefix:
         raise ValueError(f"cannot resample a token axis of {weight.shape[1]} (not {prefix} + a square grid)")
-    maps = weight[:, prefix:].reshape(1, -1, side, side)
-    maps = F.interpolate(maps, size=size, mode="bilinear", align_corners=False).reshape(weight.shape[0], -1)
-    return torch.cat([weight[:, :prefix], maps], dim=1), side * side
+    return resample_token_axis(weight, (side, side), prefix, tuple(size))
 
 
 def resample_pos_embed(pos, prefix, size):
@@ -636,8 +636,7 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: VisionMamba
         if key == "pos_embed" and value.shape != model.pos_embed.shape:
             value = resample_pos_embed(value, 1, grid)
         elif key.endswith("x_proj.weight") and ".channel_mixer." in key and value.shape[1] != 1 + grid[0] * grid[1]:
-            value, old = resample_token_grid(value, 1, grid)
-            value = torch.cat([value[:, :1], value[:, 1:] * (old / (grid[0] * grid[1]))], dim=1)
+            value = resample_token_grid(value, 1, grid)
         if key.startswith(("sos.router.", "sos.lst_norm.")) and key not in model.state_dict():
             continue  # a routed checkpoint loaded into a scan_mode='fixed' model, which has no router
         out[key] = value

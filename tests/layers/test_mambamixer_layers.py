@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from ssm_plugins.layers.mambamixer import (MambaMixerBlock, MixerStack, QSMixerBlock, SelectiveChannelMixer,
-                                           SelectiveTokenMixer, TimeVariateMixerBlock)
+                                           SelectiveTokenMixer, TimeVariateMixerBlock, resample_token_axis)
 from ssm_plugins.layers.multires_conv import ConvTokenInteraction, MultiResolutionConvGate, SpatialPriorModule
 from ssm_plugins.layers.switch_of_scans import SCAN_NAMES, SwitchOfScans, gather_tokens, scan_orders
 from ssm_plugins.ops import reference
@@ -387,6 +387,51 @@ def test_channel_mixer_weight_resampling():
         layer(_input(tokens=1 + 30), grid_size=(5, 5))
     with pytest.raises(ValueError, match="token_grid"):
         SelectiveChannelMixer(DIM, 13, token_grid=(3, 3), num_prefix_tokens=1)
+
+
+def test_token_axis_resampling_keeps_dot_products_on_coarser_grids():
+    """On a coarser grid the rescaled weight keeps w·z for a slowly varying z, and an untrained (white-noise)
+    weight keeps its selections' scale: the non-antialiased resize kept 4 of 196 columns of
+    a 14 x 14 map at 2 x 2 and multiplied them by 49 (selections ~40x too large, an untrained channel mixer
+    returning 60-560x its input)."""
+    torch.manual_seed(17)
+    weight = torch.randn(6, 1 + 14 * 14, dtype=torch.float64)
+
+    def smooth(h, w):  # a slowly varying z on an h x w grid (cell centres), class token 1 first
+        y, x = torch.meshgrid((torch.arange(h) + 0.5) / h, (torch.arange(w) + 0.5) / w, indexing="ij")
+        return torch.cat([torch.ones(1), (1 + 0.3 * x + 0.2 * y).flatten()]).double()
+
+    resampled = resample_token_axis(weight, (14, 14), 1, (2, 7))
+    assert resampled.shape == (6, 15)
+    exact = weight @ smooth(14, 14)
+    torch.testing.assert_close(resampled @ smooth(2, 7), exact, rtol=0, atol=0.15 * exact.abs().max().item())
+    assert resample_token_axis(weight, (14, 14), 1, (14, 14)) is weight
+    white = torch.randn(1000, 1 + 196, dtype=torch.float64)
+    z_fine, z_coarse = torch.randn(1 + 196, dtype=torch.float64), torch.randn(1 + 4, dtype=torch.float64)
+    ratio = (resample_token_axis(white, (14, 14), 1, (2, 2)) @ z_coarse).std() / (white @ z_fine).std()
+    assert 0.3 < ratio < 1.5, ratio
+
+
+def test_vim2_channel_mixer_keeps_its_scale_at_a_smaller_input():
+    """vim2_t built at 224 px and run at 32 px (a 2 x 2 grid) starts as it does built at 32 px: each untrained
+    channel mixer returns about a third of its input, not tens to hundreds of times it."""
+    import timm
+
+    import ssm_plugins  # noqa: F401  (registers the models)
+
+    ratios = {}
+    for built in (32, 224):
+        torch.manual_seed(0)
+        model = timm.create_model("vim2_t", num_classes=10, img_size=built, embed_dim=32, depth=2,
+                                  n_interactions=1, spm_inplanes=16).eval()
+        ratios[built] = []
+        for block in model.blocks:
+            block.channel_mixer.register_forward_hook(
+                lambda module, args, out, r=ratios[built]: r.append((out.norm() / args[0].norm()).item()))
+        with torch.no_grad():
+            model(torch.randn(2, 3, 32, 32))
+    assert all(r < 1.5 for r in ratios[32]), ratios
+    assert all(r < 3 * max(ratios[32]) for r in ratios[224]), ratios
 
 
 def test_remark1_k1_gate_is_a_mamba_block():

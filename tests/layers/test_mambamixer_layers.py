@@ -391,9 +391,9 @@ def test_channel_mixer_weight_resampling():
 
 def test_token_axis_resampling_keeps_dot_products_on_coarser_grids():
     """On a coarser grid the rescaled weight keeps w·z for a slowly varying z, and an untrained (white-noise)
-    weight keeps its selections' scale: the non-antialiased resize kept 4 of 196 columns of
-    a 14 x 14 map at 2 x 2 and multiplied them by 49 (selections ~40x too large, an untrained channel mixer
-    returning 60-560x its input)."""
+    weight keeps its selections' scale: bilinear sampling alone kept 4 of the 196 columns of a 14 x 14 map at
+    2 x 2 and multiplied them by 49 (selections ~40x too large, an untrained channel mixer returning 60-560x its
+    input)."""
     torch.manual_seed(17)
     weight = torch.randn(6, 1 + 14 * 14, dtype=torch.float64)
 
